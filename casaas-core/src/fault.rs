@@ -1,0 +1,464 @@
+//! Wrappers that inject faults into, or count the requests of, any backend.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::{Capabilities, CasError, CasStore, ErrorKind, ListEntry, StoredObject, Version};
+
+/// One injected fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Fail before the request reaches the store: nothing is applied and the
+    /// caller gets [`ErrorKind::Transport`].
+    FailBeforeApply,
+    /// Apply the request, then lose the response: the caller gets
+    /// [`ErrorKind::Ambiguous`] although the write took effect.
+    LoseResponse,
+    /// Reject the request with [`ErrorKind::Throttled`]; nothing is applied.
+    Throttle,
+    /// Answer 5xx without applying: [`ErrorKind::Ambiguous`] although nothing
+    /// was written (the other half of what an ambiguous answer can mean).
+    ServerErrorNotApplied,
+    /// Hold the request this long before sending it on.
+    Delay(Duration),
+    /// Send the request twice, as an SDK's transport retry would, and answer
+    /// with the second attempt's result (a won create comes back as
+    /// precondition failed).
+    Duplicate,
+}
+
+/// Probabilities of random faults per request. All zero by default.
+#[derive(Debug, Clone, Default)]
+pub struct FaultConfig {
+    /// Probability of [`Fault::FailBeforeApply`].
+    pub fail_before_apply: f64,
+    /// Probability of [`Fault::LoseResponse`] (writes only).
+    pub lose_response: f64,
+    /// Probability of [`Fault::Throttle`].
+    pub throttle: f64,
+    /// Probability of [`Fault::ServerErrorNotApplied`] (writes only).
+    pub server_error: f64,
+    /// Probability of [`Fault::Duplicate`] (writes only).
+    pub duplicate: f64,
+    /// Probability of a [`Fault::Delay`] of up to `max_delay`.
+    pub delay: f64,
+    /// Upper bound of random delays.
+    pub max_delay: Duration,
+}
+
+impl FaultConfig {
+    /// Every fault at the same probability `p`, delays up to `max_delay`.
+    pub fn uniform(p: f64, max_delay: Duration) -> Self {
+        FaultConfig {
+            fail_before_apply: p,
+            lose_response: p,
+            throttle: p,
+            server_error: p,
+            duplicate: p,
+            delay: p,
+            max_delay,
+        }
+    }
+}
+
+/// How many faults of each kind a [`FaultyStore`] has injected.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FaultCounts {
+    /// Requests failed before being applied.
+    pub failed_before_apply: u64,
+    /// Writes applied whose response was lost.
+    pub lost_responses: u64,
+    /// Requests throttled.
+    pub throttled: u64,
+    /// Writes answered 5xx without being applied.
+    pub server_errors: u64,
+    /// Writes sent twice.
+    pub duplicated: u64,
+    /// Requests delayed.
+    pub delayed: u64,
+}
+
+#[derive(Debug)]
+struct FaultState {
+    rng: ChaCha8Rng,
+    config: FaultConfig,
+    scripted: VecDeque<Fault>,
+    counts: FaultCounts,
+}
+
+/// Wraps any [`CasStore`] and injects faults, from a script or at random from
+/// a seed, so a failing run replays exactly (given a deterministic executor).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), casaas_core::CasError> {
+/// use bytes::Bytes;
+/// use casaas_core::{CasStore, ErrorKind, Fault, FaultConfig, FaultyStore, MemoryStore};
+///
+/// let store = FaultyStore::new(MemoryStore::new(), 42, FaultConfig::default());
+/// store.inject(Fault::LoseResponse);
+/// let err = store.create("k", Bytes::from_static(b"v")).await.unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::Ambiguous);
+/// // ...but the write happened.
+/// assert!(store.get("k").await?.is_some());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct FaultyStore<S> {
+    inner: S,
+    state: Arc<Mutex<FaultState>>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Read,
+    Write,
+}
+
+impl<S: CasStore> FaultyStore<S> {
+    /// Wraps `inner`, drawing random faults from `config` with `seed`.
+    pub fn new(inner: S, seed: u64, config: FaultConfig) -> Self {
+        FaultyStore {
+            inner,
+            state: Arc::new(Mutex::new(FaultState {
+                rng: ChaCha8Rng::seed_from_u64(seed),
+                config,
+                scripted: VecDeque::new(),
+                counts: FaultCounts::default(),
+            })),
+        }
+    }
+
+    /// Queues `fault` for the next request (scripted faults come before
+    /// random ones, in order).
+    pub fn inject(&self, fault: Fault) {
+        self.lock().scripted.push_back(fault);
+    }
+
+    /// Replaces the random-fault probabilities (e.g. to heal the store).
+    pub fn set_config(&self, config: FaultConfig) {
+        self.lock().config = config;
+    }
+
+    /// The faults injected so far.
+    pub fn counts(&self) -> FaultCounts {
+        self.lock().counts.clone()
+    }
+
+    /// The wrapped store, to inspect the truth without faults.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FaultState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn draw(&self, op: Op) -> Option<Fault> {
+        let mut state = self.lock();
+        if let Some(fault) = state.scripted.pop_front() {
+            return Some(fault);
+        }
+        let config = state.config.clone();
+        let rng = &mut state.rng;
+        let roll = |rng: &mut ChaCha8Rng, p: f64| p > 0.0 && rng.random_bool(p.min(1.0));
+        if roll(rng, config.fail_before_apply) {
+            return Some(Fault::FailBeforeApply);
+        }
+        if roll(rng, config.throttle) {
+            return Some(Fault::Throttle);
+        }
+        if op == Op::Write {
+            if roll(rng, config.lose_response) {
+                return Some(Fault::LoseResponse);
+            }
+            if roll(rng, config.server_error) {
+                return Some(Fault::ServerErrorNotApplied);
+            }
+            if roll(rng, config.duplicate) {
+                return Some(Fault::Duplicate);
+            }
+        }
+        if roll(rng, config.delay) && !config.max_delay.is_zero() {
+            let nanos = rng.random_range(0..=config.max_delay.as_nanos() as u64);
+            return Some(Fault::Delay(Duration::from_nanos(nanos)));
+        }
+        None
+    }
+
+    fn count(&self, fault: Fault) {
+        let mut state = self.lock();
+        let counts = &mut state.counts;
+        match fault {
+            Fault::FailBeforeApply => counts.failed_before_apply += 1,
+            Fault::LoseResponse => counts.lost_responses += 1,
+            Fault::Throttle => counts.throttled += 1,
+            Fault::ServerErrorNotApplied => counts.server_errors += 1,
+            Fault::Delay(_) => counts.delayed += 1,
+            Fault::Duplicate => counts.duplicated += 1,
+        }
+    }
+
+    /// Runs `request` under the drawn fault. `request` may be called twice
+    /// (duplicate) and must send the same request each time.
+    async fn run<T, F, Fut>(&self, key: &str, op: Op, request: F) -> Result<T, CasError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, CasError>>,
+    {
+        let Some(fault) = self.draw(op) else {
+            return request().await;
+        };
+        self.count(fault);
+        let injected = |kind, message: &str| {
+            Err(CasError::new(kind, format!("injected fault: {message}")).with_key(key))
+        };
+        match fault {
+            Fault::FailBeforeApply => injected(ErrorKind::Transport, "connection refused"),
+            Fault::Throttle => injected(ErrorKind::Throttled, "slow down"),
+            Fault::ServerErrorNotApplied => injected(ErrorKind::Ambiguous, "500, not applied"),
+            Fault::LoseResponse => {
+                let _applied = request().await;
+                injected(
+                    ErrorKind::Ambiguous,
+                    "response lost after the request was applied",
+                )
+            }
+            Fault::Delay(delay) => {
+                tokio::time::sleep(delay).await;
+                request().await
+            }
+            Fault::Duplicate => {
+                let _first = request().await;
+                request().await
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl<S: CasStore> CasStore for FaultyStore<S> {
+    async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
+        self.run(key, Op::Read, || self.inner.get(key)).await
+    }
+
+    async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
+        self.run(key, Op::Write, || self.inner.create(key, body.clone()))
+            .await
+    }
+
+    async fn replace(
+        &self,
+        key: &str,
+        expected: &Version,
+        body: Bytes,
+    ) -> Result<Version, CasError> {
+        self.run(key, Op::Write, || {
+            self.inner.replace(key, expected, body.clone())
+        })
+        .await
+    }
+
+    async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
+        self.run(key, Op::Write, || self.inner.delete(key, expected))
+            .await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
+        self.run(prefix, Op::Read, || self.inner.list(prefix)).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn describe(&self) -> String {
+        format!("faulty({})", self.inner.describe())
+    }
+}
+
+/// Requests sent through a [`CountingStore`], by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RequestCounts {
+    /// `get` calls.
+    pub get: u64,
+    /// `create` calls.
+    pub create: u64,
+    /// `replace` calls.
+    pub replace: u64,
+    /// `delete` calls.
+    pub delete: u64,
+    /// `list` calls.
+    pub list: u64,
+}
+
+impl RequestCounts {
+    /// All requests.
+    pub fn total(&self) -> u64 {
+        self.get + self.create + self.replace + self.delete + self.list
+    }
+
+    /// Writes (create, replace, delete): what object stores bill highest.
+    pub fn writes(&self) -> u64 {
+        self.create + self.replace + self.delete
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    get: AtomicU64,
+    create: AtomicU64,
+    replace: AtomicU64,
+    delete: AtomicU64,
+    list: AtomicU64,
+}
+
+/// Wraps any [`CasStore`] and counts its requests by kind: what a protocol
+/// costs in requests is a product property, measured with this.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), casaas_core::CasError> {
+/// use bytes::Bytes;
+/// use casaas_core::{CasStore, CountingStore, MemoryStore};
+///
+/// let store = CountingStore::new(MemoryStore::new());
+/// store.create("k", Bytes::new()).await?;
+/// store.get("k").await?;
+/// assert_eq!(store.counts().total(), 2);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct CountingStore<S> {
+    inner: S,
+    counters: Arc<Counters>,
+}
+
+impl<S: CasStore> CountingStore<S> {
+    /// Wraps `inner` with all counts at zero.
+    pub fn new(inner: S) -> Self {
+        CountingStore {
+            inner,
+            counters: Arc::default(),
+        }
+    }
+
+    /// The counts so far (shared by clones).
+    pub fn counts(&self) -> RequestCounts {
+        let c = &self.counters;
+        RequestCounts {
+            get: c.get.load(Ordering::Relaxed),
+            create: c.create.load(Ordering::Relaxed),
+            replace: c.replace.load(Ordering::Relaxed),
+            delete: c.delete.load(Ordering::Relaxed),
+            list: c.list.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+#[async_trait]
+impl<S: CasStore> CasStore for CountingStore<S> {
+    async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
+        self.counters.get.fetch_add(1, Ordering::Relaxed);
+        self.inner.get(key).await
+    }
+
+    async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
+        self.counters.create.fetch_add(1, Ordering::Relaxed);
+        self.inner.create(key, body).await
+    }
+
+    async fn replace(
+        &self,
+        key: &str,
+        expected: &Version,
+        body: Bytes,
+    ) -> Result<Version, CasError> {
+        self.counters.replace.fetch_add(1, Ordering::Relaxed);
+        self.inner.replace(key, expected, body).await
+    }
+
+    async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
+        self.counters.delete.fetch_add(1, Ordering::Relaxed);
+        self.inner.delete(key, expected).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
+        self.counters.list.fetch_add(1, Ordering::Relaxed);
+        self.inner.list(prefix).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryStore;
+
+    #[tokio::test]
+    async fn duplicate_turns_a_won_create_into_precondition_failed() {
+        let store = FaultyStore::new(MemoryStore::new(), 1, FaultConfig::default());
+        store.inject(Fault::Duplicate);
+        let err = store
+            .create("k", Bytes::from_static(b"v"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::PreconditionFailed);
+        assert_eq!(store.inner().get("k").await.unwrap().unwrap().body, "v");
+    }
+
+    #[tokio::test]
+    async fn failures_that_apply_nothing() {
+        let store = FaultyStore::new(MemoryStore::new(), 1, FaultConfig::default());
+        for fault in [
+            Fault::FailBeforeApply,
+            Fault::Throttle,
+            Fault::ServerErrorNotApplied,
+        ] {
+            store.inject(fault);
+            assert!(store.create("k", Bytes::new()).await.is_err());
+            assert!(store.inner().get("k").await.unwrap().is_none(), "{fault:?}");
+        }
+        assert_eq!(store.counts().throttled, 1);
+    }
+
+    #[tokio::test]
+    async fn same_seed_same_faults() {
+        let run = |seed| async move {
+            let store = FaultyStore::new(
+                MemoryStore::new(),
+                seed,
+                FaultConfig::uniform(0.2, Duration::ZERO),
+            );
+            let mut outcomes = Vec::new();
+            for i in 0..200 {
+                let r = store.create(&format!("k{i}"), Bytes::new()).await;
+                outcomes.push(r.map_err(|e| e.kind()).is_ok());
+            }
+            (outcomes, store.counts())
+        };
+        assert_eq!(run(7).await, run(7).await);
+        assert_ne!(run(7).await.0, run(8).await.0);
+    }
+}

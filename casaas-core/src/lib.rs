@@ -1,0 +1,50 @@
+//! Coordination on object storage.
+//!
+//! casaas turns the conditional writes that object stores expose (S3
+//! `If-Match` / `If-None-Match`, GCS generation preconditions, Azure ETag
+//! conditions) into leases, locks, leader election and fenced updates.
+//!
+//! This crate holds:
+//! - the CAS-object contract: [`CasStore`], [`Version`], [`CasError`] and
+//!   [`Capabilities`], which every backend implements;
+//! - backends chosen by URL at run time: [`open_store`], [`register_scheme`];
+//! - the embedded backends: [`MemoryStore`] (reference semantics) and
+//!   [`FileStore`] (a real CAS across processes on one machine);
+//! - wrappers for testing and measuring any backend: [`FaultyStore`] and
+//!   [`CountingStore`];
+//! - the [`contract`] test suite every backend passes.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), casaas_core::CasError> {
+//! use bytes::Bytes;
+//!
+//! let store = casaas_core::open_store("memory://example/app").await?;
+//! let version = store.create("hello", Bytes::from_static(b"world")).await?;
+//! let object = store.get("hello").await?.expect("just written");
+//! assert_eq!(object.version, version);
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod contract;
+mod error;
+mod fault;
+mod file;
+mod memory;
+mod registry;
+mod store;
+mod version;
+
+pub use error::{CasError, ErrorKind};
+pub use fault::{CountingStore, Fault, FaultConfig, FaultCounts, FaultyStore, RequestCounts};
+pub use file::FileStore;
+pub use memory::MemoryStore;
+pub use registry::{
+    StoreFactory, StoreFuture, UrlOptions, open_store, register_scheme, registered_schemes,
+    url_prefix,
+};
+pub use store::{
+    Capabilities, CasStore, ListEntry, MAX_KEY_LEN, StoredObject, validate_key, validate_prefix,
+};
+pub use version::Version;

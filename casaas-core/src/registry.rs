@@ -1,0 +1,241 @@
+//! Choosing a backend by URL at run time.
+//!
+//! Core registers `memory://` and `file://`. Provider crates register their
+//! own schemes (`s3://`, `gs://`, `az://`) with [`register_scheme`]; core
+//! never depends on them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock, RwLock};
+
+use url::Url;
+
+use crate::{CasError, CasStore, FileStore, MemoryStore};
+
+/// The future a [`StoreFactory`] returns.
+pub type StoreFuture = Pin<Box<dyn Future<Output = Result<Arc<dyn CasStore>, CasError>> + Send>>;
+
+/// Opens a store from a parsed URL whose scheme it was registered for.
+pub type StoreFactory = fn(Url) -> StoreFuture;
+
+fn registry() -> &'static RwLock<HashMap<String, StoreFactory>> {
+    static REGISTRY: OnceLock<RwLock<HashMap<String, StoreFactory>>> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let mut map: HashMap<String, StoreFactory> = HashMap::new();
+        map.insert("memory".into(), open_memory);
+        map.insert("file".into(), open_file);
+        RwLock::new(map)
+    })
+}
+
+/// Registers (or replaces) the factory for URLs with `scheme`.
+pub fn register_scheme(scheme: &str, factory: StoreFactory) {
+    registry()
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(scheme.to_ascii_lowercase(), factory);
+}
+
+/// The schemes that can be opened now, sorted.
+pub fn registered_schemes() -> Vec<String> {
+    let mut schemes: Vec<String> = registry()
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .keys()
+        .cloned()
+        .collect();
+    schemes.sort();
+    schemes
+}
+
+/// Opens the store a URL names.
+///
+/// - `memory://NAME/prefix` — the process-wide in-memory store `NAME`;
+/// - `file:///absolute/dir` — the local-filesystem store rooted at that directory;
+/// - `s3://`, `gs://`, `az://` — once the provider crate has registered itself.
+///
+/// Credentials never come from the URL.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), casaas_core::CasError> {
+/// let store = casaas_core::open_store("memory://docs/app1").await?;
+/// assert_eq!(store.describe(), "memory://docs/app1/");
+/// let err = casaas_core::open_store("ftp://host/x").await.unwrap_err();
+/// assert!(err.to_string().contains("no backend for scheme 'ftp'"));
+/// # Ok(())
+/// # }
+/// ```
+pub async fn open_store(url: &str) -> Result<Arc<dyn CasStore>, CasError> {
+    let parsed = Url::parse(url).map_err(|e| {
+        CasError::misconfigured(format!(
+            "{url:?} is not a valid store URL ({e}); expected e.g. memory://NAME/prefix, \
+             file:///abs/dir, s3://bucket/prefix, gs://bucket/prefix or az://account/container/prefix"
+        ))
+    })?;
+    let factory = registry()
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(parsed.scheme())
+        .copied();
+    match factory {
+        Some(factory) => factory(parsed).await,
+        None => Err(CasError::misconfigured(format!(
+            "no backend for scheme '{}' is available; registered: {}. Provider crates \
+             register theirs with their register() function (e.g. casaas_s3::register())",
+            parsed.scheme(),
+            registered_schemes().join(", ")
+        ))),
+    }
+}
+
+/// The query options of a store URL, checked against the names a backend
+/// knows so that a misspelt option is an error, not silently ignored.
+#[derive(Debug, Clone, Default)]
+pub struct UrlOptions {
+    values: BTreeMap<String, String>,
+}
+
+impl UrlOptions {
+    /// Parses `url`'s query, rejecting names not in `allowed` and repeats.
+    pub fn parse(url: &Url, allowed: &[&str]) -> Result<Self, CasError> {
+        let mut values = BTreeMap::new();
+        for (name, value) in url.query_pairs() {
+            if !allowed.contains(&name.as_ref()) {
+                return Err(CasError::misconfigured(format!(
+                    "unknown option '{name}' in {} URL; known options: {}",
+                    url.scheme(),
+                    if allowed.is_empty() {
+                        "none".to_string()
+                    } else {
+                        allowed.join(", ")
+                    }
+                )));
+            }
+            if values.insert(name.to_string(), value.to_string()).is_some() {
+                return Err(CasError::misconfigured(format!(
+                    "option '{name}' is given twice in the URL"
+                )));
+            }
+        }
+        Ok(UrlOptions { values })
+    }
+
+    /// The raw value of option `name`.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.values.get(name).map(String::as_str)
+    }
+
+    /// A boolean option: `true`/`false`/`1`/`0`/`yes`/`no`, absent = `default`.
+    pub fn get_bool(&self, name: &str, default: bool) -> Result<bool, CasError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some("true" | "1" | "yes") => Ok(true),
+            Some("false" | "0" | "no") => Ok(false),
+            Some(other) => Err(CasError::misconfigured(format!(
+                "option '{name}' must be true or false, not {other:?}"
+            ))),
+        }
+    }
+
+    /// A duration option in (possibly fractional) seconds, e.g. `timeout=2.5`.
+    pub fn get_seconds(&self, name: &str) -> Result<Option<std::time::Duration>, CasError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(text) => text
+                .parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .map(|s| Some(std::time::Duration::from_secs_f64(s)))
+                .ok_or_else(|| {
+                    CasError::misconfigured(format!(
+                        "option '{name}' must be a positive number of seconds, not {text:?}"
+                    ))
+                }),
+        }
+    }
+}
+
+/// The path of a URL as a store prefix: without leading or trailing `/`.
+pub fn url_prefix(url: &Url) -> String {
+    url.path().trim_matches('/').to_string()
+}
+
+fn open_memory(url: Url) -> StoreFuture {
+    Box::pin(async move {
+        UrlOptions::parse(&url, &[])?;
+        let name = url.host_str().filter(|h| !h.is_empty()).ok_or_else(|| {
+            CasError::misconfigured("memory URL needs a store name: memory://NAME/prefix")
+        })?;
+        let store = MemoryStore::named(name).with_prefix(&url_prefix(&url))?;
+        Ok(Arc::new(store) as Arc<dyn CasStore>)
+    })
+}
+
+fn open_file(url: Url) -> StoreFuture {
+    Box::pin(async move {
+        UrlOptions::parse(&url, &[])?;
+        if url
+            .host_str()
+            .is_some_and(|h| !h.is_empty() && h != "localhost")
+        {
+            return Err(CasError::misconfigured(
+                "file URL must name a local absolute directory: file:///abs/dir",
+            ));
+        }
+        let path = url.to_file_path().map_err(|()| {
+            CasError::misconfigured(format!("{url} does not name a local absolute directory"))
+        })?;
+        let store = FileStore::open(path).await?;
+        Ok(Arc::new(store) as Arc<dyn CasStore>)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn malformed_and_unknown() {
+        let err = open_store("not a url").await.unwrap_err();
+        assert!(err.to_string().contains("not a valid store URL"), "{err}");
+        let err = open_store("memory://x/p?bogus=1").await.unwrap_err();
+        assert!(err.to_string().contains("unknown option 'bogus'"), "{err}");
+        let err = open_store("memory:///p").await.unwrap_err();
+        assert!(err.to_string().contains("needs a store name"), "{err}");
+        let err = open_store("file://server/share").await.unwrap_err();
+        assert!(
+            err.to_string().contains("local absolute directory"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn named_memory_stores_are_shared() {
+        let a = open_store("memory://shared-test/p").await.unwrap();
+        let b = open_store("memory://shared-test/p").await.unwrap();
+        a.create("k", bytes::Bytes::from_static(b"1"))
+            .await
+            .unwrap();
+        assert!(b.get("k").await.unwrap().is_some());
+        let other = open_store("memory://shared-test/q").await.unwrap();
+        assert!(other.get("k").await.unwrap().is_none());
+    }
+
+    #[test]
+    fn options() {
+        let url = Url::parse("s3://b/p?path_style=true&timeout=1.5").unwrap();
+        let opts = UrlOptions::parse(&url, &["path_style", "timeout"]).unwrap();
+        assert!(opts.get_bool("path_style", false).unwrap());
+        assert_eq!(
+            opts.get_seconds("timeout").unwrap(),
+            Some(std::time::Duration::from_millis(1500))
+        );
+        let url = Url::parse("s3://b/p?path_style=maybe").unwrap();
+        let opts = UrlOptions::parse(&url, &["path_style"]).unwrap();
+        assert!(opts.get_bool("path_style", false).is_err());
+        let url = Url::parse("s3://b/p?a=1&a=2").unwrap();
+        assert!(UrlOptions::parse(&url, &["a"]).is_err());
+    }
+}

@@ -1,0 +1,225 @@
+//! The CAS-object contract: one small, object-safe async trait.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::{CasError, Version};
+
+/// The largest key, in bytes, that the contract accepts (S3's and GCS's limit).
+pub const MAX_KEY_LEN: usize = 1024;
+
+/// An object read from a store: its body and the version naming that write.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StoredObject {
+    /// The object's bytes.
+    pub body: Bytes,
+    /// The version of the write that produced these bytes.
+    pub version: Version,
+}
+
+impl fmt::Debug for StoredObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoredObject")
+            .field("version", &self.version)
+            .field("len", &self.body.len())
+            .finish()
+    }
+}
+
+/// One entry of a [`CasStore::list`] answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListEntry {
+    /// The key, relative to the store's prefix (as passed to the other methods).
+    pub key: String,
+    /// The version of the object's current write.
+    pub version: Version,
+}
+
+/// What a backend truly honours. Probes verify these claims; protocols
+/// consult them (for example, a fenced log never relies on conditional
+/// delete when `conditional_delete` is false).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Create-if-absent (`If-None-Match: *`, `ifGenerationMatch=0`).
+    pub create_if_absent: bool,
+    /// Replace-if-version-matches (`If-Match`, `ifGenerationMatch=N`).
+    pub replace_if_match: bool,
+    /// Delete-if-version-matches.
+    pub conditional_delete: bool,
+    /// Listing a prefix.
+    pub list: bool,
+    /// The smallest sustained interval between writes to one key that the
+    /// store tolerates without throttling (GCS: about one per second).
+    pub min_write_interval: Option<Duration>,
+    /// Notes on quirks the backend works around, for people.
+    pub notes: Vec<String>,
+}
+
+impl Capabilities {
+    /// Everything honoured, no rate limit: the reference semantics.
+    pub fn full() -> Self {
+        Capabilities {
+            create_if_absent: true,
+            replace_if_match: true,
+            conditional_delete: true,
+            list: true,
+            min_write_interval: None,
+            notes: Vec::new(),
+        }
+    }
+
+    /// Marks conditional delete as unavailable.
+    pub fn without_conditional_delete(mut self) -> Self {
+        self.conditional_delete = false;
+        self
+    }
+
+    /// Sets the minimum interval between writes to one key.
+    pub fn with_min_write_interval(mut self, interval: Duration) -> Self {
+        self.min_write_interval = Some(interval);
+        self
+    }
+
+    /// Adds a note for people.
+    pub fn with_note(mut self, note: impl Into<String>) -> Self {
+        self.notes.push(note.into());
+        self
+    }
+}
+
+/// A store of versioned objects with conditional writes: the one contract
+/// every backend implements and every protocol is written against.
+///
+/// Keys are relative to the prefix the store was opened with and must pass
+/// [`validate_key`]. Implementations never retry a conditional write
+/// themselves: a transport-level retry can turn one's own success into a
+/// precondition failure, so retries live in the protocol layer, where an
+/// [`ErrorKind::Ambiguous`](crate::ErrorKind::Ambiguous) outcome can be
+/// resolved by reading.
+///
+/// The trait is object safe, so a backend can be chosen at run time
+/// (see [`open_store`](crate::open_store)):
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), casaas_core::CasError> {
+/// use std::sync::Arc;
+/// use bytes::Bytes;
+/// use casaas_core::{CasStore, ErrorKind, MemoryStore};
+///
+/// let store: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
+/// let v1 = store.create("config", Bytes::from_static(b"a")).await?;
+/// // A second create loses: the object is there.
+/// let err = store.create("config", Bytes::from_static(b"b")).await.unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::PreconditionFailed);
+/// // Replace succeeds only from the current version.
+/// let v2 = store.replace("config", &v1, Bytes::from_static(b"c")).await?;
+/// assert!(store.replace("config", &v1, Bytes::from_static(b"d")).await.is_err());
+/// assert_eq!(store.get("config").await?.unwrap().version, v2);
+/// # Ok(())
+/// # }
+/// ```
+#[async_trait]
+pub trait CasStore: Send + Sync + fmt::Debug + 'static {
+    /// Reads `key`: its body and version, or `None` if absent.
+    async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError>;
+
+    /// Writes `body` to `key` only if no object is there
+    /// (fails with `PreconditionFailed` otherwise). Returns the new version.
+    async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError>;
+
+    /// Writes `body` to `key` only if its current version is `expected`
+    /// (fails with `PreconditionFailed` if another write is there, `NotFound`
+    /// or `PreconditionFailed` if the object is gone). Returns the new version.
+    async fn replace(
+        &self,
+        key: &str,
+        expected: &Version,
+        body: Bytes,
+    ) -> Result<Version, CasError>;
+
+    /// Deletes `key` only if its current version is `expected`. Fails with
+    /// `Unsupported` where the store cannot make the delete conditional.
+    async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError>;
+
+    /// Lists the keys under `prefix` (relative to the store's prefix), with
+    /// their versions, sorted by key.
+    async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError>;
+
+    /// What this backend truly honours.
+    fn capabilities(&self) -> Capabilities;
+
+    /// A one-line description for people: backend, location, prefix. Never
+    /// contains credentials.
+    fn describe(&self) -> String;
+}
+
+/// Checks that `key` is acceptable to every backend: non-empty, at most
+/// [`MAX_KEY_LEN`] bytes, no leading `/`, no empty, `.` or `..` segment, and
+/// no control characters.
+///
+/// ```
+/// use casaas_core::validate_key;
+/// assert!(validate_key("locks/leader").is_ok());
+/// assert!(validate_key("../etc/passwd").is_err());
+/// ```
+pub fn validate_key(key: &str) -> Result<(), CasError> {
+    let fail = |why: &str| {
+        Err(CasError::invalid_input(format!(
+            "key {key:?} is not allowed: {why}"
+        )))
+    };
+    if key.is_empty() {
+        return fail("it is empty");
+    }
+    if key.len() > MAX_KEY_LEN {
+        return fail("it is longer than 1024 bytes");
+    }
+    if key.chars().any(char::is_control) {
+        return fail("it contains a control character");
+    }
+    if key.starts_with('/') {
+        return fail("it starts with '/'; keys are relative to the store's prefix");
+    }
+    if key
+        .split('/')
+        .any(|segment| segment.is_empty() || segment == "." || segment == "..")
+    {
+        return fail("it has an empty, '.' or '..' path segment");
+    }
+    Ok(())
+}
+
+/// Checks a list prefix: empty (everything) or a valid key, optionally
+/// ending with `/`.
+pub fn validate_prefix(prefix: &str) -> Result<(), CasError> {
+    match prefix.strip_suffix('/') {
+        _ if prefix.is_empty() => Ok(()),
+        Some(stem) => validate_key(stem),
+        None => validate_key(prefix),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys() {
+        for ok in ["a", "a/b", "locks/leader.json", "x y", "é"] {
+            assert!(validate_key(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "/a", "a//b", "a/", "./a", "a/../b", "a\nb"] {
+            let err = validate_key(bad).unwrap_err();
+            assert_eq!(err.kind(), crate::ErrorKind::InvalidInput, "{bad}");
+        }
+        assert!(validate_key(&"k".repeat(MAX_KEY_LEN + 1)).is_err());
+        assert!(validate_prefix("").is_ok());
+        assert!(validate_prefix("a/").is_ok());
+        assert!(validate_prefix("/").is_err());
+    }
+}

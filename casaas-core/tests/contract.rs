@@ -1,0 +1,191 @@
+//! The contract suite on the embedded backends, plus cross-process races on
+//! the file backend.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use casaas_core::contract::Check;
+use casaas_core::{CasStore, ErrorKind, FaultConfig, FaultyStore, FileStore, MemoryStore, Version};
+use rstest::rstest;
+
+#[derive(Debug, Clone, Copy)]
+enum Backend {
+    Memory,
+    File,
+    /// The fault wrapper with every probability at zero must be transparent.
+    QuietFaulty,
+}
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+async fn fresh(backend: Backend) -> (Arc<dyn CasStore>, Option<tempfile::TempDir>) {
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    match backend {
+        Backend::Memory => (
+            Arc::new(
+                MemoryStore::named("contract")
+                    .with_prefix(&format!("t{n}"))
+                    .unwrap(),
+            ),
+            None,
+        ),
+        Backend::File => {
+            let dir = tempfile::tempdir().unwrap();
+            let store = FileStore::open(dir.path()).await.unwrap();
+            (Arc::new(store), Some(dir))
+        }
+        Backend::QuietFaulty => (
+            Arc::new(FaultyStore::new(
+                MemoryStore::new(),
+                n,
+                FaultConfig::default(),
+            )),
+            None,
+        ),
+    }
+}
+
+#[rstest]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contract(
+    #[values(Backend::Memory, Backend::File, Backend::QuietFaulty)] backend: Backend,
+    #[values(
+        Check::GetAbsent,
+        Check::CreateThenGet,
+        Check::CreateConflictLeavesObject,
+        Check::ReplaceCurrent,
+        Check::ReplaceStaleRejected,
+        Check::ReplaceMissing,
+        Check::ConditionalDelete,
+        Check::IdenticalRewriteNewVersion,
+        Check::ListPrefix,
+        Check::InvalidKeyRejected,
+        Check::RaceCreate,
+        Check::RaceReplace
+    )]
+    check: Check,
+) {
+    let (store, _dir) = fresh(backend).await;
+    check.run(store, 8, 100).await;
+}
+
+#[test]
+fn rstest_matrix_covers_every_check() {
+    // Keeps the #[values] list above in step with Check::ALL.
+    let source = include_str!("contract.rs");
+    for check in Check::ALL {
+        assert!(
+            source.contains(&format!("Check::{check:?},"))
+                || source.contains(&format!("Check::{check:?}\n")),
+            "{check:?} is missing from the rstest matrix"
+        );
+    }
+}
+
+// ---- Cross-process races on the file backend --------------------------------
+//
+// The test re-executes its own binary as N children; each child runs
+// `file_race_child`, which does nothing unless CASAAS_RACE_DIR is set.
+
+const PROCESSES: usize = 6;
+const ROUNDS: usize = 100;
+
+#[test]
+fn file_race_child() {
+    let Ok(dir) = std::env::var("CASAAS_RACE_DIR") else {
+        return;
+    };
+    let me: usize = std::env::var("CASAAS_RACE_ID").unwrap().parse().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let store = FileStore::open(&dir).await.unwrap();
+        let versions: Vec<Version> =
+            serde_json::from_slice(&std::fs::read(format!("{dir}/versions.json")).unwrap())
+                .unwrap();
+        let mut won = Vec::new();
+        for round in 0..ROUNDS {
+            let body = Bytes::from(format!("{me}"));
+            match store.create(&format!("create/{round}"), body.clone()).await {
+                Ok(_) => won.push(format!("create/{round}")),
+                Err(e) => assert_eq!(e.kind(), ErrorKind::PreconditionFailed, "{e}"),
+            }
+            match store
+                .replace(&format!("replace/{round}"), &versions[round], body)
+                .await
+            {
+                Ok(_) => won.push(format!("replace/{round}")),
+                Err(e) => assert_eq!(e.kind(), ErrorKind::PreconditionFailed, "{e}"),
+            }
+        }
+        std::fs::write(
+            format!("{dir}/won-{me}.json"),
+            serde_json::to_vec(&won).unwrap(),
+        )
+        .unwrap();
+    });
+}
+
+#[tokio::test]
+async fn file_backend_cross_process_races_have_one_winner() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap().to_string();
+    let store = FileStore::open(dir.path()).await.unwrap();
+    let mut versions = Vec::new();
+    for round in 0..ROUNDS {
+        versions.push(
+            store
+                .create(&format!("replace/{round}"), Bytes::from_static(b"start"))
+                .await
+                .unwrap(),
+        );
+    }
+    std::fs::write(
+        dir.path().join("versions.json"),
+        serde_json::to_vec(&versions).unwrap(),
+    )
+    .unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..PROCESSES)
+        .map(|id| {
+            std::process::Command::new(&exe)
+                .args([
+                    "--exact",
+                    "file_race_child",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("CASAAS_RACE_DIR", &path)
+                .env("CASAAS_RACE_ID", id.to_string())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut child in children {
+        assert!(child.wait().unwrap().success(), "a racing process failed");
+    }
+    let mut winners: std::collections::HashMap<String, Vec<usize>> = Default::default();
+    for id in 0..PROCESSES {
+        let won: Vec<String> = serde_json::from_slice(
+            &std::fs::read(dir.path().join(format!("won-{id}.json"))).unwrap(),
+        )
+        .unwrap();
+        for key in won {
+            winners.entry(key).or_default().push(id);
+        }
+    }
+    for round in 0..ROUNDS {
+        for kind in ["create", "replace"] {
+            let key = format!("{kind}/{round}");
+            let who = winners.get(&key).cloned().unwrap_or_default();
+            assert_eq!(who.len(), 1, "{key}: winners {who:?}");
+            let stored = store.get(&key).await.unwrap().unwrap();
+            assert_eq!(stored.body, Bytes::from(format!("{}", who[0])), "{key}");
+        }
+    }
+}
