@@ -114,10 +114,10 @@ where
 /// fresh, empty prefix each call.
 #[macro_export]
 macro_rules! contract_suite {
-    ($make:path) => {
+    ($make:ident) => {
         $crate::contract_suite!($make, tasks = 8, rounds = 100);
     };
-    ($make:path, tasks = $tasks:expr, rounds = $rounds:expr) => {
+    ($make:ident, tasks = $tasks:expr, rounds = $rounds:expr) => {
         $crate::contract_suite!(@tests $make, $tasks, $rounds,
             get_absent => GetAbsent,
             create_then_get => CreateThenGet,
@@ -133,7 +133,7 @@ macro_rules! contract_suite {
             race_replace => RaceReplace,
         );
     };
-    (@tests $make:path, $tasks:expr, $rounds:expr, $($name:ident => $check:ident,)*) => {
+    (@tests $make:ident, $tasks:expr, $rounds:expr, $($name:ident => $check:ident,)*) => {
         mod contract {
             $(
                 #[test]

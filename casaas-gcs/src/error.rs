@@ -1,0 +1,533 @@
+//! Mapping GCS failures into [`CasError`].
+//!
+//! Every failed request, whether it went through the storage client (reads,
+//! writes) or through the JSON API client of this crate (list, delete), is
+//! first reduced to a [`Failure`]: the facts that decide what happened. The
+//! pure function [`classify`] then turns those facts into a `CasError`, so
+//! the mapping is unit-tested without a network.
+
+use std::time::Duration;
+
+use casaas_core::{CasError, ErrorKind};
+
+/// The operation that failed: the same answer means different things for a
+/// read and for a write (a timeout after a write was sent is ambiguous).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Reading an object.
+    Get,
+    /// Create-if-absent (`ifGenerationMatch=0`).
+    Create,
+    /// Replace-if-generation-matches.
+    Replace,
+    /// Delete-if-generation-matches.
+    Delete,
+    /// Listing a prefix.
+    List,
+}
+
+impl Op {
+    fn is_write(self) -> bool {
+        matches!(self, Op::Create | Op::Replace | Op::Delete)
+    }
+
+    fn verb(self) -> &'static str {
+        match self {
+            Op::Get => "read",
+            Op::Create => "create",
+            Op::Replace => "replace",
+            Op::Delete => "delete",
+            Op::List => "list",
+        }
+    }
+}
+
+/// How far a failed request got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// It was never sent: connection refused, DNS failure, TLS handshake.
+    NotSent,
+    /// Credentials could not be obtained, so it was never sent.
+    Credentials,
+    /// The client rejected it before sending (malformed name or URL).
+    Rejected,
+    /// The server answered with an error status.
+    Answered,
+    /// No answer within the deadline after it was (or may have been) sent.
+    TimedOut,
+    /// The connection broke after it was (or may have been) sent.
+    Interrupted,
+    /// An answer came that the client could not understand.
+    Unreadable,
+}
+
+/// The facts of one failed request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// How far the request got.
+    pub stage: Stage,
+    /// The HTTP status, when the server answered.
+    pub status: Option<u16>,
+    /// The provider's error reason (JSON API `errors[].reason`, or a gRPC
+    /// code name), when given.
+    pub reason: Option<String>,
+    /// The provider's message or the client's description.
+    pub message: String,
+    /// The `Retry-After` the server asked for.
+    pub retry_after: Option<Duration>,
+}
+
+impl Failure {
+    /// A failure at `stage` with a message and nothing else.
+    pub fn at(stage: Stage, message: impl Into<String>) -> Self {
+        Failure {
+            stage,
+            status: None,
+            reason: None,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// An error answer with HTTP `status`.
+    pub fn answered(status: u16, reason: Option<String>, message: impl Into<String>) -> Self {
+        Failure {
+            stage: Stage::Answered,
+            status: Some(status),
+            reason: reason.filter(|r| !r.is_empty()),
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// Records the `Retry-After` delay.
+    pub fn with_retry_after(mut self, retry_after: Option<Duration>) -> Self {
+        self.retry_after = retry_after;
+        self
+    }
+}
+
+/// Whether a 404 message says the bucket, not the object, is missing.
+fn names_missing_bucket(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("bucket does not exist")
+        || m.contains("no such bucket")
+        || m.contains("bucket not found")
+}
+
+/// Turns the facts of a failed `op` on `key` in `bucket` into the contract's
+/// error, keeping the HTTP status and provider reason as evidence.
+pub fn classify(op: Op, bucket: &str, key: &str, failure: Failure) -> CasError {
+    let verb = op.verb();
+    let detail = if failure.message.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", failure.message)
+    };
+    let (kind, message) = match (failure.stage, failure.status) {
+        (Stage::NotSent, _) => (
+            ErrorKind::Transport,
+            format!("the {verb} request was not sent{detail}"),
+        ),
+        (Stage::Credentials, _) => (
+            ErrorKind::Unauthorized,
+            format!(
+                "no credentials for the {verb} request{detail}; configure Application Default \
+                 Credentials (GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth application-default \
+                 login`), or use anonymous credentials for an emulator"
+            ),
+        ),
+        (Stage::Rejected, _) => (
+            ErrorKind::Misconfigured,
+            format!("the {verb} request could not be built{detail}"),
+        ),
+        (Stage::TimedOut, _) => (
+            ErrorKind::Ambiguous,
+            format!("no answer to the {verb} request in time{detail}"),
+        ),
+        (Stage::Interrupted, _) => (
+            ErrorKind::Ambiguous,
+            format!("the connection broke during the {verb} request{detail}"),
+        ),
+        (Stage::Unreadable, _) if op.is_write() => (
+            ErrorKind::Ambiguous,
+            format!("the answer to the {verb} request could not be read{detail}"),
+        ),
+        (Stage::Unreadable, _) => (
+            ErrorKind::Unsupported,
+            format!(
+                "the store's answer to the {verb} request is not what GCS sends \
+                 (an incomplete emulator?){detail}"
+            ),
+        ),
+        (Stage::Answered, status) => {
+            let status = status.unwrap_or(0);
+            classify_status(op, bucket, status, &failure.message, &detail)
+        }
+    };
+    let mut err = CasError::new(kind, message).with_key(key);
+    if let Some(status) = failure.status {
+        err = err.with_status(status);
+    }
+    if let Some(reason) = failure.reason {
+        err = err.with_code(reason);
+    }
+    if let Some(after) = failure.retry_after {
+        err = err.with_retry_after(after);
+    }
+    err
+}
+
+fn classify_status(
+    op: Op,
+    bucket: &str,
+    status: u16,
+    message: &str,
+    detail: &str,
+) -> (ErrorKind, String) {
+    let verb = op.verb();
+    match status {
+        412 => (
+            ErrorKind::PreconditionFailed,
+            format!("the generation condition did not hold{detail}"),
+        ),
+        429 => (
+            ErrorKind::Throttled,
+            format!(
+                "GCS asked to slow down (about one write per second to one object is \
+                 sustainable){detail}"
+            ),
+        ),
+        // A 404 on an upload or a list can only mean the bucket is missing;
+        // on a read or delete the message tells bucket from object.
+        404 if matches!(op, Op::Create | Op::Replace | Op::List)
+            || names_missing_bucket(message) =>
+        {
+            (
+                ErrorKind::Misconfigured,
+                format!(
+                    "bucket '{bucket}' does not exist or is not visible to these credentials; \
+                     create it or fix the URL{detail}"
+                ),
+            )
+        }
+        404 => (ErrorKind::NotFound, format!("no such object{detail}")),
+        401 | 403 => (
+            ErrorKind::Unauthorized,
+            format!(
+                "the credentials may not {verb} in bucket '{bucket}'; grant \
+                 roles/storage.objectUser on the bucket (or storage.objects.get, create, \
+                 delete and list){detail}"
+            ),
+        ),
+        409 => (
+            ErrorKind::ConcurrentRequest,
+            format!("a concurrent change to the same object conflicted{detail}"),
+        ),
+        501 => (
+            ErrorKind::Unsupported,
+            format!("the store does not implement this {verb} request{detail}"),
+        ),
+        500..=599 | 408 => (
+            ErrorKind::Ambiguous,
+            format!("the store failed during the {verb} request{detail}"),
+        ),
+        400..=499 => (
+            ErrorKind::InvalidInput,
+            format!("the store rejected the {verb} request{detail}"),
+        ),
+        _ if op.is_write() => (
+            ErrorKind::Ambiguous,
+            format!("unexpected HTTP status {status} to the {verb} request{detail}"),
+        ),
+        _ => (
+            ErrorKind::Unsupported,
+            format!("unexpected HTTP status {status} to the {verb} request{detail}"),
+        ),
+    }
+}
+
+/// The facts of a failed storage-client call.
+pub(crate) fn from_sdk(err: &google_cloud_storage::Error) -> Failure {
+    let reason_of = |status: &google_cloud_gax::error::rpc::Status| {
+        status.details.iter().find_map(|d| match d {
+            google_cloud_gax::error::rpc::StatusDetails::ErrorInfo(info)
+                if !info.reason.is_empty() =>
+            {
+                Some(info.reason.clone())
+            }
+            _ => None,
+        })
+    };
+    if err.is_connect() {
+        return Failure::at(Stage::NotSent, err.to_string());
+    }
+    if err.is_timeout() {
+        return Failure::at(Stage::TimedOut, err.to_string());
+    }
+    if err.is_authentication() {
+        return Failure::at(Stage::Credentials, err.to_string());
+    }
+    if err.is_binding() {
+        return Failure::at(Stage::Rejected, err.to_string());
+    }
+    if err.is_deserialization() {
+        return Failure::at(Stage::Unreadable, err.to_string());
+    }
+    if let Some(code) = err.http_status_code() {
+        let retry_after = err
+            .http_headers()
+            .and_then(|h| h.get("retry-after"))
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        let (reason, message) = match err.status() {
+            Some(status) => (reason_of(status), status.message.clone()),
+            None => (
+                None,
+                err.http_payload()
+                    .map(|p| short_text(p))
+                    .unwrap_or_default(),
+            ),
+        };
+        return Failure::answered(code, reason, message).with_retry_after(retry_after);
+    }
+    if let Some(status) = err.status() {
+        // A gRPC answer: give it the HTTP status GCS documents for the code.
+        use google_cloud_gax::error::rpc::Code;
+        let http = match status.code {
+            Code::NotFound => Some(404),
+            Code::FailedPrecondition => Some(412),
+            Code::ResourceExhausted => Some(429),
+            Code::PermissionDenied => Some(403),
+            Code::Unauthenticated => Some(401),
+            Code::Aborted | Code::AlreadyExists => Some(409),
+            Code::InvalidArgument | Code::OutOfRange => Some(400),
+            Code::Unimplemented => Some(501),
+            Code::Unavailable | Code::Internal | Code::Unknown | Code::DataLoss => Some(503),
+            Code::DeadlineExceeded | Code::Cancelled => None,
+            _ => None,
+        };
+        let reason = reason_of(status).or_else(|| Some(status.code.name().to_string()));
+        return match http {
+            Some(http) => Failure::answered(http, reason, status.message.clone()),
+            None => Failure {
+                reason,
+                ..Failure::at(Stage::TimedOut, status.message.clone())
+            },
+        };
+    }
+    // Serialization errors of a streamed body and broken connections both
+    // happen while the request is on the wire.
+    Failure::at(Stage::Interrupted, err.to_string())
+}
+
+/// The facts of a failed request of this crate's JSON API client that got
+/// no answer.
+pub(crate) fn from_reqwest(err: &reqwest::Error) -> Failure {
+    if err.is_connect() {
+        Failure::at(Stage::NotSent, err.to_string())
+    } else if err.is_timeout() {
+        Failure::at(Stage::TimedOut, err.to_string())
+    } else if err.is_builder() {
+        Failure::at(Stage::Rejected, err.to_string())
+    } else if err.is_decode() {
+        Failure::at(Stage::Unreadable, err.to_string())
+    } else {
+        Failure::at(Stage::Interrupted, err.to_string())
+    }
+}
+
+/// The facts of an error answer of the JSON API: status, and the reason and
+/// message of a body `{"error": {"message": …, "errors": [{"reason": …}]}}`.
+pub fn from_json_answer(status: u16, retry_after: Option<&str>, body: &[u8]) -> Failure {
+    #[derive(serde::Deserialize)]
+    struct Wrapper {
+        error: Body,
+    }
+    #[derive(serde::Deserialize)]
+    struct Body {
+        #[serde(default)]
+        message: String,
+        #[serde(default)]
+        errors: Vec<Item>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Item {
+        #[serde(default)]
+        reason: String,
+    }
+    let retry_after = retry_after.and_then(parse_retry_after);
+    match serde_json::from_slice::<Wrapper>(body) {
+        Ok(w) => {
+            let reason = w.error.errors.into_iter().map(|e| e.reason).next();
+            Failure::answered(status, reason, w.error.message)
+        }
+        Err(_) => Failure::answered(status, None, short_text(body)),
+    }
+    .with_retry_after(retry_after)
+}
+
+/// `Retry-After` in seconds (the HTTP-date form is not used by GCS).
+fn parse_retry_after(value: &str) -> Option<Duration> {
+    value.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// The first 200 characters of a body, on one line.
+fn short_text(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    one_line.chars().take(200).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use rstest::rstest;
+
+    fn answered(op: Op, status: u16, message: &str) -> CasError {
+        classify(
+            op,
+            "bkt",
+            "k",
+            Failure::answered(status, Some("reason".into()), message),
+        )
+    }
+
+    #[rstest]
+    #[case(Op::Create, 412, ErrorKind::PreconditionFailed)]
+    #[case(Op::Replace, 412, ErrorKind::PreconditionFailed)]
+    #[case(Op::Delete, 412, ErrorKind::PreconditionFailed)]
+    #[case(Op::Replace, 429, ErrorKind::Throttled)]
+    #[case(Op::Get, 429, ErrorKind::Throttled)]
+    #[case(Op::Create, 500, ErrorKind::Ambiguous)]
+    #[case(Op::Replace, 502, ErrorKind::Ambiguous)]
+    #[case(Op::Replace, 503, ErrorKind::Ambiguous)]
+    #[case(Op::Create, 504, ErrorKind::Ambiguous)]
+    #[case(Op::Get, 503, ErrorKind::Ambiguous)]
+    #[case(Op::Create, 408, ErrorKind::Ambiguous)]
+    #[case(Op::Get, 404, ErrorKind::NotFound)]
+    #[case(Op::Delete, 404, ErrorKind::NotFound)]
+    #[case(Op::Create, 401, ErrorKind::Unauthorized)]
+    #[case(Op::List, 403, ErrorKind::Unauthorized)]
+    #[case(Op::Replace, 409, ErrorKind::ConcurrentRequest)]
+    #[case(Op::Create, 501, ErrorKind::Unsupported)]
+    #[case(Op::Create, 400, ErrorKind::InvalidInput)]
+    #[case(Op::Create, 413, ErrorKind::InvalidInput)]
+    fn status_codes(#[case] op: Op, #[case] status: u16, #[case] kind: ErrorKind) {
+        let err = answered(op, status, "No such object: bkt/k");
+        assert_eq!(err.kind(), kind, "{op:?} {status}: {err}");
+        assert_eq!(err.status(), Some(status));
+        assert_eq!(err.code(), Some("reason"));
+        assert_eq!(err.key(), Some("k"));
+    }
+
+    #[rstest]
+    #[case(Op::Create, "Not Found")]
+    #[case(Op::Replace, "Not Found")]
+    #[case(Op::List, "Not Found")]
+    #[case(Op::Get, "The specified bucket does not exist.")]
+    #[case(Op::Delete, "The specified bucket does not exist.")]
+    fn missing_bucket_names_the_bucket(#[case] op: Op, #[case] message: &str) {
+        let err = answered(op, 404, message);
+        assert_eq!(err.kind(), ErrorKind::Misconfigured, "{err}");
+        assert!(err.to_string().contains("bucket 'bkt'"), "{err}");
+    }
+
+    #[rstest]
+    #[case(Stage::NotSent, Op::Create, ErrorKind::Transport)]
+    #[case(Stage::NotSent, Op::Get, ErrorKind::Transport)]
+    #[case(Stage::TimedOut, Op::Create, ErrorKind::Ambiguous)]
+    #[case(Stage::TimedOut, Op::Get, ErrorKind::Ambiguous)]
+    #[case(Stage::Interrupted, Op::Replace, ErrorKind::Ambiguous)]
+    #[case(Stage::Unreadable, Op::Replace, ErrorKind::Ambiguous)]
+    #[case(Stage::Unreadable, Op::Get, ErrorKind::Unsupported)]
+    #[case(Stage::Credentials, Op::Get, ErrorKind::Unauthorized)]
+    #[case(Stage::Rejected, Op::Create, ErrorKind::Misconfigured)]
+    fn stages(#[case] stage: Stage, #[case] op: Op, #[case] kind: ErrorKind) {
+        let err = classify(op, "bkt", "k", Failure::at(stage, "details"));
+        assert_eq!(err.kind(), kind, "{err}");
+        assert_eq!(err.status(), None);
+        assert!(err.to_string().contains("details"), "{err}");
+    }
+
+    #[test]
+    fn only_writes_after_send_are_ambiguous() {
+        let err = classify(Op::Create, "b", "k", Failure::at(Stage::NotSent, ""));
+        assert!(!err.may_have_taken_effect());
+        assert!(err.is_retryable());
+        let err = classify(Op::Create, "b", "k", Failure::at(Stage::TimedOut, ""));
+        assert!(err.may_have_taken_effect());
+    }
+
+    #[test]
+    fn json_error_bodies() {
+        let body = br#"{"error":{"code":412,"message":"At least one of the pre-conditions you specified did not hold.","errors":[{"domain":"global","reason":"conditionNotMet","message":"x"}]}}"#;
+        let f = from_json_answer(412, None, body);
+        assert_eq!(f.reason.as_deref(), Some("conditionNotMet"));
+        assert!(f.message.starts_with("At least one"));
+        let err = classify(Op::Delete, "b", "k", f);
+        assert_eq!(err.kind(), ErrorKind::PreconditionFailed);
+        assert_eq!(err.evidence(), "412 conditionNotMet");
+
+        let f = from_json_answer(429, Some("3"), b"Too many\n requests");
+        assert_eq!(f.message, "Too many requests");
+        assert_eq!(f.reason, None);
+        let err = classify(Op::Replace, "b", "k", f);
+        assert_eq!(err.kind(), ErrorKind::Throttled);
+        assert_eq!(err.retry_after(), Some(Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn sdk_errors() {
+        use google_cloud_gax::error::rpc::{Code, Status};
+        // A JSON error answer as the storage client reports it.
+        let status = Status::default()
+            .set_code(Code::Unknown)
+            .set_message("Precondition failed");
+        let err = google_cloud_storage::Error::service_with_http_metadata(
+            status,
+            Some(412),
+            Some(http::HeaderMap::new()),
+        );
+        let f = from_sdk(&err);
+        assert_eq!((f.stage, f.status), (Stage::Answered, Some(412)));
+        assert_eq!(
+            classify(Op::Create, "b", "k", f).kind(),
+            ErrorKind::PreconditionFailed
+        );
+        // A raw (non-JSON) error answer.
+        let mut headers = http::HeaderMap::new();
+        headers.insert("retry-after", http::HeaderValue::from_static("2"));
+        let err =
+            google_cloud_storage::Error::http(429, headers, bytes::Bytes::from_static(b"slow"));
+        let e = classify(Op::Replace, "b", "k", from_sdk(&err));
+        assert_eq!(e.kind(), ErrorKind::Throttled);
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(2)));
+        // Timeouts, refused connections, broken connections.
+        let err = google_cloud_storage::Error::timeout("deadline");
+        assert_eq!(
+            classify(Op::Replace, "b", "k", from_sdk(&err)).kind(),
+            ErrorKind::Ambiguous
+        );
+        let err = google_cloud_storage::Error::connect("refused");
+        assert_eq!(
+            classify(Op::Replace, "b", "k", from_sdk(&err)).kind(),
+            ErrorKind::Transport
+        );
+        let err = google_cloud_storage::Error::io("reset");
+        assert_eq!(
+            classify(Op::Replace, "b", "k", from_sdk(&err)).kind(),
+            ErrorKind::Ambiguous
+        );
+        // A gRPC answer without HTTP status.
+        let err = google_cloud_storage::Error::service(
+            Status::default()
+                .set_code(Code::FailedPrecondition)
+                .set_message("no"),
+        );
+        let e = classify(Op::Delete, "b", "k", from_sdk(&err));
+        assert_eq!(e.kind(), ErrorKind::PreconditionFailed);
+        assert_eq!(e.code(), Some("FAILED_PRECONDITION"));
+    }
+}
