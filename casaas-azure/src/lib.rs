@@ -1,1 +1,73 @@
-//! placeholder
+//! Azure Blob Storage backend for casaas.
+//!
+//! [`AzureBlobStore`] implements the CAS-object contract
+//! ([`casaas_core::CasStore`]) on one container, with blob ETags as
+//! versions: create is `If-None-Match: *`, replace and delete are
+//! `If-Match: <etag>`. SDK retries are off.
+//!
+//! - Open by URL: call [`register`] once, then
+//!   `casaas_core::open_store("az://ACCOUNT/CONTAINER/PREFIX?endpoint=…")`.
+//!   Credentials come from the environment, never from the URL:
+//!   `AZURE_STORAGE_CONNECTION_STRING` (including
+//!   `UseDevelopmentStorage=true`), `AZURE_STORAGE_KEY` or
+//!   `AZURE_STORAGE_SAS_TOKEN`.
+//! - Or build with explicit credentials: [`AzureBlobStore::builder`]
+//!   with [`AzureCredentials`] (shared key, SAS, Entra ID token).
+//! - Errors map to [`casaas_core::ErrorKind`] by the pure function
+//!   [`map_failure`]; the HTTP status and Azure error code stay in the error.
+//! - [`NativeBlobLease`]: Azure's own blob leases, as an optional second
+//!   mechanism. A lease id is not a fencing token.
+//!
+//! This crate keeps the Azure SDK (`azure_storage_blobs` 0.21) behind its
+//! own small surface; only [`TokenCredential`] is the SDK's.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), casaas_core::CasError> {
+//! casaas_azure::register();
+//! let store = casaas_core::open_store(
+//!     "az://devstoreaccount1/locks/app1?endpoint=http://127.0.0.1:10000/devstoreaccount1",
+//! )
+//! .await?;
+//! let version = store.create("leader", "node-1".into()).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod config;
+mod error;
+mod lease;
+mod store;
+mod transport;
+
+use std::sync::Arc;
+
+use casaas_core::{CasStore, StoreFuture};
+use url::Url;
+
+pub use config::{
+    AzureBlobStoreBuilder, AzureCredentials, CREDENTIAL_VARIABLES, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_TIMEOUT, DEV_ACCOUNT, DEV_ACCOUNT_KEY, DEV_BLOB_ENDPOINT, TokenCredential,
+};
+pub use error::{Failure, Operation, map_failure};
+pub use lease::{
+    NativeBlobLease, NativeLeaseDuration, NativeLeaseError, NativeLeaseId, map_lease_failure,
+};
+pub use store::AzureBlobStore;
+
+/// The URL scheme this crate registers.
+pub const SCHEME: &str = "az";
+
+/// Registers the `az://` scheme with [`casaas_core::open_store`].
+/// Idempotent.
+pub fn register() {
+    casaas_core::register_scheme(SCHEME, open);
+}
+
+fn open(url: Url) -> StoreFuture {
+    Box::pin(async move {
+        let builder =
+            AzureBlobStoreBuilder::from_parsed_url(&url, |name| std::env::var(name).ok())?;
+        let store = builder.build().await?;
+        Ok(Arc::new(store) as Arc<dyn CasStore>)
+    })
+}

@@ -157,9 +157,13 @@ impl UrlOptions {
     }
 }
 
-/// The path of a URL as a store prefix: without leading or trailing `/`.
+/// The path of a URL as a store prefix: percent-decoded, without leading or
+/// trailing `/`.
 pub fn url_prefix(url: &Url) -> String {
-    url.path().trim_matches('/').to_string()
+    percent_encoding::percent_decode_str(url.path())
+        .decode_utf8_lossy()
+        .trim_matches('/')
+        .to_string()
 }
 
 fn open_memory(url: Url) -> StoreFuture {
@@ -221,6 +225,12 @@ mod tests {
         assert!(b.get("k").await.unwrap().is_some());
         let other = open_store("memory://shared-test/q").await.unwrap();
         assert!(other.get("k").await.unwrap().is_none());
+    }
+
+    #[test]
+    fn prefix_is_decoded() {
+        let url = Url::parse("s3://b/my%20locks/app/").unwrap();
+        assert_eq!(url_prefix(&url), "my locks/app");
     }
 
     #[test]

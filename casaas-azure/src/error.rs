@@ -1,0 +1,391 @@
+//! From what the wire said to the contract's [`CasError`].
+//!
+//! The transport reduces every failed request to a [`Failure`]; the pure
+//! function [`map_failure`] turns it into a [`CasError`] for the operation
+//! that failed. Keeping the mapping pure keeps it testable per status code
+//! and per Azure error code without a server.
+
+use std::fmt;
+use std::time::Duration;
+
+use casaas_core::{CasError, ErrorKind};
+
+/// The store operation a failure answers: the same answer can mean
+/// different things (a 409 to a create is a lost race).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Operation {
+    /// Reading a blob.
+    Get,
+    /// Create-if-absent (`If-None-Match: *`).
+    Create,
+    /// Replace-if-match (`If-Match: <etag>`).
+    Replace,
+    /// Delete-if-match.
+    Delete,
+    /// Listing a prefix.
+    List,
+    /// Creating the container.
+    CreateContainer,
+    /// A native blob lease operation.
+    Lease,
+}
+
+impl Operation {
+    fn writes(self) -> bool {
+        matches!(
+            self,
+            Operation::Create | Operation::Replace | Operation::Delete | Operation::Lease
+        )
+    }
+}
+
+/// A failed request, reduced to what the error mapping needs. Never holds
+/// credentials: transport details are rendered without the request URL
+/// (which may carry a SAS).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Failure {
+    /// The service answered with an error status.
+    Status {
+        /// The HTTP status.
+        status: u16,
+        /// The Azure error code (`x-ms-error-code` header or the XML body's `Code`).
+        code: Option<String>,
+        /// The first line of the service's message, if any.
+        message: Option<String>,
+        /// The `Retry-After` the service asked for, if any.
+        retry_after: Option<Duration>,
+    },
+    /// No connection could be made: the request was never sent.
+    NotSent {
+        /// What failed, for people.
+        detail: String,
+    },
+    /// The connection failed or timed out after the request was (at least
+    /// partly) sent: it may have taken effect.
+    AfterSend {
+        /// Whether the client's timeout fired.
+        timed_out: bool,
+        /// What failed, for people.
+        detail: String,
+    },
+    /// The service said yes, but its answer could not be understood (a
+    /// header missing or malformed): the request did take effect.
+    BadResponse {
+        /// What could not be understood.
+        detail: String,
+    },
+    /// No credential could be obtained (token fetch failed).
+    Credential {
+        /// What failed, for people.
+        detail: String,
+    },
+    /// The request could not be built (bad URL, bad key encoding).
+    Request {
+        /// What failed, for people.
+        detail: String,
+    },
+}
+
+impl Failure {
+    /// A status failure with an error code and nothing else.
+    pub fn status(status: u16, code: Option<&str>) -> Self {
+        Failure::Status {
+            status,
+            code: code.map(str::to_string),
+            message: None,
+            retry_after: None,
+        }
+    }
+
+    /// The Azure error code, if the service gave one.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            Failure::Status { code, .. } => code.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The HTTP status, if the service answered.
+    pub fn http_status(&self) -> Option<u16> {
+        match self {
+            Failure::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// Reduces an SDK error: errors from this crate's transport carry a
+    /// [`Failure`]; the SDK's own errors happen either before sending (URL,
+    /// signing, credential) or after a successful answer (parsing).
+    pub(crate) fn from_sdk(error: &azure_core::Error) -> Failure {
+        if let Some(wire) = find_wire(error) {
+            return wire.0.clone();
+        }
+        use azure_core::error::ErrorKind as K;
+        match error.kind() {
+            K::HttpResponse { status, error_code } => Failure::Status {
+                status: u16::from(*status),
+                code: error_code.clone(),
+                message: None,
+                retry_after: None,
+            },
+            K::Credential => Failure::Credential {
+                detail: error.to_string(),
+            },
+            K::DataConversion => Failure::BadResponse {
+                detail: error.to_string(),
+            },
+            K::Io => Failure::AfterSend {
+                timed_out: false,
+                detail: error.to_string(),
+            },
+            _ => Failure::Request {
+                detail: error.to_string(),
+            },
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Status {
+                status,
+                code,
+                message,
+                ..
+            } => {
+                write!(f, "HTTP {status}")?;
+                if let Some(code) = code {
+                    write!(f, " {code}")?;
+                }
+                if let Some(message) = message {
+                    write!(f, ": {message}")?;
+                }
+                Ok(())
+            }
+            Failure::NotSent { detail } => write!(f, "not sent: {detail}"),
+            Failure::AfterSend {
+                timed_out: true,
+                detail,
+            } => write!(f, "timed out after sending: {detail}"),
+            Failure::AfterSend { detail, .. } => write!(f, "failed after sending: {detail}"),
+            Failure::BadResponse { detail } => write!(f, "unreadable answer: {detail}"),
+            Failure::Credential { detail } => write!(f, "no credential: {detail}"),
+            Failure::Request { detail } => write!(f, "request not built: {detail}"),
+        }
+    }
+}
+
+/// A [`Failure`] travelling inside an `azure_core::Error` from this crate's
+/// transport up through the SDK.
+#[derive(Debug, Clone)]
+pub(crate) struct WireFailure(pub(crate) Failure);
+
+impl fmt::Display for WireFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for WireFailure {}
+
+fn find_wire(error: &azure_core::Error) -> Option<&WireFailure> {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = error.get_ref().map(|e| {
+        let e: &(dyn std::error::Error + 'static) = e;
+        e
+    });
+    while let Some(e) = current {
+        if let Some(wire) = e.downcast_ref::<WireFailure>() {
+            return Some(wire);
+        }
+        if let Some(inner) = e.downcast_ref::<azure_core::Error>() {
+            current = inner.get_ref().map(|e| {
+                let e: &(dyn std::error::Error + 'static) = e;
+                e
+            });
+            continue;
+        }
+        current = e.source();
+    }
+    None
+}
+
+/// Maps a failed request to the contract's error.
+///
+/// `container` names the container in messages about a missing container.
+/// The HTTP status and Azure error code are kept in the error as evidence.
+///
+/// ```
+/// use casaas_azure::{Failure, Operation, map_failure};
+/// use casaas_core::ErrorKind;
+///
+/// // Azurite answers a losing create with 409, Azure with 412: both mean
+/// // someone else's write is there.
+/// for (status, code) in [(409, "BlobAlreadyExists"), (412, "ConditionNotMet")] {
+///     let err = map_failure(Operation::Create, &Failure::status(status, Some(code)), "c");
+///     assert_eq!(err.kind(), ErrorKind::PreconditionFailed);
+///     assert_eq!(err.status(), Some(status));
+///     assert_eq!(err.code(), Some(code));
+/// }
+/// ```
+pub fn map_failure(op: Operation, failure: &Failure, container: &str) -> CasError {
+    let error = match failure {
+        Failure::Status {
+            status,
+            code,
+            message,
+            retry_after,
+        } => {
+            let mut error = map_status(op, *status, code.as_deref(), message.as_deref(), container)
+                .with_status(*status);
+            if let Some(code) = code {
+                error = error.with_code(code.clone());
+            }
+            if let Some(after) = retry_after {
+                error = error.with_retry_after(*after);
+            }
+            error
+        }
+        Failure::NotSent { detail } => CasError::new(
+            ErrorKind::Transport,
+            format!("could not reach the blob endpoint; nothing was sent ({detail})"),
+        ),
+        Failure::AfterSend { timed_out, detail } => CasError::new(
+            ErrorKind::Ambiguous,
+            if *timed_out {
+                format!("timed out after the request was sent; it may have taken effect ({detail})")
+            } else {
+                format!(
+                    "the connection failed after the request was sent; it may have taken effect ({detail})"
+                )
+            },
+        ),
+        Failure::BadResponse { detail } => CasError::new(
+            ErrorKind::Ambiguous,
+            if op.writes() {
+                format!(
+                    "the service accepted the request but its answer could not be read, so the \
+                     new version is unknown; read to resolve ({detail})"
+                )
+            } else {
+                format!("the service's answer could not be read ({detail})")
+            },
+        ),
+        Failure::Credential { detail } => CasError::new(
+            ErrorKind::Unauthorized,
+            format!("could not obtain a token for Azure Storage ({detail})"),
+        ),
+        Failure::Request { detail } => CasError::misconfigured(format!(
+            "the request could not be built; check the account, container and endpoint ({detail})"
+        )),
+    };
+    error.with_source(failure.clone().into_error())
+}
+
+impl Failure {
+    fn into_error(self) -> WireFailure {
+        WireFailure(self)
+    }
+}
+
+fn map_status(
+    op: Operation,
+    status: u16,
+    code: Option<&str>,
+    message: Option<&str>,
+    container: &str,
+) -> CasError {
+    let said = message
+        .map(|m| format!(" The service said: {m}"))
+        .unwrap_or_default();
+    match (status, code) {
+        // Azurite answers a losing `If-None-Match: *` put with 409
+        // BlobAlreadyExists; Azure answers 412. Same meaning.
+        (409, Some("BlobAlreadyExists")) | (412, _) => CasError::new(
+            ErrorKind::PreconditionFailed,
+            match (op, code) {
+                (Operation::Create, _) => "the blob already exists".to_string(),
+                (_, Some(c)) if c.starts_with("Lease") => format!(
+                    "the blob has a native lease ({c}); writes need its lease id, or wait until \
+                     it is released or broken"
+                ),
+                _ => "the blob's current ETag is not the one given".to_string(),
+            },
+        ),
+        (404, Some("ContainerNotFound")) => CasError::misconfigured(format!(
+            "container '{container}' does not exist in this storage account; create it, or add \
+             create_container=true to the URL"
+        )),
+        (404, Some("BlobNotFound") | None) => CasError::new(ErrorKind::NotFound, "no such blob"),
+        (404, Some(other)) => CasError::misconfigured(format!(
+            "the service answered 404 {other}; check the account name and endpoint.{said}"
+        )),
+        (401 | 403, _) => CasError::new(
+            ErrorKind::Unauthorized,
+            format!(
+                "Azure Storage refused the credentials; check the account key, SAS permissions \
+                 and expiry, or the token's role (it needs Storage Blob Data Contributor).{said}"
+            ),
+        ),
+        (429, _) | (503, Some("ServerBusy")) => CasError::new(
+            ErrorKind::Throttled,
+            "the storage account asked us to slow down",
+        ),
+        (501, _) => CasError::unsupported(format!(
+            "the service does not implement this operation.{said}"
+        )),
+        (400, Some(c)) if c.starts_with("Unsupported") => CasError::unsupported(format!(
+            "the service rejected a header or parameter it does not support ({c}).{said}"
+        )),
+        (413, _) => CasError::invalid_input(format!("the body is too large.{said}")),
+        (408, _) => CasError::new(
+            ErrorKind::Ambiguous,
+            "the service timed out reading the request; it may have taken effect",
+        ),
+        (500..=599, _) => CasError::new(
+            ErrorKind::Ambiguous,
+            format!("server error; the request may have taken effect.{said}"),
+        ),
+        (409, Some(c)) => CasError::misconfigured(format!(
+            "the blob or container is in a state that refuses this operation ({c}).{said}"
+        )),
+        _ => CasError::misconfigured(format!(
+            "unexpected answer HTTP {status} {}.{said}",
+            code.unwrap_or("(no error code)")
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(op: Operation, status: u16, code: Option<&str>) -> ErrorKind {
+        map_failure(op, &Failure::status(status, code), "c").kind()
+    }
+
+    #[test]
+    fn creates_that_lose() {
+        assert_eq!(
+            kind(Operation::Create, 409, Some("BlobAlreadyExists")),
+            ErrorKind::PreconditionFailed
+        );
+        assert_eq!(
+            kind(Operation::Create, 412, Some("ConditionNotMet")),
+            ErrorKind::PreconditionFailed
+        );
+    }
+
+    #[test]
+    fn wire_failure_found_through_sdk_error() {
+        let failure = Failure::status(412, Some("ConditionNotMet"));
+        let sdk = azure_core::Error::new(
+            azure_core::error::ErrorKind::Other,
+            WireFailure(failure.clone()),
+        );
+        let wrapped = azure_core::Error::new(azure_core::error::ErrorKind::Other, sdk);
+        assert_eq!(Failure::from_sdk(&wrapped), failure);
+    }
+}

@@ -1,0 +1,77 @@
+//! Azurite (npm): Microsoft's Azure Storage emulator, blob service only.
+//!
+//! Measured: it honours `If-None-Match: *` and `If-Match` on put, and
+//! `If-Match` on delete; N-way races have exactly one winner; a losing
+//! create answers 409 `BlobAlreadyExists`, a stale condition 412
+//! `ConditionNotMet`; ETags change on every write and are not ordered.
+
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::Result;
+
+use super::{Ctx, Procs, Server, Started, npm_prefix, wait_for_http};
+
+/// The pinned release. It declares node >= 22 but runs on node 20 (npm
+/// only warns).
+const PACKAGE: &str = "azurite@3.37.0";
+/// The well-known development account every Azure SDK knows.
+const ACCOUNT: &str = "devstoreaccount1";
+/// Its well-known (public, documented) key.
+const ACCOUNT_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+/// The container the tests use. Azurite starts empty, so the test URL asks
+/// the backend to create it on open (`create_container=true`).
+const CONTAINER: &str = "casaas-test";
+
+/// Azurite's blob service on loopback, in memory.
+pub struct Azurite;
+
+impl Server for Azurite {
+    fn name(&self) -> &'static str {
+        "azurite"
+    }
+
+    fn install(&self, ctx: &Ctx) -> Result<()> {
+        npm_prefix(ctx, "azurite", &[PACKAGE]).map(|_| ())
+    }
+
+    fn start(&self, ctx: &Ctx, port: u16, procs: &mut Procs) -> Result<Started> {
+        let bin = npm_prefix(ctx, "azurite", &[PACKAGE])?;
+        let mut command = Command::new(bin.join("azurite-blob"));
+        command
+            .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+            .args([
+                "--inMemoryPersistence",
+                "--skipApiVersionCheck",
+                "--disableTelemetry",
+            ])
+            // Azurite refuses `--location` together with in-memory
+            // persistence; run it in the state directory so that anything
+            // it still writes lands there.
+            .current_dir(procs.dir());
+        procs.spawn("azurite-blob", command)?;
+        // Any HTTP answer (Azurite says 400 to a bare GET) means it is up.
+        wait_for_http(
+            &format!("http://127.0.0.1:{port}/"),
+            Duration::from_secs(60),
+        )?;
+        let endpoint = format!("http://127.0.0.1:{port}/{ACCOUNT}");
+        Ok(Started {
+            url: format!("az://{ACCOUNT}/{CONTAINER}?endpoint={endpoint}&create_container=true"),
+            env: vec![
+                ("AZURE_STORAGE_ACCOUNT".into(), ACCOUNT.into()),
+                ("AZURE_STORAGE_KEY".into(), ACCOUNT_KEY.into()),
+                ("AZURE_STORAGE_ENDPOINT".into(), endpoint.clone()),
+                ("AZURE_STORAGE_CONTAINER".into(), CONTAINER.into()),
+                (
+                    "AZURE_STORAGE_CONNECTION_STRING".into(),
+                    format!(
+                        "DefaultEndpointsProtocol=http;AccountName={ACCOUNT};\
+                         AccountKey={ACCOUNT_KEY};BlobEndpoint={endpoint};"
+                    ),
+                ),
+            ],
+        })
+    }
+}
