@@ -50,7 +50,12 @@ const MAX_FILE_NAME: usize = 255;
 /// is percent-encoded.
 const SEGMENT_ESCAPES: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.');
 
-/// The local-filesystem store (see the [module docs](self) for guarantees).
+/// The local-filesystem store: a real CAS across processes on one machine.
+///
+/// Conditional writes hold an exclusive `flock` on the key's lock file; new
+/// content is fsynced to a temporary file and renamed into place, so a crash
+/// leaves the old or the new object; versions are 128 random bits and never
+/// repeat. Local disks only (see `docs/embedded.md`).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]

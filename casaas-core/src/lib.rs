@@ -31,6 +31,7 @@ pub mod contract;
 mod error;
 mod fault;
 mod file;
+pub mod lease;
 mod memory;
 mod registry;
 mod store;
@@ -39,6 +40,7 @@ mod version;
 pub use error::{CasError, ErrorKind};
 pub use fault::{CountingStore, Fault, FaultConfig, FaultCounts, FaultyStore, RequestCounts};
 pub use file::FileStore;
+pub use lease::{Lease, LeaseConfig, LeaseError, LeaseGuard};
 pub use memory::MemoryStore;
 pub use registry::{
     StoreFactory, StoreFuture, UrlOptions, open_store, register_scheme, registered_schemes,

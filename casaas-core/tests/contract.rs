@@ -108,14 +108,14 @@ fn file_race_child() {
             serde_json::from_slice(&std::fs::read(format!("{dir}/versions.json")).unwrap())
                 .unwrap();
         let mut won = Vec::new();
-        for round in 0..ROUNDS {
+        for (round, version) in versions.iter().enumerate() {
             let body = Bytes::from(format!("{me}"));
             match store.create(&format!("create/{round}"), body.clone()).await {
                 Ok(_) => won.push(format!("create/{round}")),
                 Err(e) => assert_eq!(e.kind(), ErrorKind::PreconditionFailed, "{e}"),
             }
             match store
-                .replace(&format!("replace/{round}"), &versions[round], body)
+                .replace(&format!("replace/{round}"), version, body)
                 .await
             {
                 Ok(_) => won.push(format!("replace/{round}")),

@@ -1,0 +1,459 @@
+//! The contender side: [`Lease`], `try_acquire` and `acquire`.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::{CasError, CasStore, ErrorKind, Version, validate_key};
+
+use super::clock::{Clock, Entropy, SystemClock};
+use super::config::{ExpiryMode, LeaseConfig};
+use super::handle::{HolderStart, LeaseGuard};
+use super::record::{LeaseRecord, unix_ms};
+use super::retry::{backoff, count_ambiguous, needs_resolution, read_record, timed};
+use super::{LeaseError, metric_names};
+
+/// How many unresolved writes a contender remembers.
+const MAX_PENDING: usize = 8;
+
+/// A lease on one key of a store, from one participant's point of view.
+///
+/// `Lease` is the contender: it reads the lock object, keeps track of how
+/// long it has observed a held version unchanged, and acquires when the
+/// lease is free, released or expired, yielding a [`LeaseGuard`] that renews
+/// in the background. Clones share that observation.
+#[derive(Clone, Debug)]
+pub struct Lease {
+    store: Arc<dyn CasStore>,
+    key: String,
+    owner: String,
+    config: LeaseConfig,
+    clock: Arc<dyn Clock>,
+    entropy: Entropy,
+    state: Arc<Mutex<ContenderState>>,
+}
+
+/// What a contender remembers between attempts.
+#[derive(Debug, Default)]
+struct ContenderState {
+    /// The held version last seen and when (on our clock) it was first seen.
+    observed: Option<(Version, Duration)>,
+    /// Our writes whose outcome is unknown: nonce and send time.
+    pending: Vec<(String, Duration)>,
+}
+
+/// The result of one acquisition attempt.
+#[derive(Debug)]
+pub enum AcquireOutcome {
+    /// We hold the lease.
+    Acquired(LeaseGuard),
+    /// Someone else holds it.
+    Held(HeldBy),
+}
+
+/// Who holds a lease we could not acquire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldBy {
+    /// The holder's owner id.
+    pub owner: String,
+    /// The holder's fencing token.
+    pub token: u64,
+    /// The earliest time from now at which we could take over if the holder
+    /// stops renewing (on our clock).
+    pub takeover_in: Duration,
+}
+
+/// Options for a blocking [`Lease::acquire`].
+#[derive(Debug, Clone, Default)]
+pub struct AcquireOptions {
+    /// Give up with [`LeaseError::DeadlineExceeded`] after this long (on the
+    /// lease's clock). `None` waits indefinitely.
+    pub deadline: Option<Duration>,
+    /// Give up with [`LeaseError::Cancelled`] when this is cancelled.
+    pub cancel: Option<CancellationToken>,
+}
+
+impl AcquireOptions {
+    /// Sets the deadline.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// Sets the cancellation token.
+    pub fn cancel(mut self, cancel: CancellationToken) -> Self {
+        self.cancel = Some(cancel);
+        self
+    }
+}
+
+/// A default owner id: `HOSTNAME/PID`.
+pub fn default_owner_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string());
+    format!("{host}/{}", std::process::id())
+}
+
+/// The write an attempt decided to make.
+enum Plan {
+    /// Create the object with token 1.
+    Create,
+    /// Replace `version`, writing `token` (`acquired_at_ms` kept on a reclaim).
+    Replace {
+        version: Version,
+        token: u64,
+        acquired_at_ms: Option<u64>,
+    },
+}
+
+impl Lease {
+    /// A lease on `key` for `owner` (see [`default_owner_id`]), checked
+    /// against the store's capabilities. Uses [`SystemClock`] and OS entropy.
+    pub fn new(
+        store: Arc<dyn CasStore>,
+        key: impl Into<String>,
+        owner: impl Into<String>,
+        config: LeaseConfig,
+    ) -> Result<Self, LeaseError> {
+        let key = key.into();
+        let owner = owner.into();
+        validate_key(&key)?;
+        if owner.is_empty() {
+            return Err(LeaseError::InvalidConfig(
+                "owner must not be empty: pass a name such as default_owner_id()".to_string(),
+            ));
+        }
+        let caps = store.capabilities();
+        if !caps.create_if_absent || !caps.replace_if_match {
+            return Err(LeaseError::Store(CasError::unsupported(format!(
+                "{} lacks create-if-absent or replace-if-match; leases need both",
+                store.describe()
+            ))));
+        }
+        config.validate_for(&caps)?;
+        Ok(Lease {
+            store,
+            key,
+            owner,
+            config,
+            clock: Arc::new(SystemClock::new()),
+            entropy: Entropy::from_os(),
+            state: Arc::default(),
+        })
+    }
+
+    /// Uses `clock` for all timing (call before the first acquisition).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self.state = Arc::default();
+        self
+    }
+
+    /// Uses `entropy` for nonces and jitter.
+    pub fn with_entropy(mut self, entropy: Entropy) -> Self {
+        self.entropy = entropy;
+        self
+    }
+
+    /// The lock object's key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Our owner id.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The timing configuration.
+    pub fn config(&self) -> &LeaseConfig {
+        &self.config
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn CasStore> {
+        &self.store
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ContenderState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reads the current record (one GET). A foreign object is an error.
+    pub async fn read(&self) -> Result<Option<(LeaseRecord, Version)>, LeaseError> {
+        read_record(
+            self.store.as_ref(),
+            self.clock.as_ref(),
+            self.config.request_timeout,
+            &self.key,
+        )
+        .await
+    }
+
+    /// Decides, from a record just read at `now`, whether it is expired,
+    /// updating the observation. Returns the remaining wait if held.
+    fn observe(&self, record: &LeaseRecord, version: &Version, now: Duration) -> Duration {
+        let mut state = self.lock();
+        let since = match &state.observed {
+            Some((v, since)) if v == version => *since,
+            _ => {
+                state.observed = Some((version.clone(), now));
+                now
+            }
+        };
+        let observed_wait = (since + self.config.takeover_wait(record.ttl())).saturating_sub(now);
+        match self.config.expiry {
+            ExpiryMode::ObservedUnchanged => observed_wait,
+            ExpiryMode::WallClock { max_skew } => {
+                let expiry = record.wall_expiry() + max_skew;
+                let wall_wait = expiry
+                    .duration_since(self.clock.wall())
+                    .unwrap_or(Duration::ZERO);
+                wall_wait.min(observed_wait)
+            }
+        }
+    }
+
+    /// One acquisition attempt: a read, and a write if the lease is absent,
+    /// released, expired, or ours from an earlier unresolved write.
+    ///
+    /// Requests: 1 GET when held; 1 GET + 1 write when acquired; +1 GET to
+    /// resolve an ambiguous or precondition-failed write.
+    pub async fn try_acquire(&self) -> Result<AcquireOutcome, LeaseError> {
+        let span = tracing::debug_span!("lease.try_acquire", key = %self.key, owner = %self.owner);
+        self.try_acquire_inner().instrument(span).await
+    }
+
+    async fn try_acquire_inner(&self) -> Result<AcquireOutcome, LeaseError> {
+        let current = self.read().await?;
+        let now = self.clock.now();
+        let plan = match &current {
+            None => Plan::Create,
+            Some((record, version)) => {
+                let ours = self.lock().pending.iter().any(|(n, _)| *n == record.nonce);
+                if ours && !record.released {
+                    // An earlier write of ours landed after all: renew it.
+                    Plan::Replace {
+                        version: version.clone(),
+                        token: record.token,
+                        acquired_at_ms: Some(record.acquired_at_ms),
+                    }
+                } else if record.released {
+                    Plan::Replace {
+                        version: version.clone(),
+                        token: record.token.saturating_add(1),
+                        acquired_at_ms: None,
+                    }
+                } else {
+                    let wait = self.observe(record, version, now);
+                    if !wait.is_zero() {
+                        tracing::debug!(holder = %record.owner, token = record.token, ?wait, "held");
+                        return Ok(AcquireOutcome::Held(HeldBy {
+                            owner: record.owner.clone(),
+                            token: record.token,
+                            takeover_in: wait,
+                        }));
+                    }
+                    tracing::info!(holder = %record.owner, token = record.token, "taking over an expired lease");
+                    Plan::Replace {
+                        version: version.clone(),
+                        token: record.token.saturating_add(1),
+                        acquired_at_ms: None,
+                    }
+                }
+            }
+        };
+        self.write(plan).await
+    }
+
+    async fn write(&self, plan: Plan) -> Result<AcquireOutcome, LeaseError> {
+        let nonce = self.entropy.nonce();
+        let wall_ms = unix_ms(self.clock.wall());
+        let ttl_ms = u64::try_from(self.config.ttl.as_millis()).unwrap_or(u64::MAX);
+        let (token, acquired_at_ms) = match &plan {
+            Plan::Create => (1, wall_ms),
+            Plan::Replace {
+                token,
+                acquired_at_ms,
+                ..
+            } => (*token, acquired_at_ms.unwrap_or(wall_ms)),
+        };
+        let mut record =
+            LeaseRecord::new(self.owner.clone(), nonce.clone(), token, ttl_ms, wall_ms);
+        record.acquired_at_ms = acquired_at_ms;
+        let body = record.encode();
+        let sent_at = self.clock.now();
+        {
+            let mut state = self.lock();
+            state.pending.push((nonce.clone(), sent_at));
+            let excess = state.pending.len().saturating_sub(MAX_PENDING);
+            state.pending.drain(..excess);
+        }
+        let timeout = self.config.request_timeout;
+        let request = match &plan {
+            Plan::Create => {
+                timed(
+                    self.clock.as_ref(),
+                    timeout,
+                    &self.key,
+                    self.store.create(&self.key, body),
+                )
+                .await
+            }
+            Plan::Replace { version, .. } => {
+                timed(
+                    self.clock.as_ref(),
+                    timeout,
+                    &self.key,
+                    self.store.replace(&self.key, version, body),
+                )
+                .await
+            }
+        };
+        match request {
+            Ok(version) => Ok(AcquireOutcome::Acquired(
+                self.acquired(record, version, sent_at),
+            )),
+            Err(err) if needs_resolution(&err) => {
+                let expected = match &plan {
+                    Plan::Create => None,
+                    Plan::Replace { version, .. } => Some(version),
+                };
+                self.resolve(err, expected).await
+            }
+            Err(err) => {
+                // Nothing was written: forget the nonce.
+                self.lock().pending.retain(|(n, _)| *n != nonce);
+                Err(err.into())
+            }
+        }
+    }
+
+    /// After an ambiguous or precondition-failed write: read, and if the
+    /// stored nonce is one of ours, we hold the lease.
+    async fn resolve(
+        &self,
+        err: CasError,
+        expected: Option<&Version>,
+    ) -> Result<AcquireOutcome, LeaseError> {
+        let current = self.read().await?;
+        let now = self.clock.now();
+        let Some((record, version)) = current else {
+            count_ambiguous("absent");
+            return Err(err.into());
+        };
+        let pending = self
+            .lock()
+            .pending
+            .iter()
+            .find(|(n, _)| *n == record.nonce)
+            .map(|(_, sent)| *sent);
+        if let Some(sent_at) = pending {
+            count_ambiguous("ours");
+            tracing::info!(error = %err, "write outcome resolved by reading: it was ours");
+            return Ok(AcquireOutcome::Acquired(
+                self.acquired(record, version, sent_at),
+            ));
+        }
+        count_ambiguous("not_ours");
+        if expected == Some(&version) || record.released {
+            // Our write did not land and the lease is still takeable: let
+            // the caller retry.
+            return Err(err.into());
+        }
+        let wait = self.observe(&record, &version, now);
+        Ok(AcquireOutcome::Held(HeldBy {
+            owner: record.owner,
+            token: record.token,
+            takeover_in: wait.max(Duration::from_millis(1)),
+        }))
+    }
+
+    fn acquired(&self, record: LeaseRecord, version: Version, sent_at: Duration) -> LeaseGuard {
+        {
+            let mut state = self.lock();
+            state.pending.clear();
+            state.observed = None;
+        }
+        metrics::counter!(metric_names::ACQUIRED).increment(1);
+        tracing::info!(key = %self.key, owner = %self.owner, token = record.token, %version, "lease acquired");
+        LeaseGuard::start(HolderStart {
+            store: self.store.clone(),
+            key: self.key.clone(),
+            config: self.config.clone(),
+            clock: self.clock.clone(),
+            entropy: self.entropy.clone(),
+            record,
+            version,
+            sent_at,
+        })
+    }
+
+    /// Acquires, waiting (polling every `retry_period`, jittered) while
+    /// someone else holds the lease, until acquired, the deadline passes or
+    /// the token is cancelled. Retryable store errors are retried; others
+    /// (a foreign object, auth, configuration) are returned at once.
+    pub async fn acquire(&self, options: AcquireOptions) -> Result<LeaseGuard, LeaseError> {
+        let span = tracing::info_span!("lease.acquire", key = %self.key, owner = %self.owner);
+        async {
+            let start = self.clock.now();
+            let cancel = options.cancel.unwrap_or_default();
+            loop {
+                if cancel.is_cancelled() {
+                    return Err(LeaseError::Cancelled);
+                }
+                let wait = match self.try_acquire().await {
+                    Ok(AcquireOutcome::Acquired(guard)) => {
+                        let waited = self.clock.now().saturating_sub(start);
+                        metrics::histogram!(metric_names::ACQUIRE_WAIT)
+                            .record(waited.as_secs_f64());
+                        return Ok(guard);
+                    }
+                    Ok(AcquireOutcome::Held(held)) => {
+                        let period = self.config.retry_period;
+                        let base = held.takeover_in.min(period);
+                        base + self.entropy.jitter(period / 5)
+                    }
+                    // Lost races (the object changed or vanished between our
+                    // read and write) are retried like transient failures.
+                    Err(LeaseError::Store(err))
+                        if err.is_retryable()
+                            || matches!(
+                                err.kind(),
+                                ErrorKind::PreconditionFailed | ErrorKind::NotFound
+                            ) =>
+                    {
+                        tracing::debug!(error = %err, "retrying");
+                        backoff(&self.entropy, self.config.retry_period, Some(&err))
+                    }
+                    Err(err) => return Err(err),
+                };
+                let elapsed = self.clock.now().saturating_sub(start);
+                let wait = match options.deadline {
+                    Some(deadline) if elapsed >= deadline => {
+                        return Err(LeaseError::DeadlineExceeded(elapsed));
+                    }
+                    Some(deadline) => wait.min(deadline - elapsed),
+                    None => wait,
+                };
+                tokio::select! {
+                    () = cancel.cancelled() => return Err(LeaseError::Cancelled),
+                    () = self.clock.sleep(wait) => {}
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+}

@@ -1,0 +1,231 @@
+//! Lease timing, validated.
+
+use std::time::Duration;
+
+use super::LeaseError;
+use crate::Capabilities;
+
+/// How a contender decides that a held lease has expired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpiryMode {
+    /// The default: a contender may take over only after it has observed the
+    /// same version unchanged for the record's full TTL on its own monotonic
+    /// clock, plus the drift margin. Needs only bounded clock-rate drift.
+    ObservedUnchanged,
+    /// Opt-in and faster: trust the record's wall-clock expiry
+    /// (`renewed_at + ttl`), waiting an extra `max_skew`. Safe only if every
+    /// participant's wall clock is within `max_skew` of every other's.
+    WallClock {
+        /// The declared maximum wall-clock skew between any two participants.
+        max_skew: Duration,
+    },
+}
+
+/// Timing of a lease. Build with [`LeaseConfig::with_ttl`], adjust fields,
+/// and [`validate`](LeaseConfig::validate) (done by `Lease::new`).
+///
+/// ```
+/// use std::time::Duration;
+/// use casaas_core::lease::LeaseConfig;
+///
+/// let config = LeaseConfig::with_ttl(Duration::from_secs(15));
+/// assert_eq!(config.renew_interval, Duration::from_secs(5));
+/// assert!(config.validate().is_ok());
+/// assert!(config.holder_validity() < Duration::from_secs(15));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseConfig {
+    /// How long a lease lasts after the holder's last successful write.
+    pub ttl: Duration,
+    /// How often the holder renews (about `ttl / 3`).
+    pub renew_interval: Duration,
+    /// If no renewal has succeeded this long after the send time of the last
+    /// successful write, the holder steps down. Must be less than
+    /// [`holder_validity`](LeaseConfig::holder_validity), so the holder steps
+    /// down before its validity ends.
+    pub renew_deadline: Duration,
+    /// Pause between retries of a failed renewal, and the polling period of
+    /// a waiting acquirer (jittered).
+    pub retry_period: Duration,
+    /// Bound on clock-rate drift relative to real time, as a fraction
+    /// (0.01 = clocks may run 1% fast or slow). Holders shorten their
+    /// validity by it and contenders lengthen their wait by it.
+    pub drift_margin: f64,
+    /// Extra time the holder subtracts from its validity (covers scheduling
+    /// delays between a check and the side effect it guards).
+    pub safety_margin: Duration,
+    /// Longest wait for one store request; a write that does not answer in
+    /// time is treated as ambiguous and resolved by reading.
+    pub request_timeout: Duration,
+    /// How contenders decide expiry.
+    pub expiry: ExpiryMode,
+}
+
+impl Default for LeaseConfig {
+    /// A 15 s TTL (see [`LeaseConfig::with_ttl`]).
+    fn default() -> Self {
+        Self::with_ttl(Duration::from_secs(15))
+    }
+}
+
+impl LeaseConfig {
+    /// Derived defaults for `ttl`: renew every `ttl/3`, renew deadline
+    /// `2·ttl/3`, retry every `ttl/10`, 1% drift, safety margin `ttl/20`,
+    /// request timeout `ttl/5`, observed-unchanged expiry.
+    pub fn with_ttl(ttl: Duration) -> Self {
+        LeaseConfig {
+            ttl,
+            renew_interval: ttl / 3,
+            renew_deadline: ttl * 2 / 3,
+            retry_period: ttl / 10,
+            drift_margin: 0.01,
+            safety_margin: ttl / 20,
+            request_timeout: ttl / 5,
+            expiry: ExpiryMode::ObservedUnchanged,
+        }
+    }
+
+    /// How long after sending its last successful write the holder may
+    /// consider the lease valid: `ttl·(1 − drift) − safety_margin`.
+    pub fn holder_validity(&self) -> Duration {
+        self.ttl
+            .mul_f64(1.0 - self.drift_margin.clamp(0.0, 1.0))
+            .saturating_sub(self.safety_margin)
+    }
+
+    /// How long a contender must observe one version unchanged, on its own
+    /// clock, before taking over a lease whose record declares `record_ttl`:
+    /// `record_ttl·(1 + drift)`.
+    pub fn takeover_wait(&self, record_ttl: Duration) -> Duration {
+        record_ttl.mul_f64(1.0 + self.drift_margin.clamp(0.0, 1.0))
+    }
+
+    /// Checks the relations between the numbers; the error names which one
+    /// to change.
+    pub fn validate(&self) -> Result<(), LeaseError> {
+        let bad = |m: String| Err(LeaseError::InvalidConfig(m));
+        if self.ttl < Duration::from_millis(1) {
+            return bad(format!("ttl ({:?}) must be at least 1ms", self.ttl));
+        }
+        if !(0.0..0.5).contains(&self.drift_margin) {
+            return bad(format!(
+                "drift_margin ({}) must be a fraction in [0, 0.5); 0.01 means clocks run within 1% of real time",
+                self.drift_margin
+            ));
+        }
+        if self.retry_period.is_zero() {
+            return bad("retry_period must be positive".to_string());
+        }
+        if self.renew_interval.is_zero() {
+            return bad("renew_interval must be positive".to_string());
+        }
+        if self.request_timeout.is_zero() {
+            return bad("request_timeout must be positive".to_string());
+        }
+        let validity = self.holder_validity();
+        if self.renew_deadline >= validity {
+            return bad(format!(
+                "renew_deadline ({:?}) must be less than the holder's validity ttl*(1-drift_margin)-safety_margin ({:?}): lower renew_deadline or safety_margin, or raise ttl",
+                self.renew_deadline, validity
+            ));
+        }
+        if self.renew_interval + self.retry_period > self.renew_deadline {
+            return bad(format!(
+                "renew_interval ({:?}) + retry_period ({:?}) must not exceed renew_deadline ({:?}), so a failed renewal is retried at least once before stepping down: lower renew_interval or retry_period, or raise renew_deadline",
+                self.renew_interval, self.retry_period, self.renew_deadline
+            ));
+        }
+        if self.request_timeout > self.renew_deadline {
+            return bad(format!(
+                "request_timeout ({:?}) must not exceed renew_deadline ({:?}): lower request_timeout",
+                self.request_timeout, self.renew_deadline
+            ));
+        }
+        if let ExpiryMode::WallClock { max_skew } = self.expiry {
+            if max_skew >= self.ttl {
+                return bad(format!(
+                    "expiry max_skew ({max_skew:?}) must be less than ttl ({:?}): the wall-clock mode is pointless otherwise",
+                    self.ttl
+                ));
+            }
+            // A contender's wall clock may run fast by the drift bound too.
+            let needed = self.ttl.mul_f64(self.drift_margin * 2.0);
+            if self.safety_margin < needed {
+                return bad(format!(
+                    "safety_margin ({:?}) must be at least 2*drift_margin*ttl ({needed:?}) in the wall-clock expiry mode: raise safety_margin",
+                    self.safety_margin
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`validate`](LeaseConfig::validate), and also checks that renewals
+    /// are no more frequent than the store tolerates.
+    pub fn validate_for(&self, capabilities: &Capabilities) -> Result<(), LeaseError> {
+        self.validate()?;
+        if let Some(min) = capabilities.min_write_interval
+            && self.renew_interval < min
+        {
+            return Err(LeaseError::InvalidConfig(format!(
+                "renew_interval ({:?}) is below the store's minimum interval between writes to one key ({min:?}): raise renew_interval (and ttl)",
+                self.renew_interval
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(c: &LeaseConfig) -> String {
+        match c.validate() {
+            Err(LeaseError::InvalidConfig(m)) => m,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid_across_scales() {
+        for ms in [10, 100, 1_000, 15_000, 600_000] {
+            LeaseConfig::with_ttl(Duration::from_millis(ms))
+                .validate()
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn errors_name_the_number_to_change() {
+        let mut c = LeaseConfig::default();
+        c.renew_deadline = c.ttl;
+        assert!(message(&c).starts_with("renew_deadline"));
+        let c = LeaseConfig {
+            retry_period: Duration::from_secs(6),
+            ..LeaseConfig::default()
+        };
+        assert!(message(&c).contains("retry_period"));
+        let c = LeaseConfig {
+            drift_margin: 0.7,
+            ..LeaseConfig::default()
+        };
+        assert!(message(&c).starts_with("drift_margin"));
+        let c = LeaseConfig::default();
+        let caps = Capabilities::full().with_min_write_interval(Duration::from_secs(10));
+        let Err(LeaseError::InvalidConfig(m)) = c.validate_for(&caps) else {
+            panic!()
+        };
+        assert!(m.starts_with("renew_interval"));
+    }
+
+    #[test]
+    fn margins() {
+        let c = LeaseConfig::with_ttl(Duration::from_secs(10));
+        assert_eq!(c.holder_validity(), Duration::from_millis(9_400));
+        assert_eq!(
+            c.takeover_wait(Duration::from_secs(10)),
+            Duration::from_millis(10_100)
+        );
+    }
+}

@@ -1,0 +1,484 @@
+//! Leader election on a lease, in the shape Kubernetes and etcd users know.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::acquire::{AcquireOptions, Lease};
+use super::handle::{Health, LeaseGuard, Shared};
+use super::record::LeaseRecord;
+use super::{ExpiryMode, LeaseError, LostReason};
+use crate::Version;
+
+/// Who leads, as seen by an observer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leader {
+    /// The leader's owner id.
+    pub owner: String,
+    /// The leader's fencing token.
+    pub token: u64,
+}
+
+/// An election for one lease key.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), casaas_core::lease::LeaseError> {
+/// use std::sync::Arc;
+/// use casaas_core::MemoryStore;
+/// use casaas_core::lease::{Election, Lease, LeaseConfig};
+/// use tokio_util::sync::CancellationToken;
+///
+/// let store = Arc::new(MemoryStore::new());
+/// let election = Election::new(Lease::new(store, "election/db", "node-a", LeaseConfig::default())?);
+/// let leadership = election.campaign(&CancellationToken::new()).await?;
+/// assert_eq!(election.leader().await?.unwrap().owner, "node-a");
+/// leadership.resign().await?;
+/// assert_eq!(election.leader().await?, None);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Election {
+    lease: Lease,
+    leader: Arc<watch::Sender<Option<Leader>>>,
+    observing: Arc<AtomicBool>,
+}
+
+/// Held leadership: a [`LeaseGuard`] plus election bookkeeping.
+#[derive(Debug)]
+pub struct Leadership {
+    guard: LeaseGuard,
+    leader: Arc<watch::Sender<Option<Leader>>>,
+}
+
+impl Leadership {
+    /// The fencing token of this term.
+    pub fn token(&self) -> u64 {
+        self.guard.token()
+    }
+
+    /// The lease guard (remaining validity, checkpoint, lost future, ...).
+    pub fn guard(&self) -> &LeaseGuard {
+        &self.guard
+    }
+
+    /// See [`LeaseGuard::checkpoint`].
+    pub fn checkpoint(&self, min_remaining: Duration) -> Result<(), LeaseError> {
+        self.guard.checkpoint(min_remaining)
+    }
+
+    /// See [`LeaseGuard::lost`].
+    pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
+        self.guard.lost()
+    }
+
+    /// A token cancelled when leadership is lost.
+    pub fn cancellation(&self) -> CancellationToken {
+        self.guard.cancellation()
+    }
+
+    /// Gives up leadership: releases the lease (keeping the token, so the
+    /// next leader gets a higher one). Stop the work you started as leader
+    /// before calling this; [`ElectionRunner`] does that for you.
+    pub async fn resign(self) -> Result<(), LeaseError> {
+        let token = self.guard.token();
+        let result = self.guard.release().await;
+        self.leader.send_if_modified(|l| take_if_token(l, token));
+        result
+    }
+}
+
+fn take_if_token(leader: &mut Option<Leader>, token: u64) -> bool {
+    if leader.as_ref().is_some_and(|l| l.token == token) {
+        *leader = None;
+        true
+    } else {
+        false
+    }
+}
+
+impl Election {
+    /// An election on `lease`'s key, campaigning as `lease`'s owner.
+    pub fn new(lease: Lease) -> Self {
+        Election {
+            lease,
+            leader: Arc::new(watch::channel(None).0),
+            observing: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The underlying lease.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// Blocks until we lead or `cancel` fires ([`LeaseError::Cancelled`]).
+    pub async fn campaign(&self, cancel: &CancellationToken) -> Result<Leadership, LeaseError> {
+        let span = tracing::info_span!("election.campaign", key = %self.lease.key(), owner = %self.lease.owner());
+        let guard = self
+            .lease
+            .acquire(AcquireOptions::default().cancel(cancel.clone()))
+            .instrument(span)
+            .await?;
+        let me = Leader {
+            owner: guard.owner().to_string(),
+            token: guard.token(),
+        };
+        self.leader
+            .send_if_modified(|l| replace_if_changed(l, Some(me)));
+        Ok(Leadership {
+            guard,
+            leader: self.leader.clone(),
+        })
+    }
+
+    /// Who leads now, by one read: the record's holder unless it is
+    /// released (an expired but unreleased holder is still reported; use
+    /// [`observe`](Election::observe) for expiry tracking).
+    pub async fn leader(&self) -> Result<Option<Leader>, LeaseError> {
+        Ok(self
+            .lease
+            .read()
+            .await?
+            .and_then(|(record, _)| leader_of(&record)))
+    }
+
+    /// A watch of who leads: polls the record every `retry_period` while
+    /// any receiver is alive, and reports `None` when the lease is absent,
+    /// released, or observed unchanged for longer than its TTL. Our own
+    /// acquisitions and resignations are reported at once.
+    pub fn observe(&self) -> watch::Receiver<Option<Leader>> {
+        let rx = self.leader.subscribe();
+        if self
+            .observing
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            let span = tracing::debug_span!("election.observe", key = %self.lease.key());
+            tokio::spawn(self.clone().poll().instrument(span));
+        }
+        rx
+    }
+
+    /// [`observe`](Election::observe) as a stream: the current leader
+    /// first, then every change.
+    pub fn observe_stream(&self) -> impl futures::Stream<Item = Option<Leader>> + Send + 'static {
+        let rx = self.observe();
+        futures::stream::unfold((rx, true), |(mut rx, first)| async move {
+            if !first {
+                rx.changed().await.ok()?;
+            }
+            let current = rx.borrow_and_update().clone();
+            Some((current, (rx, false)))
+        })
+    }
+
+    async fn poll(self) {
+        let config = self.lease.config().clone();
+        let clock = self.lease.clock().clone();
+        let mut observed: Option<(Version, Duration)> = None;
+        loop {
+            if self.leader.receiver_count() == 0 {
+                self.observing.store(false, Ordering::Release);
+                // Someone may have subscribed between the check and the store.
+                if self.leader.receiver_count() == 0
+                    || self
+                        .observing
+                        .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                        .is_err()
+                {
+                    return;
+                }
+            }
+            match self.lease.read().await {
+                Ok(current) => {
+                    let now = clock.now();
+                    let leader = current.and_then(|(record, version)| {
+                        let since = match &observed {
+                            Some((v, since)) if *v == version => *since,
+                            _ => {
+                                observed = Some((version, now));
+                                now
+                            }
+                        };
+                        let mut expired =
+                            now.saturating_sub(since) >= config.takeover_wait(record.ttl());
+                        if let ExpiryMode::WallClock { max_skew } = config.expiry {
+                            expired |= clock.wall() > record.wall_expiry() + max_skew;
+                        }
+                        if expired { None } else { leader_of(&record) }
+                    });
+                    self.leader
+                        .send_if_modified(|l| replace_if_changed(l, leader));
+                }
+                Err(err) => tracing::debug!(error = %err, "could not read the election record"),
+            }
+            clock.sleep(config.retry_period).await;
+        }
+    }
+
+    /// A callback-style runner for this election.
+    pub fn runner(self) -> ElectionRunner {
+        ElectionRunner {
+            election: self,
+            started: None,
+            stopped: None,
+            new_leader: None,
+            health: HealthCheck::default(),
+            recampaign: true,
+        }
+    }
+}
+
+fn leader_of(record: &LeaseRecord) -> Option<Leader> {
+    (!record.released).then(|| Leader {
+        owner: record.owner.clone(),
+        token: record.token,
+    })
+}
+
+fn replace_if_changed(current: &mut Option<Leader>, new: Option<Leader>) -> bool {
+    if *current == new {
+        false
+    } else {
+        *current = new;
+        true
+    }
+}
+
+type StartedFn =
+    Box<dyn Fn(u64, CancellationToken) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+type StoppedFn = Box<dyn Fn(LostReason) + Send + Sync>;
+type NewLeaderFn = Box<dyn Fn(Option<Leader>) + Send + Sync>;
+
+/// Runs an election with callbacks, in the shape of client-go's
+/// `LeaderElector`, with two guarantees it lacks:
+///
+/// - `on_stopped_leading` is called only after `on_started_leading`, and only
+///   once the future `on_started_leading` returned has completed;
+/// - when leadership ends (lost, cancelled, or the work returned), the work's
+///   cancellation token fires first, the runner waits for the work to
+///   finish, and only then releases the lease and calls `on_stopped_leading`.
+///
+/// On a loss (not a cancellation) the runner campaigns again unless
+/// [`once`](ElectionRunner::once) was set. If the work future returns on its
+/// own, the runner resigns and returns.
+pub struct ElectionRunner {
+    election: Election,
+    started: Option<StartedFn>,
+    stopped: Option<StoppedFn>,
+    new_leader: Option<NewLeaderFn>,
+    health: HealthCheck,
+    recampaign: bool,
+}
+
+impl fmt::Debug for ElectionRunner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ElectionRunner")
+            .field("election", &self.election)
+            .field("recampaign", &self.recampaign)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A liveness check for an elector: healthy unless it leads and its renewal
+/// loop is dead or past the renew deadline (plus a tolerance).
+#[derive(Debug, Clone, Default)]
+pub struct HealthCheck {
+    current: Arc<Mutex<Option<Arc<Shared>>>>,
+    tolerance: Duration,
+}
+
+impl HealthCheck {
+    /// Allows renewals to be `tolerance` late before reporting unhealthy.
+    pub fn with_tolerance(mut self, tolerance: Duration) -> Self {
+        self.tolerance = tolerance;
+        self
+    }
+
+    fn set(&self, shared: Option<Arc<Shared>>) {
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = shared;
+    }
+
+    /// The renewal health while leading, `None` when not leading.
+    pub fn health(&self) -> Option<Health> {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|s| s.health())
+    }
+
+    /// `Ok` when not leading or leading with renewal alive and on time.
+    pub fn check(&self) -> Result<(), String> {
+        let Some(h) = self.health() else {
+            return Ok(());
+        };
+        if !h.held {
+            return Ok(());
+        }
+        if !h.renewal_alive {
+            return Err("leading, but the lease renewal task has stopped".to_string());
+        }
+        let limit = self.current_deadline().unwrap_or_default() + self.tolerance;
+        if h.since_last_renewal >= limit {
+            return Err(format!(
+                "leading, but the last successful renewal was {:?} ago (limit {limit:?})",
+                h.since_last_renewal
+            ));
+        }
+        Ok(())
+    }
+
+    fn current_deadline(&self) -> Option<Duration> {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|s| s.renew_deadline())
+    }
+}
+
+enum Stop {
+    Lost(LostReason),
+    Cancelled,
+    WorkEnded,
+}
+
+impl ElectionRunner {
+    /// Called with the term's token and a cancellation token when we become
+    /// leader; the returned future is the leader's work, spawned on the
+    /// runtime. It must stop soon after the token is cancelled (the lease's
+    /// remaining validity at that moment is at least
+    /// `holder_validity − renew_deadline`).
+    pub fn on_started_leading<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(u64, CancellationToken) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.started = Some(Box::new(move |token, cancel| Box::pin(f(token, cancel))));
+        self
+    }
+
+    /// Called after the leader's work has stopped, with why leadership ended
+    /// ([`LostReason::Released`] after a resignation).
+    pub fn on_stopped_leading(mut self, f: impl Fn(LostReason) + Send + Sync + 'static) -> Self {
+        self.stopped = Some(Box::new(f));
+        self
+    }
+
+    /// Called whenever the observed leader changes (including to us).
+    pub fn on_new_leader(mut self, f: impl Fn(Option<Leader>) + Send + Sync + 'static) -> Self {
+        self.new_leader = Some(Box::new(f));
+        self
+    }
+
+    /// Return after the first term instead of campaigning again after a loss.
+    pub fn once(mut self) -> Self {
+        self.recampaign = false;
+        self
+    }
+
+    /// A health check bound to this runner (clone it into a probe handler).
+    pub fn health_check(&self) -> HealthCheck {
+        self.health.clone()
+    }
+
+    /// Campaigns, leads, and repeats until `cancel` fires. Returns `Ok` on
+    /// cancellation, or the first error that is not retryable (a foreign
+    /// object at the key, bad credentials, ...).
+    pub async fn run(self, cancel: CancellationToken) -> Result<(), LeaseError> {
+        let ElectionRunner {
+            election,
+            started,
+            stopped,
+            new_leader,
+            health,
+            recampaign,
+        } = self;
+        let done = CancellationToken::new();
+        let _stop_forwarder = done.clone().drop_guard();
+        if let Some(notify) = new_leader {
+            let mut rx = election.observe();
+            let done = done.clone();
+            tokio::spawn(async move {
+                notify(rx.borrow_and_update().clone());
+                loop {
+                    tokio::select! {
+                        () = done.cancelled() => return,
+                        changed = rx.changed() => {
+                            if changed.is_err() {
+                                return;
+                            }
+                            notify(rx.borrow_and_update().clone());
+                        }
+                    }
+                }
+            });
+        }
+        loop {
+            let leadership = match election.campaign(&cancel).await {
+                Ok(l) => l,
+                Err(LeaseError::Cancelled) => return Ok(()),
+                Err(err) => return Err(err),
+            };
+            let token = leadership.token();
+            health.set(Some(leadership.guard.shared()));
+            let work_cancel = leadership.cancellation();
+            let mut work = match &started {
+                Some(start) => tokio::spawn(start(token, work_cancel.clone())),
+                None => {
+                    let wait = work_cancel.clone();
+                    tokio::spawn(async move { wait.cancelled().await })
+                }
+            };
+            let lost = leadership.lost();
+            let stop = tokio::select! {
+                reason = lost => Stop::Lost(reason),
+                () = cancel.cancelled() => Stop::Cancelled,
+                result = &mut work => {
+                    if let Err(err) = result {
+                        tracing::error!(error = %err, "the leader's work panicked");
+                    }
+                    Stop::WorkEnded
+                }
+            };
+            // Stop the work and wait for it before giving the lease up.
+            work_cancel.cancel();
+            if !matches!(stop, Stop::WorkEnded)
+                && let Err(err) = work.await
+            {
+                tracing::error!(error = %err, "the leader's work panicked");
+            }
+            let reason = match stop {
+                Stop::Lost(reason) => {
+                    election
+                        .leader
+                        .send_if_modified(|l| take_if_token(l, token));
+                    reason
+                }
+                Stop::Cancelled | Stop::WorkEnded => {
+                    if let Err(err) = leadership.resign().await {
+                        tracing::warn!(error = %err, "resigning failed; the lease will expire");
+                    }
+                    LostReason::Released
+                }
+            };
+            health.set(None);
+            if let Some(stopped) = &stopped {
+                stopped(reason.clone());
+            }
+            if reason == LostReason::Released || !recampaign || cancel.is_cancelled() {
+                return Ok(());
+            }
+        }
+    }
+}

@@ -1,0 +1,636 @@
+//! The holder side: [`LeaseGuard`] and its background renewal.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::{CasStore, ErrorKind, Version};
+
+use super::clock::{Clock, Entropy};
+use super::config::LeaseConfig;
+use super::record::{LeaseRecord, unix_ms};
+use super::retry::{backoff, count_ambiguous, needs_resolution, read_record, timed};
+use super::{LeaseError, LostReason, metric_names};
+
+/// What the contender hands to a new guard.
+pub(crate) struct HolderStart {
+    pub(crate) store: Arc<dyn CasStore>,
+    pub(crate) key: String,
+    pub(crate) config: LeaseConfig,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) entropy: Entropy,
+    pub(crate) record: LeaseRecord,
+    pub(crate) version: Version,
+    pub(crate) sent_at: Duration,
+}
+
+/// The state of a lease as its holder sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseStatus {
+    /// Held, valid until `valid_until` on the holder's clock.
+    Held {
+        /// The fencing token.
+        token: u64,
+        /// End of validity on the holder's clock ([`Clock::now`] scale).
+        valid_until: Duration,
+    },
+    /// No longer held.
+    Lost(LostReason),
+}
+
+/// A health report of a holder's renewal (for liveness probes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Health {
+    /// The lease is still held.
+    pub held: bool,
+    /// The background renewal task is running.
+    pub renewal_alive: bool,
+    /// Time since the send time of the last successful write.
+    pub since_last_renewal: Duration,
+    /// `since_last_renewal` is below the renew deadline.
+    pub within_deadline: bool,
+}
+
+impl Health {
+    /// Held, renewing, and within the renew deadline.
+    pub fn is_healthy(&self) -> bool {
+        self.held && self.renewal_alive && self.within_deadline
+    }
+}
+
+#[derive(Debug)]
+struct HolderState {
+    version: Version,
+    nonce: String,
+    last_send: Duration,
+    /// Our writes whose outcome is unknown: nonce and send time.
+    pending: Vec<(String, Duration)>,
+    lost: Option<LostReason>,
+    renewal_alive: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    store: Arc<dyn CasStore>,
+    key: String,
+    owner: String,
+    config: LeaseConfig,
+    clock: Arc<dyn Clock>,
+    entropy: Entropy,
+    token: u64,
+    ttl_ms: u64,
+    acquired_at_ms: u64,
+    acquired_at: Duration,
+    state: Mutex<HolderState>,
+    status: watch::Sender<LeaseStatus>,
+    lost_token: CancellationToken,
+}
+
+/// A held lease. Renews itself in the background every `renew_interval`
+/// (a task spawned on the current tokio runtime, which must exist).
+///
+/// Before each side effect, call [`checkpoint`](LeaseGuard::checkpoint) (or
+/// pass [`token`](LeaseGuard::token) to a fenced resource, which is the only
+/// real protection against a paused holder).
+///
+/// # Dropping
+///
+/// Dropping the guard stops renewal at once, marks it lost
+/// ([`LostReason::Dropped`]) and, if a tokio runtime is running, spawns a
+/// best-effort release (a conditional write on our own version, so it can
+/// never affect a later holder). Without a runtime, the lease simply
+/// expires after its TTL. Prefer [`release`](LeaseGuard::release), which
+/// reports the outcome.
+#[derive(Debug)]
+pub struct LeaseGuard {
+    shared: Arc<Shared>,
+    task: Option<JoinHandle<()>>,
+    stop: CancellationToken,
+}
+
+enum Step {
+    Renewed,
+    Retry(Duration),
+    Lost(LostReason),
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, HolderState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn valid_until(&self, last_send: Duration) -> Duration {
+        last_send + self.config.holder_validity()
+    }
+
+    /// Marks the lease lost (once) and tells everyone.
+    fn lose(&self, reason: LostReason) {
+        {
+            let mut state = self.lock();
+            if state.lost.is_some() {
+                return;
+            }
+            state.lost = Some(reason.clone());
+        }
+        let label = match &reason {
+            LostReason::Superseded { .. } => "superseded",
+            LostReason::Deleted => "deleted",
+            LostReason::Corrupted => "corrupted",
+            LostReason::RenewDeadlineExceeded => "renew_deadline",
+            LostReason::Released => "released",
+            LostReason::Dropped => "dropped",
+        };
+        if matches!(reason, LostReason::Released | LostReason::Dropped) {
+            tracing::info!(key = %self.key, token = self.token, %reason, "lease given up");
+        } else {
+            tracing::warn!(key = %self.key, token = self.token, %reason, "lease lost");
+            metrics::counter!(metric_names::LOST, "reason" => label).increment(1);
+        }
+        let held = self.clock.now().saturating_sub(self.acquired_at);
+        metrics::histogram!(metric_names::HOLD_TIME).record(held.as_secs_f64());
+        self.lost_token.cancel();
+        self.status.send_replace(LeaseStatus::Lost(reason));
+    }
+
+    fn record(&self, nonce: &str, released: bool) -> LeaseRecord {
+        let wall = unix_ms(self.clock.wall());
+        let mut record = LeaseRecord::new(self.owner.clone(), nonce, self.token, self.ttl_ms, wall);
+        record.acquired_at_ms = self.acquired_at_ms;
+        record.released = released;
+        record
+    }
+
+    /// One renewal attempt, with the step-down `deadline` (on our clock).
+    async fn renew_once(&self, deadline: Duration) -> Step {
+        let nonce = self.entropy.nonce();
+        let body = self.record(&nonce, false).encode();
+        let sent_at = self.clock.now();
+        let version = {
+            let mut state = self.lock();
+            state.pending.push((nonce.clone(), sent_at));
+            state.version.clone()
+        };
+        let timeout = self
+            .config
+            .request_timeout
+            .min(deadline.saturating_sub(sent_at));
+        let result = timed(
+            self.clock.as_ref(),
+            timeout,
+            &self.key,
+            self.store.replace(&self.key, &version, body),
+        )
+        .await;
+        match result {
+            Ok(new_version) => {
+                let latency = self.clock.now().saturating_sub(sent_at);
+                metrics::histogram!(metric_names::RENEW_LATENCY).record(latency.as_secs_f64());
+                self.adopt(new_version, nonce, sent_at);
+                Step::Renewed
+            }
+            Err(err) if needs_resolution(&err) => {
+                metrics::counter!(metric_names::RENEW_FAILURES, "kind" => err.kind().as_str())
+                    .increment(1);
+                tracing::debug!(error = %err, "renewal outcome unknown; reading");
+                self.resolve(deadline).await
+            }
+            Err(err) if err.kind() == ErrorKind::NotFound => Step::Lost(LostReason::Deleted),
+            Err(err) => {
+                metrics::counter!(metric_names::RENEW_FAILURES, "kind" => err.kind().as_str())
+                    .increment(1);
+                tracing::debug!(error = %err, "renewal failed; retrying");
+                // Nothing was written.
+                self.lock().pending.retain(|(n, _)| *n != nonce);
+                Step::Retry(backoff(&self.entropy, self.config.retry_period, Some(&err)))
+            }
+        }
+    }
+
+    fn adopt(&self, version: Version, nonce: String, sent_at: Duration) {
+        let valid_until = {
+            let mut state = self.lock();
+            state.version = version;
+            state.nonce = nonce;
+            state.last_send = sent_at;
+            state.pending.clear();
+            if state.lost.is_some() {
+                return;
+            }
+            self.valid_until(sent_at)
+        };
+        self.status.send_replace(LeaseStatus::Held {
+            token: self.token,
+            valid_until,
+        });
+    }
+
+    /// Reads to learn whether one of our unresolved writes landed.
+    async fn resolve(&self, deadline: Duration) -> Step {
+        let now = self.clock.now();
+        let left = deadline.saturating_sub(now);
+        if left.is_zero() {
+            return Step::Retry(Duration::ZERO);
+        }
+        let read = read_record(
+            self.store.as_ref(),
+            self.clock.as_ref(),
+            self.config.request_timeout.min(left),
+            &self.key,
+        )
+        .await;
+        match read {
+            Ok(None) => Step::Lost(LostReason::Deleted),
+            Ok(Some((record, version))) => {
+                let (ours, current) = {
+                    let state = self.lock();
+                    let ours = state
+                        .pending
+                        .iter()
+                        .find(|(n, _)| *n == record.nonce)
+                        .map(|(_, s)| *s);
+                    (ours, version == state.version)
+                };
+                if let Some(sent_at) = ours {
+                    count_ambiguous("ours");
+                    self.adopt(version, record.nonce, sent_at);
+                    Step::Renewed
+                } else if current {
+                    count_ambiguous("not_ours");
+                    Step::Retry(backoff(&self.entropy, self.config.retry_period, None))
+                } else {
+                    count_ambiguous("not_ours");
+                    Step::Lost(LostReason::Superseded {
+                        owner: Some(record.owner),
+                        token: Some(record.token),
+                    })
+                }
+            }
+            Err(LeaseError::Store(err)) => {
+                tracing::debug!(error = %err, "could not read back the renewal");
+                Step::Retry(backoff(&self.entropy, self.config.retry_period, Some(&err)))
+            }
+            Err(_) => Step::Lost(LostReason::Corrupted),
+        }
+    }
+
+    async fn renew_loop(self: Arc<Self>, stop: CancellationToken) {
+        let mut next = self.lock().last_send + self.config.renew_interval;
+        loop {
+            let last_send = self.lock().last_send;
+            let deadline = last_send + self.config.renew_deadline;
+            let now = self.clock.now();
+            if now >= deadline {
+                self.lose(LostReason::RenewDeadlineExceeded);
+                break;
+            }
+            let wake = next.min(deadline);
+            if wake > now {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = self.clock.sleep(wake - now) => {}
+                }
+                continue;
+            }
+            if stop.is_cancelled() {
+                break;
+            }
+            match self.renew_once(deadline).await {
+                Step::Renewed => next = self.lock().last_send + self.config.renew_interval,
+                Step::Retry(delay) => next = self.clock.now() + delay,
+                Step::Lost(reason) => {
+                    self.lose(reason);
+                    break;
+                }
+            }
+        }
+        self.lock().renewal_alive = false;
+    }
+
+    /// Writes `released = true` on our version, keeping the token. Retries
+    /// until the lease would have expired anyway.
+    async fn release_record(&self) -> Result<(), LeaseError> {
+        let give_up = self.lock().last_send + self.config.ttl;
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let nonce = self.entropy.nonce();
+            let body = self.record(&nonce, true).encode();
+            let sent_at = self.clock.now();
+            let version = {
+                let mut state = self.lock();
+                state.pending.push((nonce.clone(), sent_at));
+                state.version.clone()
+            };
+            let result = timed(
+                self.clock.as_ref(),
+                self.config.request_timeout,
+                &self.key,
+                self.store.replace(&self.key, &version, body),
+            )
+            .await;
+            let err = match result {
+                Ok(_) => return Ok(()),
+                Err(err) if err.kind() == ErrorKind::NotFound => {
+                    return Err(LeaseError::Lost(LostReason::Deleted));
+                }
+                Err(err) => err,
+            };
+            if needs_resolution(&err) {
+                match self.resolve_release(&version).await {
+                    Ok(true) => return Ok(()),
+                    Ok(false) => {}
+                    Err(lost) => return Err(lost),
+                }
+            } else if !err.is_retryable() {
+                return Err(err.into());
+            }
+            if self.clock.now() >= give_up || attempts >= 16 {
+                return Err(err.into());
+            }
+            let delay = backoff(&self.entropy, self.config.retry_period, Some(&err));
+            self.clock.sleep(delay).await;
+        }
+    }
+
+    /// Ok(true): released; Ok(false): retry; Err: not ours any more.
+    async fn resolve_release(&self, version: &Version) -> Result<bool, LeaseError> {
+        let read = read_record(
+            self.store.as_ref(),
+            self.clock.as_ref(),
+            self.config.request_timeout,
+            &self.key,
+        )
+        .await;
+        let (record, current) = match read {
+            Ok(Some(found)) => found,
+            Ok(None) => return Err(LeaseError::Lost(LostReason::Deleted)),
+            Err(LeaseError::Store(_)) => return Ok(false),
+            Err(other) => return Err(other),
+        };
+        let ours = self.lock().pending.iter().any(|(n, _)| *n == record.nonce);
+        if ours && record.released {
+            count_ambiguous("ours");
+            Ok(true)
+        } else if ours {
+            // A renewal of ours landed after all: release that version.
+            count_ambiguous("ours");
+            let mut state = self.lock();
+            state.version = current;
+            state.nonce = record.nonce;
+            Ok(false)
+        } else if &current == version {
+            count_ambiguous("not_ours");
+            Ok(false)
+        } else {
+            count_ambiguous("not_ours");
+            Err(LeaseError::Lost(LostReason::Superseded {
+                owner: Some(record.owner),
+                token: Some(record.token),
+            }))
+        }
+    }
+}
+
+impl LeaseGuard {
+    pub(crate) fn start(start: HolderStart) -> Self {
+        let HolderStart {
+            store,
+            key,
+            config,
+            clock,
+            entropy,
+            record,
+            version,
+            sent_at,
+        } = start;
+        // Contenders wait for the TTL the record declares (whole
+        // milliseconds), so the holder counts its validity from that too.
+        let mut config = config;
+        config.ttl = config.ttl.min(Duration::from_millis(record.ttl_ms));
+        let valid_until = sent_at + config.holder_validity();
+        let (status, _) = watch::channel(LeaseStatus::Held {
+            token: record.token,
+            valid_until,
+        });
+        let shared = Arc::new(Shared {
+            store,
+            key,
+            owner: record.owner.clone(),
+            token: record.token,
+            ttl_ms: record.ttl_ms,
+            acquired_at_ms: record.acquired_at_ms,
+            acquired_at: clock.now(),
+            config,
+            clock,
+            entropy,
+            state: Mutex::new(HolderState {
+                version,
+                nonce: record.nonce,
+                last_send: sent_at,
+                pending: Vec::new(),
+                lost: None,
+                renewal_alive: true,
+            }),
+            status,
+            lost_token: CancellationToken::new(),
+        });
+        let stop = CancellationToken::new();
+        let span = tracing::info_span!("lease.renewal", key = %shared.key, token = shared.token);
+        let task = tokio::spawn(shared.clone().renew_loop(stop.clone()).instrument(span));
+        LeaseGuard {
+            shared,
+            task: Some(task),
+            stop,
+        }
+    }
+
+    /// The fencing token of this holding.
+    pub fn token(&self) -> u64 {
+        self.shared.token
+    }
+
+    /// The lock object's key.
+    pub fn key(&self) -> &str {
+        &self.shared.key
+    }
+
+    /// Our owner id.
+    pub fn owner(&self) -> &str {
+        &self.shared.owner
+    }
+
+    /// The version of our latest write.
+    pub fn version(&self) -> Version {
+        self.shared.lock().version.clone()
+    }
+
+    /// Conservative validity left: the send time of our last successful
+    /// write + `ttl·(1 − drift)` − safety margin − now, on our clock. Zero
+    /// once lost.
+    pub fn remaining(&self) -> Duration {
+        let state = self.shared.lock();
+        if state.lost.is_some() {
+            return Duration::ZERO;
+        }
+        self.shared
+            .valid_until(state.last_send)
+            .saturating_sub(self.shared.clock.now())
+    }
+
+    /// When validity ends, on the lease's clock ([`Clock::now`] scale);
+    /// `None` once lost.
+    pub fn valid_until(&self) -> Option<Duration> {
+        let state = self.shared.lock();
+        state
+            .lost
+            .is_none()
+            .then(|| self.shared.valid_until(state.last_send))
+    }
+
+    /// Why the lease was lost, if it was.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.shared.lock().lost.clone()
+    }
+
+    /// Is the lease still held with validity left?
+    pub fn is_held(&self) -> bool {
+        !self.remaining().is_zero()
+    }
+
+    /// Call before each side effect: `Ok` only if the lease is held with at
+    /// least `min_remaining` of validity left.
+    pub fn checkpoint(&self, min_remaining: Duration) -> Result<(), LeaseError> {
+        if let Some(reason) = self.lost_reason() {
+            return Err(LeaseError::Lost(reason));
+        }
+        let remaining = self.remaining();
+        if remaining.is_zero() || remaining < min_remaining {
+            return Err(LeaseError::InsufficientValidity {
+                remaining,
+                required: min_remaining,
+            });
+        }
+        Ok(())
+    }
+
+    /// Resolves with the reason once the lease is lost, stepped down,
+    /// released or dropped. Does not borrow the guard.
+    pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
+        let mut rx = self.shared.status.subscribe();
+        async move {
+            loop {
+                if let LeaseStatus::Lost(reason) = &*rx.borrow_and_update() {
+                    return reason.clone();
+                }
+                if rx.changed().await.is_err() {
+                    return LostReason::Dropped;
+                }
+            }
+        }
+    }
+
+    /// A watch of the lease's status (updated on every renewal and on loss).
+    pub fn subscribe(&self) -> watch::Receiver<LeaseStatus> {
+        self.shared.status.subscribe()
+    }
+
+    /// A token cancelled as soon as the lease is lost (to hand to work that
+    /// must stop then).
+    pub fn cancellation(&self) -> CancellationToken {
+        self.shared.lost_token.child_token()
+    }
+
+    /// The renewal's health.
+    pub fn health(&self) -> Health {
+        self.shared.health()
+    }
+
+    pub(crate) fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
+    /// Stops renewing without releasing, as a crashed holder would: the
+    /// lease expires after its TTL (for tests and simulations; prefer
+    /// [`release`](LeaseGuard::release)).
+    pub fn abandon(mut self) {
+        self.stop.cancel();
+        // Detach the renewal task; it exits at its next wake-up.
+        self.task.take();
+        self.shared.lose(LostReason::Dropped);
+    }
+
+    /// Stops renewal and marks the record released (a conditional write on
+    /// our own version that keeps the token, so the next holder gets
+    /// token + 1). The object is never deleted. Requests: 1 write (+1 read
+    /// to resolve an ambiguous answer).
+    ///
+    /// Returns [`LeaseError::Lost`] if the lease was already lost.
+    pub async fn release(mut self) -> Result<(), LeaseError> {
+        let span =
+            tracing::info_span!("lease.release", key = %self.shared.key, token = self.shared.token);
+        async {
+            self.stop.cancel();
+            if let Some(task) = self.task.take() {
+                // The renewal task never panics; a join error means the
+                // runtime is shutting down, and the write below still applies.
+                let _ = task.await;
+            }
+            if let Some(reason) = self.lost_reason() {
+                return Err(LeaseError::Lost(reason));
+            }
+            self.shared.lose(LostReason::Released);
+            self.shared.release_record().await
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+impl Shared {
+    pub(crate) fn renew_deadline(&self) -> Duration {
+        self.config.renew_deadline
+    }
+
+    pub(crate) fn health(&self) -> Health {
+        let state = self.lock();
+        let since = self.clock.now().saturating_sub(state.last_send);
+        Health {
+            held: state.lost.is_none(),
+            renewal_alive: state.renewal_alive,
+            since_last_renewal: since,
+            within_deadline: since < self.config.renew_deadline,
+        }
+    }
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        let Some(task) = self.task.take() else {
+            return;
+        };
+        self.stop.cancel();
+        let was_held = self.shared.lock().lost.is_none();
+        self.shared.lose(LostReason::Dropped);
+        if !was_held {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let shared = self.shared.clone();
+            let span = tracing::info_span!("lease.release_on_drop", key = %shared.key, token = shared.token);
+            runtime.spawn(
+                async move {
+                    let _ = task.await;
+                    if let Err(err) = shared.release_record().await {
+                        tracing::debug!(error = %err, "best-effort release after drop failed; the lease will expire");
+                    }
+                }
+                .instrument(span),
+            );
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! Leases, leader election and fencing on a [`CasStore`](crate::CasStore).
+//!
+//! The protocol (see `docs/protocol.md` for the safety argument):
+//!
+//! - One lock object per lease holds a small JSON [`LeaseRecord`]: owner,
+//!   a fresh nonce per write, the fencing token, the TTL, advisory wall
+//!   times and a released flag.
+//! - **Acquire**: read. Absent → create-if-absent with token 1. Released or
+//!   expired → replace-if-match with token + 1. Held → not acquired.
+//! - **Expiry** ([`ExpiryMode::ObservedUnchanged`], the default): a contender
+//!   takes over only after observing the same version unchanged for the
+//!   record's TTL (plus drift margin) on its own monotonic [`Clock`]. The
+//!   holder counts its validity from the moment it *sent* its last
+//!   successful write, minus drift and safety margins. Only a bound on clock
+//!   *rate* drift is assumed, never synchronized clocks.
+//! - **Renew** every `ttl/3` with replace-if-match on the holder's version;
+//!   precondition failed means lost at once; no success before the renew
+//!   deadline means step down, before validity ends.
+//! - **Release**: replace-if-match with `released = true`, keeping the token.
+//!   The object is never deleted (that would reset the fencing token).
+//! - **Ambiguous writes** (and a precondition failure on our own write, which
+//!   a transport-level duplicate can produce) are resolved by re-reading and
+//!   looking for our nonce. Never assumed.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), casaas_core::lease::LeaseError> {
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use casaas_core::MemoryStore;
+//! use casaas_core::lease::{Lease, LeaseConfig};
+//!
+//! let store = Arc::new(MemoryStore::new());
+//! let lease = Lease::new(store, "locks/leader", "worker-1", LeaseConfig::default())?;
+//! let guard = lease.acquire(Default::default()).await?;
+//! assert_eq!(guard.token(), 1);
+//! guard.checkpoint(Duration::from_secs(1))?; // before each side effect
+//! guard.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod acquire;
+mod clock;
+mod config;
+mod election;
+mod fenced;
+mod handle;
+mod log;
+mod record;
+mod retry;
+
+use std::fmt;
+use std::time::Duration;
+
+pub use acquire::{AcquireOptions, AcquireOutcome, HeldBy, Lease, default_owner_id};
+pub use clock::{Clock, DriftingClock, Entropy, SleepFuture, SystemClock};
+pub use config::{ExpiryMode, LeaseConfig};
+pub use election::{Election, ElectionRunner, HealthCheck, Leader, Leadership};
+pub use fenced::{Fenced, FencedResource};
+pub use handle::{Health, LeaseGuard, LeaseStatus};
+pub use log::{FencedLog, LogEntry};
+pub use record::{LEASE_RECORD_KIND, LEASE_SCHEMA_VERSION, LeaseRecord};
+
+use crate::{CasError, ErrorKind};
+
+/// Why a held lease ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// Someone else's write replaced ours (a renewal's precondition failed
+    /// and the stored record is not ours).
+    Superseded {
+        /// The owner now named in the record, if it could be read.
+        owner: Option<String>,
+        /// The token now in the record, if it could be read.
+        token: Option<u64>,
+    },
+    /// The lock object disappeared (deleted by someone outside the protocol).
+    Deleted,
+    /// The lock object now holds something that is not a lease record.
+    Corrupted,
+    /// No renewal succeeded before the renew deadline; the holder stepped
+    /// down before its validity ended.
+    RenewDeadlineExceeded,
+    /// The holder released the lease.
+    Released,
+    /// The handle was dropped without an explicit release.
+    Dropped,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LostReason::Superseded { owner, token } => {
+                write!(f, "superseded")?;
+                if let Some(o) = owner {
+                    write!(f, " by '{o}'")?;
+                }
+                if let Some(t) = token {
+                    write!(f, " (token {t})")?;
+                }
+                Ok(())
+            }
+            LostReason::Deleted => f.write_str("the lock object was deleted"),
+            LostReason::Corrupted => f.write_str("the lock object no longer holds a lease record"),
+            LostReason::RenewDeadlineExceeded => {
+                f.write_str("no renewal succeeded before the renew deadline; stepped down")
+            }
+            LostReason::Released => f.write_str("released"),
+            LostReason::Dropped => f.write_str("the lease handle was dropped"),
+        }
+    }
+}
+
+/// Everything that can go wrong with leases, elections and fenced resources.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LeaseError {
+    /// The store failed (after the retries the protocol allows).
+    #[error(transparent)]
+    Store(#[from] CasError),
+    /// The object at `key` is not a casaas record; it is never overwritten.
+    #[error(
+        "the object at key '{key}' is not a casaas record (found {found}); refusing to touch it: use another key or remove the object"
+    )]
+    ForeignObject {
+        /// The key.
+        key: String,
+        /// The first bytes found, sanitized.
+        found: String,
+    },
+    /// The record at `key` has a newer schema than this library understands.
+    #[error(
+        "the record at key '{key}' has schema version {version}, newer than this library understands ({LEASE_SCHEMA_VERSION}); upgrade casaas"
+    )]
+    UnsupportedSchema {
+        /// The key.
+        key: String,
+        /// The schema version found.
+        version: u64,
+    },
+    /// The lease is no longer held.
+    #[error("lease lost: {0}")]
+    Lost(LostReason),
+    /// The lease is held but has less validity left than the caller requires.
+    #[error("lease has {remaining:?} of validity left, less than the {required:?} required")]
+    InsufficientValidity {
+        /// Validity left.
+        remaining: Duration,
+        /// Validity the caller required.
+        required: Duration,
+    },
+    /// A fenced write presented a token lower than the one recorded.
+    #[error("fenced out: token {presented} is lower than the recorded token {recorded}")]
+    FencedOut {
+        /// The token presented.
+        presented: u64,
+        /// The highest token the resource has accepted.
+        recorded: u64,
+    },
+    /// The configuration is inconsistent; the message names what to change.
+    #[error("invalid lease configuration: {0}")]
+    InvalidConfig(String),
+    /// The operation was cancelled.
+    #[error("cancelled")]
+    Cancelled,
+    /// The operation's deadline passed.
+    #[error("deadline exceeded after {0:?}")]
+    DeadlineExceeded(Duration),
+    /// A value could not be encoded or decoded.
+    #[error("could not encode or decode the value at key '{key}': {message}")]
+    Codec {
+        /// The key.
+        key: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// Too many concurrent writers: the write lost every attempt.
+    #[error("write to key '{key}' lost {attempts} races in a row; giving up")]
+    Contended {
+        /// The key.
+        key: String,
+        /// Attempts made.
+        attempts: u32,
+    },
+}
+
+impl LeaseError {
+    /// The store error kind, if this is a store error.
+    pub fn store_kind(&self) -> Option<ErrorKind> {
+        match self {
+            LeaseError::Store(e) => Some(e.kind()),
+            _ => None,
+        }
+    }
+}
+
+/// Names of the metrics this module records through the `metrics` facade.
+pub mod metric_names {
+    /// Histogram, seconds: time from `acquire` start to success.
+    pub const ACQUIRE_WAIT: &str = "casaas_lease_acquire_wait_seconds";
+    /// Counter: leases acquired.
+    pub const ACQUIRED: &str = "casaas_lease_acquired_total";
+    /// Histogram, seconds: how long a lease was held.
+    pub const HOLD_TIME: &str = "casaas_lease_hold_seconds";
+    /// Histogram, seconds: latency of successful renewals.
+    pub const RENEW_LATENCY: &str = "casaas_lease_renew_latency_seconds";
+    /// Counter: failed renewal attempts, label `kind`.
+    pub const RENEW_FAILURES: &str = "casaas_lease_renew_failures_total";
+    /// Counter: leases lost, label `reason`.
+    pub const LOST: &str = "casaas_lease_lost_total";
+    /// Counter: ambiguous writes, label `resolution` = `ours` | `not_ours` | `absent`.
+    pub const AMBIGUOUS_WRITES: &str = "casaas_lease_ambiguous_writes_total";
+    /// Counter: writes refused by a fenced resource or log.
+    pub const FENCING_REJECTIONS: &str = "casaas_fencing_rejections_total";
+}

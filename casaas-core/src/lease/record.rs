@@ -1,0 +1,215 @@
+//! The lease record: the small versioned JSON document stored in the lock object.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::LeaseError;
+
+/// The `kind` field of every lease record: how casaas recognises its own
+/// objects (anything else at the key is foreign and never overwritten).
+pub const LEASE_RECORD_KIND: &str = "casaas.lease";
+
+/// The schema version this library writes and understands.
+pub const LEASE_SCHEMA_VERSION: u64 = 1;
+
+/// One write of the lock object.
+///
+/// ```
+/// use casaas_core::lease::LeaseRecord;
+///
+/// let record = LeaseRecord::new("worker-1", "00ff", 7, 15_000, 1_700_000_000_000);
+/// let body = record.encode();
+/// let back = LeaseRecord::decode("locks/a", &body).unwrap();
+/// assert_eq!(back, record);
+/// assert!(LeaseRecord::decode("locks/a", b"hello").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRecord {
+    /// Always [`LEASE_RECORD_KIND`].
+    pub kind: String,
+    /// Schema version ([`LEASE_SCHEMA_VERSION`]).
+    pub schema: u64,
+    /// Who holds (or last held) the lease.
+    pub owner: String,
+    /// A fresh random value per write, so that one version names one write
+    /// (S3 ETags of identical bodies are identical) and an ambiguous write
+    /// can be resolved by reading.
+    pub nonce: String,
+    /// The fencing token of this holding; strictly increasing across
+    /// acquisitions, kept by renewals and by the release.
+    pub token: u64,
+    /// The holder's TTL in milliseconds.
+    pub ttl_ms: u64,
+    /// Advisory wall-clock time (Unix ms) of the acquisition, on the holder's clock.
+    pub acquired_at_ms: u64,
+    /// Advisory wall-clock time (Unix ms) of this write, on the holder's clock.
+    pub renewed_at_ms: u64,
+    /// The holder gave the lease up; anyone may take it at once.
+    #[serde(default)]
+    pub released: bool,
+}
+
+impl LeaseRecord {
+    /// A fresh, held record written at wall time `now_ms` (Unix ms).
+    pub fn new(
+        owner: impl Into<String>,
+        nonce: impl Into<String>,
+        token: u64,
+        ttl_ms: u64,
+        now_ms: u64,
+    ) -> Self {
+        LeaseRecord {
+            kind: LEASE_RECORD_KIND.to_string(),
+            schema: LEASE_SCHEMA_VERSION,
+            owner: owner.into(),
+            nonce: nonce.into(),
+            token,
+            ttl_ms,
+            acquired_at_ms: now_ms,
+            renewed_at_ms: now_ms,
+            released: false,
+        }
+    }
+
+    /// The body to store.
+    pub fn encode(&self) -> Bytes {
+        // Serializing a struct of strings, integers and a bool cannot fail.
+        Bytes::from(serde_json::to_vec(self).unwrap_or_default())
+    }
+
+    /// Parses a body read from `key`. A body that is not a casaas lease
+    /// record is [`LeaseError::ForeignObject`]; a newer schema is
+    /// [`LeaseError::UnsupportedSchema`].
+    pub fn decode(key: &str, body: &[u8]) -> Result<Self, LeaseError> {
+        let value: serde_json::Value =
+            serde_json::from_slice(body).map_err(|_| foreign(key, body))?;
+        check_envelope(key, body, &value, LEASE_RECORD_KIND, LEASE_SCHEMA_VERSION)?;
+        serde_json::from_value(value).map_err(|_| foreign(key, body))
+    }
+
+    /// The holder's TTL.
+    pub fn ttl(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms)
+    }
+
+    /// Advisory wall-clock expiry: the last write's wall time plus the TTL.
+    pub fn wall_expiry(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(self.renewed_at_ms.saturating_add(self.ttl_ms))
+    }
+}
+
+/// Milliseconds since the Unix epoch (0 before it).
+pub(crate) fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Checks `kind` and `schema` of a parsed JSON body.
+pub(crate) fn check_envelope(
+    key: &str,
+    body: &[u8],
+    value: &serde_json::Value,
+    kind: &str,
+    schema: u64,
+) -> Result<(), LeaseError> {
+    if value.get("kind").and_then(|k| k.as_str()) != Some(kind) {
+        return Err(foreign(key, body));
+    }
+    match value.get("schema").and_then(|s| s.as_u64()) {
+        Some(v) if v == schema => Ok(()),
+        Some(v) if v > schema => Err(LeaseError::UnsupportedSchema {
+            key: key.to_string(),
+            version: v,
+        }),
+        _ => Err(foreign(key, body)),
+    }
+}
+
+/// A [`LeaseError::ForeignObject`] showing the first bytes, sanitized.
+pub(crate) fn foreign(key: &str, body: &[u8]) -> LeaseError {
+    LeaseError::ForeignObject {
+        key: key.to_string(),
+        found: sanitize(body),
+    }
+}
+
+/// At most 48 bytes of `body`, printable ASCII only, for an error message.
+fn sanitize(body: &[u8]) -> String {
+    const SHOWN: usize = 48;
+    if body.is_empty() {
+        return "an empty object".to_string();
+    }
+    let mut out = String::from("\"");
+    for &b in body.iter().take(SHOWN) {
+        if b == b'"' || b == b'\\' {
+            out.push('\\');
+            out.push(b as char);
+        } else if (0x20..0x7f).contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push('.');
+        }
+    }
+    out.push('"');
+    if body.len() > SHOWN {
+        out.push_str(&format!("... ({} bytes)", body.len()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn foreign_bodies_are_named() {
+        let err = LeaseRecord::decode("k", b"\x00binary\nstuff").unwrap_err();
+        match err {
+            LeaseError::ForeignObject { key, found } => {
+                assert_eq!(key, "k");
+                assert_eq!(found, "\".binary.stuff\"");
+            }
+            other => panic!("{other:?}"),
+        }
+        for body in [
+            &br#"{"kind":"other","schema":1}"#[..],
+            br#"{"kind":"casaas.lease"}"#,
+            br#"{"kind":"casaas.lease","schema":1,"owner":3}"#,
+            br#"[1,2]"#,
+            b"",
+        ] {
+            assert!(matches!(
+                LeaseRecord::decode("k", body),
+                Err(LeaseError::ForeignObject { .. })
+            ));
+        }
+        let long = vec![b'x'; 100];
+        let LeaseError::ForeignObject { found, .. } = LeaseRecord::decode("k", &long).unwrap_err()
+        else {
+            panic!()
+        };
+        assert!(found.ends_with("... (100 bytes)"), "{found}");
+    }
+
+    #[test]
+    fn future_schema_is_refused() {
+        let mut v = serde_json::to_value(LeaseRecord::new("o", "n", 1, 10, 0)).unwrap();
+        v["schema"] = 2.into();
+        let body = serde_json::to_vec(&v).unwrap();
+        assert!(matches!(
+            LeaseRecord::decode("k", &body),
+            Err(LeaseError::UnsupportedSchema { version: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn unknown_fields_are_tolerated() {
+        let mut v = serde_json::to_value(LeaseRecord::new("o", "n", 1, 10, 0)).unwrap();
+        v["extra"] = "x".into();
+        let body = serde_json::to_vec(&v).unwrap();
+        assert_eq!(LeaseRecord::decode("k", &body).unwrap().token, 1);
+    }
+}

@@ -1,0 +1,67 @@
+//! Shared plumbing: timed requests, record reads, jittered backoff.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::{CasError, CasStore, ErrorKind, Version};
+
+use super::clock::{Clock, Entropy};
+use super::record::LeaseRecord;
+use super::{LeaseError, metric_names};
+
+/// Runs a store request, giving up after `timeout` on `clock`. A request that
+/// does not answer in time may still take effect, so the timeout is reported
+/// as [`ErrorKind::Ambiguous`].
+pub(crate) async fn timed<T>(
+    clock: &dyn Clock,
+    timeout: Duration,
+    key: &str,
+    request: impl Future<Output = Result<T, CasError>>,
+) -> Result<T, CasError> {
+    tokio::select! {
+        result = request => result,
+        () = clock.sleep(timeout) => Err(CasError::new(
+            ErrorKind::Ambiguous,
+            format!("no answer within the request timeout ({timeout:?})"),
+        )
+        .with_key(key)),
+    }
+}
+
+/// Reads and decodes the lease record at `key`.
+pub(crate) async fn read_record(
+    store: &dyn CasStore,
+    clock: &dyn Clock,
+    timeout: Duration,
+    key: &str,
+) -> Result<Option<(LeaseRecord, Version)>, LeaseError> {
+    match timed(clock, timeout, key, store.get(key)).await? {
+        None => Ok(None),
+        Some(object) => Ok(Some((
+            LeaseRecord::decode(key, &object.body)?,
+            object.version,
+        ))),
+    }
+}
+
+/// How long to wait before retrying after `err`: the store's retry-after if
+/// it gave one, else `period`, plus up to 20% jitter.
+pub(crate) fn backoff(entropy: &Entropy, period: Duration, err: Option<&CasError>) -> Duration {
+    let base = err
+        .and_then(CasError::retry_after)
+        .map_or(period, |after| after.max(period));
+    base + entropy.jitter(base / 5)
+}
+
+/// Counts an ambiguous (or self-inflicted precondition-failed) write and how
+/// it was resolved.
+pub(crate) fn count_ambiguous(resolution: &'static str) {
+    metrics::counter!(metric_names::AMBIGUOUS_WRITES, "resolution" => resolution).increment(1);
+}
+
+/// Does this error call for reading to find out whether our write landed?
+/// Ambiguous answers, and precondition failures: a transport-level duplicate
+/// of our own successful write answers 412.
+pub(crate) fn needs_resolution(err: &CasError) -> bool {
+    err.may_have_taken_effect() || err.kind() == ErrorKind::PreconditionFailed
+}
