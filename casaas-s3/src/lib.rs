@@ -1,1 +1,56 @@
-//! placeholder
+//! casaas on Amazon S3 and S3-compatible stores.
+//!
+//! [`S3Store`] implements [`casaas_core::CasStore`] with `aws-sdk-s3`:
+//! create is PutObject with `If-None-Match: *`, replace is PutObject with
+//! `If-Match`, delete is DeleteObject with `If-Match`, versions are ETags
+//! kept verbatim. SDK retries are off: a transport retry of a conditional
+//! write can turn one's own success into a 412, so retries live in the
+//! protocol layer, which can tell.
+//!
+//! Stores are named by URL:
+//!
+//! ```text
+//! s3://bucket/prefix?region=eu-west-1
+//! s3://bucket/prefix?endpoint=http://127.0.0.1:9000&path_style=true&region=us-east-1
+//! ```
+//!
+//! Options: `endpoint`, `region`, `profile`, `path_style`, `connect_timeout`
+//! and `timeout` (seconds), and the vendor quirks `etag_unquoted`,
+//! `conditional_delete`, `versioned_bucket` (see `docs/providers/s3.md`).
+//! Credentials never go in the URL: they come from the AWS chain
+//! (`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, `AWS_PROFILE`, SSO, roles),
+//! or from [`S3StoreBuilder::static_credentials`].
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), casaas_core::CasError> {
+//! casaas_s3::register();
+//! let store = casaas_core::open_store("s3://my-bucket/locks?region=eu-west-1").await?;
+//! println!("{}", store.describe());
+//! # Ok(())
+//! # }
+//! ```
+
+mod clock;
+pub mod errors;
+mod store;
+
+use std::sync::Arc;
+
+use casaas_core::{CasStore, StoreFuture};
+use url::Url;
+
+pub use clock::ServerDate;
+pub use store::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, S3Store, S3StoreBuilder, URL_OPTIONS};
+
+/// Registers the `s3://` scheme with [`casaas_core::open_store`]. Stores
+/// opened this way take credentials from the AWS chain. Idempotent.
+pub fn register() {
+    casaas_core::register_scheme("s3", open_url);
+}
+
+fn open_url(url: Url) -> StoreFuture {
+    Box::pin(async move {
+        let store = S3Store::builder().url(url.as_str())?.build().await?;
+        Ok(Arc::new(store) as Arc<dyn CasStore>)
+    })
+}
