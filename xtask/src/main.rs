@@ -4,8 +4,11 @@
 //!   up, all tests, the deterministic simulation, servers down.
 //! - `cargo xtask servers up|down|status [NAME…]` — real servers on loopback.
 //! - `cargo xtask sim --ops N --seed S` — the deterministic lease simulation.
+//! - `cargo xtask vendor-matrix [--quick] [NAME…]` — the conformance binary
+//!   against every store that runs here; writes `docs/vendors.md`.
 
 mod servers;
+mod vendor_matrix;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -35,6 +38,18 @@ enum Task {
     Servers {
         #[command(subcommand)]
         action: ServersAction,
+    },
+    /// Run the conformance binary against every store that runs here and
+    /// write docs/vendors.md.
+    VendorMatrix {
+        /// Only these targets (memory, file, or server names).
+        names: Vec<String>,
+        /// Quick probes instead of the thorough default.
+        #[arg(long)]
+        quick: bool,
+        /// Leave servers it started running afterwards.
+        #[arg(long)]
+        keep_servers: bool,
     },
     /// Run the deterministic lease simulation.
     Sim {
@@ -143,5 +158,16 @@ fn main() -> Result<()> {
             ServersAction::Status { names } => servers::status(&ctx, &names),
         },
         Task::Sim { ops, seed } => sim(&root, ops, seed),
+        Task::VendorMatrix {
+            names,
+            quick,
+            keep_servers,
+        } => vendor_matrix::vendor_matrix(
+            &ctx,
+            &names,
+            quick,
+            keep_servers,
+            &vendor_matrix::command_line(),
+        ),
     }
 }

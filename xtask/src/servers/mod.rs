@@ -13,6 +13,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+mod azurite;
+mod ceph;
+mod fake_gcs;
+mod garage;
+mod gcs_liar;
+mod moto;
+mod s3rver;
+
 /// Paths shared by every server.
 pub struct Ctx {
     /// The workspace root.
@@ -59,11 +67,25 @@ pub trait Server {
     /// [`Procs::spawn`], waits until it answers, performs setup (buckets,
     /// users) and returns what clients need.
     fn start(&self, ctx: &Ctx, port: u16, procs: &mut Procs) -> Result<Started>;
+    /// Whether `servers up` with no names (and so `cargo xtask ci`) starts
+    /// it. Servers too slow to install on every CI run (e.g. built from
+    /// source for many minutes) answer false and are started by name.
+    fn default_enabled(&self) -> bool {
+        true
+    }
 }
 
 /// Every server xtask knows, in start order.
 pub fn all() -> Vec<Box<dyn Server>> {
-    vec![]
+    vec![
+        Box::new(moto::Moto),
+        Box::new(s3rver::S3rver),
+        Box::new(ceph::Ceph),
+        Box::new(garage::Garage),
+        Box::new(azurite::Azurite),
+        Box::new(fake_gcs::FakeGcs),
+        Box::new(gcs_liar::GcsLiar),
+    ]
 }
 
 /// The processes of one server being started.
@@ -236,7 +258,7 @@ fn find(name: &str) -> Result<Box<dyn Server>> {
 
 fn selected(names: &[String]) -> Result<Vec<Box<dyn Server>>> {
     if names.is_empty() {
-        return Ok(all());
+        return Ok(all().into_iter().filter(|s| s.default_enabled()).collect());
     }
     names.iter().map(|n| find(n)).collect()
 }
@@ -348,7 +370,13 @@ fn stop(ctx: &Ctx, name: &str) -> Result<()> {
 
 /// `servers down`: stops each server (or all) by its recorded PIDs.
 pub fn down(ctx: &Ctx, names: &[String]) -> Result<()> {
-    for server in selected(names)? {
+    // With no names, stop every server, including those started by name only.
+    let servers = if names.is_empty() {
+        all()
+    } else {
+        selected(names)?
+    };
+    for server in servers {
         stop(ctx, server.name())?;
         println!("{} stopped", server.name());
     }

