@@ -110,6 +110,7 @@ impl Procs {
             .spawn()
             .with_context(|| format!("starting {label}: {command:?}"))?;
         self.pids.push(child.id());
+        watched().push((label.to_string(), child.id()));
         fs::write(
             self.dir.join("pids"),
             self.pids
@@ -128,6 +129,20 @@ impl Procs {
 
 use std::os::unix::process::CommandExt;
 
+/// The processes of the server being started, so that the waits below fail
+/// at once when one of them exits instead of running out their timeout.
+fn watched() -> std::sync::MutexGuard<'static, Vec<(String, u32)>> {
+    static WATCHED: std::sync::Mutex<Vec<(String, u32)>> = std::sync::Mutex::new(Vec::new());
+    WATCHED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn check_watched() -> Result<()> {
+    if let Some((label, pid)) = watched().iter().find(|(_, pid)| !alive(*pid)) {
+        bail!("{label} (PID {pid}) exited while starting");
+    }
+    Ok(())
+}
+
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
@@ -142,6 +157,7 @@ pub fn wait_for_tcp(port: u16, timeout: Duration) -> Result<()> {
         {
             return Ok(());
         }
+        check_watched()?;
         if Instant::now() > deadline {
             bail!("nothing answered on 127.0.0.1:{port} within {timeout:?}");
         }
@@ -156,6 +172,7 @@ pub fn wait_for_http(url: &str, timeout: Duration) -> Result<()> {
         if http_get_status(url).is_ok() {
             return Ok(());
         }
+        check_watched()?;
         if Instant::now() > deadline {
             bail!("{url} did not answer within {timeout:?}");
         }
@@ -311,6 +328,7 @@ pub fn up(ctx: &Ctx, names: &[String]) -> Result<()> {
             .install(ctx)
             .with_context(|| format!("installing server {name}"))?;
         let port = free_port()?;
+        watched().clear();
         let mut procs = Procs {
             dir: dir.clone(),
             pids: Vec::new(),
