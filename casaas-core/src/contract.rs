@@ -398,7 +398,9 @@ async fn race_replace(store: Arc<dyn CasStore>, tasks: usize, rounds: usize) {
     let mut version = store.create(key, body("start")).await.unwrap();
     for round in 0..rounds {
         let label = format!("round {round}");
-        version = race_round(&store, key, Some(&version), tasks, &label).await.1;
+        version = race_round(&store, key, Some(&version), tasks, &label)
+            .await
+            .1;
     }
 }
 

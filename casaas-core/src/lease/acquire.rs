@@ -448,6 +448,8 @@ impl Lease {
                     None => wait,
                 };
                 tokio::select! {
+                    // Polled in order, so that a replayed run takes the same branch.
+                    biased;
                     () = cancel.cancelled() => return Err(LeaseError::Cancelled),
                     () = self.clock.sleep(wait) => {}
                 }

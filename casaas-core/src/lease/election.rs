@@ -413,6 +413,8 @@ impl ElectionRunner {
                 notify(rx.borrow_and_update().clone());
                 loop {
                     tokio::select! {
+                        // Polled in order, so that a replayed run takes the same branch.
+                        biased;
                         () = done.cancelled() => return,
                         changed = rx.changed() => {
                             if changed.is_err() {
@@ -442,6 +444,8 @@ impl ElectionRunner {
             };
             let lost = leadership.lost();
             let stop = tokio::select! {
+                // Polled in order, so that a replayed run takes the same branch.
+                biased;
                 reason = lost => Stop::Lost(reason),
                 () = cancel.cancelled() => Stop::Cancelled,
                 result = &mut work => {

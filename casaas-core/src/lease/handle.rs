@@ -291,6 +291,8 @@ impl Shared {
             let wake = next.min(deadline);
             if wake > now {
                 tokio::select! {
+                    // Polled in order, so that a replayed run takes the same branch.
+                    biased;
                     () = stop.cancelled() => break,
                     () = self.clock.sleep(wake - now) => {}
                 }

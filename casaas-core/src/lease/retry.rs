@@ -19,6 +19,8 @@ pub(crate) async fn timed<T>(
     request: impl Future<Output = Result<T, CasError>>,
 ) -> Result<T, CasError> {
     tokio::select! {
+        // Polled in order, so that a replayed run takes the same branch.
+        biased;
         result = request => result,
         () = clock.sleep(timeout) => Err(CasError::new(
             ErrorKind::Ambiguous,

@@ -1,0 +1,708 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+//! Exhaustive model check (stateright) of the lease protocol's abstract state
+//! machine.
+//!
+//! Three clients share one lease record in a store that holds
+//! `(version, record{owner, nonce, token, released, advisory wall expiry})`.
+//! True time advances in discrete ticks. Each client measures time on its own
+//! monotonic clock, which runs at a fixed rate within the declared drift
+//! bound (client 0 at 0.75, client 1 at 1.25, client 2 at 1.0); its holder
+//! validity and takeover wait, defined on that clock as in `LeaseConfig`,
+//! are converted to true ticks once (`timing`). Wall clocks have fixed
+//! offsets (0, +2, +1) and only matter to the wall-clock expiry rule.
+//!
+//! A write is sent (its send tick starts the holder's validity), reaches the
+//! store at any later step (`Apply`), and its answer arrives at any later
+//! step (`Deliver`) or is lost (`LoseResponse`: applied, ambiguous); or the
+//! store answers 5xx without applying (`ServerError`: ambiguous). An
+//! ambiguous write is resolved by reading at once (how long the read takes
+//! does not matter: validity counts from the send). Any client may take no
+//! step for any number of ticks: that is a pause, and a holder that never
+//! comes back is a crash. Reads are atomic (the earliest moment a contender
+//! can start observing a version, the worst case for safety).
+//!
+//! Properties:
+//! - mutual exclusion: at no state do two clients believe they hold the lease
+//!   validly (belief = the client's own clock is before its validity deadline);
+//! - fencing tokens increase: every acquisition grants a token higher than all
+//!   earlier ones.
+//!
+//! The correct protocol has no counterexample within the bounds; each test
+//! that removes one rule asserts that the checker finds one.
+//! See docs/simulation.md.
+
+use std::time::Instant;
+
+use stateright::{Checker, HasDiscoveries, Model, Property};
+
+const CLIENTS: usize = 3;
+
+/// How a client settles an ambiguous write (the answer was lost or was a 5xx).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Resolution {
+    /// The protocol: re-read; the write won iff the stored nonce is ours.
+    Nonce,
+    /// Mutation: assume the write took effect.
+    AssumeWon,
+    /// Mutation: assume the write did not take effect.
+    AssumeLost,
+    /// Mutation: re-read, but recognise "our" record by owner and token
+    /// instead of the write's nonce.
+    OwnerAndToken,
+}
+
+/// What release writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReleaseRule {
+    /// The protocol: replace-if-match with `released = true`, keeping the token.
+    MarkReleased,
+    /// Mutation: conditional delete of the lock object.
+    Delete,
+}
+
+/// When a contender may take over a held record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ExpiryRule {
+    /// The default rule: after observing the same version unchanged for the
+    /// takeover wait on the contender's own monotonic clock.
+    Observed,
+    /// The opt-in rule: also when the contender's wall clock passes the
+    /// record's advisory expiry plus the declared maximum skew.
+    WallClock { declared_skew: u8 },
+}
+
+#[derive(Clone, Debug)]
+struct LeaseModel {
+    /// Lease TTL in ticks (written in the record's advisory expiry).
+    ttl: u8,
+    /// Per client: how many ticks after sending its last successful write the
+    /// holder still believes it holds.
+    hold: [u8; CLIENTS],
+    /// Per client: how many ticks a contender observes one version unchanged
+    /// before taking over.
+    wait: [u8; CLIENTS],
+    /// Wall-clock offset of each client (wall = true time + offset).
+    wall_offsets: [u8; CLIENTS],
+    max_ticks: u8,
+    max_sends: u8,
+    resolution: Resolution,
+    release: ReleaseRule,
+    expiry: ExpiryRule,
+}
+
+/// Converts the protocol's timing, measured on each client's own clock, to
+/// true ticks. A client whose clock runs at `rate` believes while
+/// `(t - sent) * rate < ttl * (1 - drift) - safety` (the holder validity of
+/// `LeaseConfig`), and may take over once
+/// `(t - since) * rate >= ttl * (1 + drift)` (its takeover wait).
+fn timing(
+    ttl: f64,
+    drift: f64,
+    safety: f64,
+    rates: [f64; CLIENTS],
+) -> ([u8; CLIENTS], [u8; CLIENTS]) {
+    let validity = ttl * (1.0 - drift) - safety;
+    let wait = ttl * (1.0 + drift);
+    (
+        rates.map(|r| (validity / r).ceil() as u8),
+        rates.map(|r| (wait / r).ceil() as u8),
+    )
+}
+
+/// The clock rates of the three clients: slow, fast and exact, at the
+/// declared drift bound of 25%.
+const RATES: [f64; CLIENTS] = [0.75, 1.25, 1.0];
+const TTL: u8 = 2;
+
+/// A bound, overridable from the environment to explore further (release
+/// builds recommended).
+fn bound(name: &str, default: u8) -> u8 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+const DRIFT: f64 = 0.25;
+
+impl LeaseModel {
+    /// The protocol as designed, with the bounds the tests use: TTL 2 ticks,
+    /// drift bound 25% (holders believe 2 ticks, contenders wait 2 to 4), no
+    /// safety margin (the model has no scheduling delay for it to cover),
+    /// 6 ticks and 3 writes unless `MODEL_TICKS` / `MODEL_SENDS` say more.
+    fn correct() -> Self {
+        Self::with_timing(timing(f64::from(TTL), DRIFT, 0.0, RATES))
+    }
+
+    fn with_timing((hold, wait): ([u8; CLIENTS], [u8; CLIENTS])) -> Self {
+        LeaseModel {
+            ttl: TTL,
+            hold,
+            wait,
+            wall_offsets: [0, 2, 1],
+            max_ticks: bound("MODEL_TICKS", 6),
+            max_sends: bound("MODEL_SENDS", 3),
+            resolution: Resolution::Nonce,
+            release: ReleaseRule::MarkReleased,
+            expiry: ExpiryRule::Observed,
+        }
+    }
+
+    fn wall(&self, c: usize, now: u8) -> u8 {
+        now + self.wall_offsets[c]
+    }
+
+    fn believes(&self, s: &State, c: usize) -> bool {
+        match s.clients[c] {
+            Phase::Holding { valid_until, .. } => s.now < valid_until,
+            _ => false,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Body {
+    owner: u8,
+    nonce: u8,
+    token: u8,
+    released: bool,
+    expires_wall: u8,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Record {
+    version: u8,
+    body: Body,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Op {
+    Create(Body),
+    Replace { expected: u8, body: Body },
+    Delete { expected: u8 },
+}
+
+impl Op {
+    fn body(&self) -> Option<Body> {
+        match *self {
+            Op::Create(body) | Op::Replace { body, .. } => Some(body),
+            Op::Delete { .. } => None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Outcome {
+    Pending,
+    /// Applied; the new version.
+    Ok(u8),
+    /// Refused (precondition failed).
+    Failed,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Req {
+    op: Op,
+    /// Sender's monotonic clock when sent.
+    sent: u8,
+    outcome: Outcome,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Phase {
+    Idle,
+    /// Saw a held record; waiting to take it over.
+    Watching {
+        version: u8,
+        token: u8,
+        since: u8,
+        expires_wall: u8,
+    },
+    /// A create / replace to acquire is in flight.
+    Acquiring(Req),
+    /// Holds the lease (version 0 = unknown, after assuming a write won).
+    Holding {
+        version: u8,
+        token: u8,
+        valid_until: u8,
+        renew: Option<Req>,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct State {
+    now: u8,
+    sends: u8,
+    next_version: u8,
+    store: Option<Record>,
+    clients: [Phase; CLIENTS],
+    max_granted: u8,
+    token_regressed: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Action {
+    Tick,
+    /// Read the record and decide: create, take a released record, or watch.
+    Read(usize),
+    Takeover(usize),
+    Renew(usize),
+    Release(usize),
+    StepDown(usize),
+    /// The client's in-flight write reaches the store.
+    Apply(usize),
+    /// The applied write's answer arrives.
+    Deliver(usize),
+    /// The applied write's answer is lost: ambiguous.
+    LoseResponse(usize),
+    /// 5xx or timeout before applying: ambiguous, nothing written.
+    ServerError(usize),
+}
+
+/// Applies `op` to the store atomically; the outcome the store answers.
+fn apply(s: &mut State, op: Op) -> Outcome {
+    let matches =
+        |expected: u8, store: &Option<Record>| store.is_some_and(|r| r.version == expected);
+    match op {
+        Op::Create(body) if s.store.is_none() => {
+            let version = s.next_version;
+            s.next_version += 1;
+            s.store = Some(Record { version, body });
+            Outcome::Ok(version)
+        }
+        Op::Replace { expected, body } if matches(expected, &s.store) => {
+            let version = s.next_version;
+            s.next_version += 1;
+            s.store = Some(Record { version, body });
+            Outcome::Ok(version)
+        }
+        Op::Delete { expected } if matches(expected, &s.store) => {
+            s.store = None;
+            Outcome::Ok(0)
+        }
+        _ => Outcome::Failed,
+    }
+}
+
+impl LeaseModel {
+    fn in_flight(phase: &mut Phase) -> Option<&mut Req> {
+        match phase {
+            Phase::Acquiring(req) => Some(req),
+            Phase::Holding {
+                renew: Some(req), ..
+            } => Some(req),
+            _ => None,
+        }
+    }
+
+    fn body(&self, s: &State, c: usize, token: u8, released: bool) -> Body {
+        Body {
+            owner: c as u8,
+            nonce: s.sends + 1,
+            token,
+            released,
+            // Only the wall-clock rule reads it; a constant otherwise keeps
+            // states that differ in nothing else merged.
+            expires_wall: match self.expiry {
+                ExpiryRule::Observed => 0,
+                ExpiryRule::WallClock { .. } => self.wall(c, s.now) + self.ttl,
+            },
+        }
+    }
+
+    fn send(&self, s: &mut State, op: Op) -> Req {
+        s.sends += 1;
+        Req {
+            op,
+            sent: s.now,
+            outcome: Outcome::Pending,
+        }
+    }
+
+    /// The client learns it won `token` with a write sent at `sent`.
+    fn grant(&self, s: &mut State, c: usize, version: u8, token: u8, sent: u8, acquiring: bool) {
+        let valid_until = sent + self.hold[c];
+        if s.now >= valid_until {
+            // Learned too late: the lease is already invalid on our clock.
+            s.clients[c] = Phase::Idle;
+            return;
+        }
+        if acquiring {
+            if token <= s.max_granted {
+                s.token_regressed = true;
+            }
+            s.max_granted = s.max_granted.max(token);
+        }
+        s.clients[c] = Phase::Holding {
+            version,
+            token,
+            valid_until,
+            renew: None,
+        };
+    }
+
+    /// The write `req` came back ambiguous (lost answer, 5xx, timeout).
+    fn ambiguous(&self, s: &mut State, c: usize, req: Req) {
+        let Some(body) = req.op.body() else {
+            s.clients[c] = Phase::Idle;
+            return;
+        };
+        let acquiring = matches!(s.clients[c], Phase::Acquiring(_));
+        let ours = |rec: &Record| match self.resolution {
+            Resolution::Nonce => rec.body.nonce == body.nonce,
+            Resolution::OwnerAndToken => {
+                rec.body.owner == c as u8 && rec.body.token == body.token && !rec.body.released
+            }
+            Resolution::AssumeWon => true,
+            Resolution::AssumeLost => false,
+        };
+        // Resolve by reading at once: how long the read takes does not
+        // matter, since validity counts from the write's send time.
+        let read = s.store;
+        match (self.resolution, read) {
+            (Resolution::AssumeWon, _) => {
+                self.grant(s, c, 0, body.token, req.sent, acquiring);
+            }
+            (_, Some(rec)) if ours(&rec) => {
+                self.grant(s, c, rec.version, body.token, req.sent, acquiring);
+            }
+            // A renewal that did not land, our version still current: keep
+            // the lease (validity from the earlier write) and retry.
+            (_, Some(rec))
+                if !acquiring
+                    && matches!(req.op, Op::Replace { expected, .. } if expected == rec.version) =>
+            {
+                if let Phase::Holding { renew, .. } = &mut s.clients[c] {
+                    *renew = None;
+                }
+            }
+            _ => s.clients[c] = Phase::Idle,
+        }
+    }
+
+    /// The answer to `req` arrived.
+    fn deliver(&self, s: &mut State, c: usize, req: Req) {
+        let acquiring = matches!(s.clients[c], Phase::Acquiring(_));
+        match (req.outcome, req.op.body()) {
+            (Outcome::Ok(version), Some(body)) => {
+                self.grant(s, c, version, body.token, req.sent, acquiring)
+            }
+            // Precondition failed: not acquired, or (renewal) lost at once.
+            _ => s.clients[c] = Phase::Idle,
+        }
+    }
+}
+
+impl Model for LeaseModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![State {
+            now: 0,
+            sends: 0,
+            next_version: 1,
+            store: None,
+            clients: [Phase::Idle; CLIENTS],
+            max_granted: 0,
+            token_regressed: false,
+        }]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        if s.now < self.max_ticks {
+            actions.push(Action::Tick);
+        }
+        for c in 0..CLIENTS {
+            let can_send = s.sends < self.max_sends;
+            match s.clients[c] {
+                Phase::Idle | Phase::Watching { .. } => {
+                    actions.push(Action::Read(c));
+                    if matches!(s.clients[c], Phase::Watching { .. }) && can_send {
+                        actions.push(Action::Takeover(c));
+                    }
+                }
+                Phase::Acquiring(_) => {}
+                Phase::Holding { renew, .. } => {
+                    if renew.is_none() {
+                        if can_send && self.believes(s, c) {
+                            actions.push(Action::Renew(c));
+                        }
+                        if can_send {
+                            actions.push(Action::Release(c));
+                        }
+                    }
+                    if renew.is_none() && !self.believes(s, c) {
+                        actions.push(Action::StepDown(c));
+                    }
+                }
+            }
+            let mut phase = s.clients[c];
+            if let Some(req) = Self::in_flight(&mut phase) {
+                match req.outcome {
+                    Outcome::Pending => {
+                        actions.push(Action::Apply(c));
+                        actions.push(Action::ServerError(c));
+                    }
+                    Outcome::Ok(_) | Outcome::Failed => {
+                        actions.push(Action::Deliver(c));
+                        actions.push(Action::LoseResponse(c));
+                    }
+                }
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        match action {
+            Action::Tick => s.now += 1,
+            Action::Read(c) => match (s.store, s.clients[c]) {
+                (None, _) => {
+                    if s.sends >= self.max_sends {
+                        return None;
+                    }
+                    let op = Op::Create(self.body(&s, c, 1, false));
+                    s.clients[c] = Phase::Acquiring(self.send(&mut s, op));
+                }
+                (Some(rec), _) if rec.body.released => {
+                    if s.sends >= self.max_sends {
+                        return None;
+                    }
+                    let body = self.body(&s, c, rec.body.token + 1, false);
+                    let op = Op::Replace {
+                        expected: rec.version,
+                        body,
+                    };
+                    s.clients[c] = Phase::Acquiring(self.send(&mut s, op));
+                }
+                // Same version again: keep observing from the first sighting.
+                (Some(rec), Phase::Watching { version, .. }) if version == rec.version => {
+                    return None;
+                }
+                (Some(rec), _) => {
+                    s.clients[c] = Phase::Watching {
+                        version: rec.version,
+                        token: rec.body.token,
+                        since: s.now,
+                        expires_wall: rec.body.expires_wall,
+                    }
+                }
+            },
+            Action::Takeover(c) => {
+                let Phase::Watching {
+                    version,
+                    token,
+                    since,
+                    expires_wall,
+                } = s.clients[c]
+                else {
+                    return None;
+                };
+                let allowed = match self.expiry {
+                    ExpiryRule::Observed => s.now >= since + self.wait[c],
+                    ExpiryRule::WallClock { declared_skew } => {
+                        s.now >= since + self.wait[c]
+                            || self.wall(c, s.now) >= expires_wall + declared_skew
+                    }
+                };
+                if !allowed {
+                    return None;
+                }
+                let body = self.body(&s, c, token + 1, false);
+                let op = Op::Replace {
+                    expected: version,
+                    body,
+                };
+                s.clients[c] = Phase::Acquiring(self.send(&mut s, op));
+            }
+            Action::Renew(c) => {
+                let Phase::Holding {
+                    version,
+                    token,
+                    valid_until,
+                    renew: None,
+                } = s.clients[c]
+                else {
+                    return None;
+                };
+                if version == 0 {
+                    return None;
+                }
+                let body = self.body(&s, c, token, false);
+                let req = self.send(
+                    &mut s,
+                    Op::Replace {
+                        expected: version,
+                        body,
+                    },
+                );
+                s.clients[c] = Phase::Holding {
+                    version,
+                    token,
+                    valid_until,
+                    renew: Some(req),
+                };
+            }
+            Action::Release(c) => {
+                let Phase::Holding { version, token, .. } = s.clients[c] else {
+                    return None;
+                };
+                if version == 0 {
+                    return None;
+                }
+                let op = match self.release {
+                    ReleaseRule::MarkReleased => Op::Replace {
+                        expected: version,
+                        body: self.body(&s, c, token, true),
+                    },
+                    ReleaseRule::Delete => Op::Delete { expected: version },
+                };
+                // The handle is gone: no more belief, whatever the answer
+                // (a release that never arrives is a holder that stopped).
+                s.sends += 1;
+                apply(&mut s, op);
+                s.clients[c] = Phase::Idle;
+            }
+            Action::StepDown(c) => {
+                s.clients[c] = Phase::Idle;
+            }
+            Action::Apply(c) => {
+                let mut phase = s.clients[c];
+                let req = Self::in_flight(&mut phase)?;
+                req.outcome = apply(&mut s, req.op);
+                s.clients[c] = phase;
+            }
+            Action::Deliver(c) => {
+                let req = *Self::in_flight(&mut s.clients[c])?;
+                self.deliver(&mut s, c, req);
+            }
+            Action::LoseResponse(c) | Action::ServerError(c) => {
+                let req = *Self::in_flight(&mut s.clients[c])?;
+                self.ambiguous(&mut s, c, req);
+            }
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("mutual exclusion", |m: &LeaseModel, s: &State| {
+                (0..CLIENTS).filter(|&c| m.believes(s, c)).count() <= 1
+            }),
+            Property::always("fencing tokens increase", |_, s: &State| !s.token_regressed),
+            // Not vacuous: a lease is taken over from a holder that stopped.
+            Property::sometimes("takeover", |_, s: &State| s.max_granted >= 2),
+        ]
+    }
+}
+
+/// Runs the exhaustive BFS check (stopping at the first counterexample if
+/// `stop_at_failure`) and reports counts and time.
+fn check(label: &str, model: LeaseModel, stop_at_failure: bool) -> impl Checker<LeaseModel> {
+    let started = Instant::now();
+    let mut builder = model.checker();
+    if stop_at_failure {
+        builder = builder.finish_when(HasDiscoveries::AnyFailures);
+    }
+    let checker = builder.spawn_bfs().join();
+    eprintln!(
+        "model {label}: {} states ({} unique), max depth {}, {:.2?}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    checker
+}
+
+/// Asserts a counterexample to `property` is found, and prints it.
+fn expect_counterexample(label: &str, model: LeaseModel, property: &'static str) {
+    let checker = check(label, model, true);
+    let path = checker
+        .discovery(property)
+        .unwrap_or_else(|| panic!("{label}: no counterexample to {property:?} found"));
+    eprintln!("{label}: counterexample to {property:?}: {path}");
+}
+
+#[test]
+fn correct_protocol_has_no_counterexample() {
+    let checker = check("correct", LeaseModel::correct(), false);
+    assert!(checker.is_done());
+    checker.assert_properties();
+}
+
+#[test]
+fn wall_clock_rule_within_declared_skew_has_no_counterexample() {
+    let model = LeaseModel {
+        expiry: ExpiryRule::WallClock { declared_skew: 2 },
+        ..LeaseModel::correct()
+    };
+    let checker = check("wall clock, declared skew 2", model, false);
+    assert!(checker.is_done());
+    checker.assert_properties();
+}
+
+#[test]
+fn ambiguous_write_assumed_won_breaks_mutual_exclusion() {
+    let model = LeaseModel {
+        resolution: Resolution::AssumeWon,
+        ..LeaseModel::correct()
+    };
+    expect_counterexample("assume won", model, "mutual exclusion");
+}
+
+#[test]
+fn ambiguous_write_resolved_by_owner_breaks_mutual_exclusion() {
+    let model = LeaseModel {
+        resolution: Resolution::OwnerAndToken,
+        ..LeaseModel::correct()
+    };
+    expect_counterexample("owner instead of nonce", model, "mutual exclusion");
+}
+
+#[test]
+fn ambiguous_write_assumed_lost_is_safe_but_wasteful() {
+    // Assuming loss never makes two holders: the cost is a lease nobody
+    // uses until a contender waits it out. The model confirms it.
+    let model = LeaseModel {
+        resolution: Resolution::AssumeLost,
+        ..LeaseModel::correct()
+    };
+    let checker = check("assume lost", model, false);
+    assert!(checker.is_done());
+    checker.assert_properties();
+}
+
+#[test]
+fn delete_on_release_resets_the_token() {
+    let model = LeaseModel {
+        release: ReleaseRule::Delete,
+        ..LeaseModel::correct()
+    };
+    expect_counterexample("delete on release", model, "fencing tokens increase");
+}
+
+#[test]
+fn wall_clock_expiry_under_skew_breaks_mutual_exclusion() {
+    // Contender 1's wall clock runs 2 ahead of client 0's; nothing allows
+    // for it.
+    let model = LeaseModel {
+        expiry: ExpiryRule::WallClock { declared_skew: 0 },
+        ..LeaseModel::correct()
+    };
+    expect_counterexample("wall clock, skew undeclared", model, "mutual exclusion");
+}
+
+#[test]
+fn drift_beyond_the_bound_breaks_mutual_exclusion() {
+    // Client 0's clock runs at half speed: beyond the 25% the margins cover.
+    let model = LeaseModel::with_timing(timing(f64::from(TTL), DRIFT, 0.0, [0.5, 1.25, 1.0]));
+    expect_counterexample("drift beyond bound", model, "mutual exclusion");
+}
+
+#[test]
+fn no_holder_margin_breaks_mutual_exclusion() {
+    // Holders and contenders both count a bare TTL: no drift margin.
+    let model = LeaseModel::with_timing(timing(f64::from(TTL), 0.0, 0.0, RATES));
+    expect_counterexample("no holder margin", model, "mutual exclusion");
+}
