@@ -27,6 +27,8 @@
 //! # }
 //! ```
 
+#![deny(missing_docs)]
+
 pub mod contract;
 mod error;
 mod fault;
