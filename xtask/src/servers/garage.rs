@@ -37,7 +37,7 @@ impl Server for Garage {
 
     fn install(&self, ctx: &Ctx) -> Result<()> {
         let root = install_root(ctx);
-        if binary(ctx).is_file() && installed_version(ctx).as_deref() == Some(VERSION) {
+        if installed_version(ctx).as_deref() == Some(VERSION) {
             return Ok(());
         }
         eprintln!(
@@ -56,7 +56,6 @@ impl Server for Garage {
                 "--root",
             ])
             .arg(&root))?;
-        fs::write(root.join(".installed"), VERSION)?;
         eprintln!(
             "xtask: garage: built in {:.0} s",
             started.elapsed().as_secs_f64()
@@ -133,10 +132,18 @@ fn binary(ctx: &Ctx) -> PathBuf {
     install_root(ctx).join("bin").join("garage")
 }
 
+/// The version of the installed binary (`garage --version` prints e.g.
+/// `garage cargo:2.5.0 [features: ...]`), if there is one.
 fn installed_version(ctx: &Ctx) -> Option<String> {
-    fs::read_to_string(install_root(ctx).join(".installed"))
-        .ok()
-        .map(|v| v.trim().to_string())
+    let out = Command::new(binary(ctx)).arg("--version").output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    parse_version(&text)
+}
+
+fn parse_version(text: &str) -> Option<String> {
+    let word = text.split_whitespace().nth(1)?;
+    let version = word.rsplit(':').next().unwrap_or(word);
+    Some(version.trim_start_matches('v').to_string())
 }
 
 /// The node's configuration: everything under `dir`, every address on
@@ -210,6 +217,14 @@ mod tests {
         assert!(id.chars().all(|c| c.is_ascii_hexdigit()));
         assert_eq!(SECRET_KEY.len(), 64);
         assert!(SECRET_KEY.chars().all(|c| c.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn version_line_parses() {
+        let line = "garage cargo:2.5.0 [features: bundled-libs, k2v, lmdb, metrics, sqlite]\n";
+        assert_eq!(parse_version(line).as_deref(), Some("2.5.0"));
+        assert_eq!(parse_version("garage v2.5.0\n").as_deref(), Some("2.5.0"));
+        assert_eq!(parse_version(""), None);
     }
 
     #[test]
