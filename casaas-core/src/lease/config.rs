@@ -76,7 +76,7 @@ impl LeaseConfig {
         LeaseConfig {
             ttl,
             renew_interval: ttl / 3,
-            renew_deadline: ttl * 2 / 3,
+            renew_deadline: ttl / 3 * 2,
             retry_period: ttl / 10,
             drift_margin: 0.01,
             safety_margin: ttl / 20,
@@ -88,16 +88,14 @@ impl LeaseConfig {
     /// How long after sending its last successful write the holder may
     /// consider the lease valid: `ttl·(1 − drift) − safety_margin`.
     pub fn holder_validity(&self) -> Duration {
-        self.ttl
-            .mul_f64(1.0 - self.drift_margin.clamp(0.0, 1.0))
-            .saturating_sub(self.safety_margin)
+        scale(self.ttl, 1.0 - drift_fraction(self.drift_margin)).saturating_sub(self.safety_margin)
     }
 
     /// How long a contender must observe one version unchanged, on its own
     /// clock, before taking over a lease whose record declares `record_ttl`:
     /// `record_ttl·(1 + drift)`.
     pub fn takeover_wait(&self, record_ttl: Duration) -> Duration {
-        record_ttl.mul_f64(1.0 + self.drift_margin.clamp(0.0, 1.0))
+        scale(record_ttl, 1.0 + drift_fraction(self.drift_margin))
     }
 
     /// Checks the relations between the numbers; the error names which one
@@ -129,7 +127,11 @@ impl LeaseConfig {
                 self.renew_deadline, validity
             ));
         }
-        if self.renew_interval + self.retry_period > self.renew_deadline {
+        if self
+            .renew_interval
+            .checked_add(self.retry_period)
+            .is_none_or(|sum| sum > self.renew_deadline)
+        {
             return bad(format!(
                 "renew_interval ({:?}) + retry_period ({:?}) must not exceed renew_deadline ({:?}), so a failed renewal is retried at least once before stepping down: lower renew_interval or retry_period, or raise renew_deadline",
                 self.renew_interval, self.retry_period, self.renew_deadline
@@ -149,7 +151,7 @@ impl LeaseConfig {
                 ));
             }
             // A contender's wall clock may run fast by the drift bound too.
-            let needed = self.ttl.mul_f64(self.drift_margin * 2.0);
+            let needed = scale(self.ttl, drift_fraction(self.drift_margin) * 2.0);
             if self.safety_margin < needed {
                 return bad(format!(
                     "safety_margin ({:?}) must be at least 2*drift_margin*ttl ({needed:?}) in the wall-clock expiry mode: raise safety_margin",
@@ -179,6 +181,27 @@ impl LeaseConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extreme_numbers_are_rejected_not_panicked_on() {
+        let huge = LeaseConfig::with_ttl(Duration::MAX);
+        let _ = huge.validate();
+        let _ = huge.holder_validity();
+        assert_eq!(huge.takeover_wait(Duration::MAX), Duration::MAX);
+        let overflow = LeaseConfig {
+            renew_interval: Duration::MAX,
+            retry_period: Duration::MAX,
+            ..LeaseConfig::default()
+        };
+        assert!(overflow.validate().is_err());
+        let nan = LeaseConfig {
+            drift_margin: f64::NAN,
+            ..LeaseConfig::default()
+        };
+        assert!(nan.validate().is_err());
+        assert!(nan.holder_validity() < nan.ttl);
+        assert!(nan.takeover_wait(nan.ttl) > nan.ttl);
+    }
 
     fn message(c: &LeaseConfig) -> String {
         match c.validate() {
@@ -228,4 +251,19 @@ mod tests {
             Duration::from_millis(10_100)
         );
     }
+}
+
+/// The drift margin as a fraction in [0, 1]; NaN counts as the worst case.
+fn drift_fraction(margin: f64) -> f64 {
+    if margin.is_nan() {
+        1.0
+    } else {
+        margin.clamp(0.0, 1.0)
+    }
+}
+
+/// `duration * factor` for a finite, non-negative factor, saturating at
+/// `Duration::MAX` instead of panicking.
+fn scale(duration: Duration, factor: f64) -> Duration {
+    Duration::try_from_secs_f64(duration.as_secs_f64() * factor).unwrap_or(Duration::MAX)
 }

@@ -1,0 +1,314 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+//! Request floors: every lease operation costs exactly the requests listed
+//! in docs/protocol.md ("Request cost"), counted with `CountingStore` on
+//! the in-memory store under paused tokio time. A change that adds a
+//! request to a hot path fails here.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use casaas_core::lease::{
+    AcquireOptions, AcquireOutcome, Clock, Election, Entropy, FencedLog, FencedResource, Lease,
+    LeaseConfig, LeaseError, LeaseGuard, LeaseRecord, SleepFuture, SystemClock,
+};
+use casaas_core::{CasStore, CountingStore, MemoryStore, RequestCounts};
+
+const KEY: &str = "locks/cost";
+const TTL: Duration = Duration::from_secs(10);
+
+struct Setup {
+    counting: CountingStore<MemoryStore>,
+    store: Arc<dyn CasStore>,
+}
+
+fn setup() -> Setup {
+    let counting = CountingStore::new(MemoryStore::new());
+    let store: Arc<dyn CasStore> = Arc::new(counting.clone());
+    Setup { counting, store }
+}
+
+fn lease(store: &Arc<dyn CasStore>, owner: &str, seed: u64) -> Lease {
+    Lease::new(store.clone(), KEY, owner, LeaseConfig::with_ttl(TTL))
+        .unwrap()
+        .with_entropy(Entropy::seeded(seed))
+}
+
+fn acquired(outcome: AcquireOutcome) -> LeaseGuard {
+    match outcome {
+        AcquireOutcome::Acquired(g) => g,
+        AcquireOutcome::Held(h) => panic!("expected to acquire, held by {h:?}"),
+    }
+}
+
+/// Requests sent between two snapshots.
+fn since(before: RequestCounts, after: RequestCounts) -> RequestCounts {
+    RequestCounts {
+        get: after.get - before.get,
+        create: after.create - before.create,
+        replace: after.replace - before.replace,
+        delete: after.delete - before.delete,
+        list: after.list - before.list,
+    }
+}
+
+/// Shorthand for an expected count: (get, create, replace, delete, list).
+fn counts(get: u64, create: u64, replace: u64, delete: u64, list: u64) -> RequestCounts {
+    RequestCounts {
+        get,
+        create,
+        replace,
+        delete,
+        list,
+    }
+}
+
+impl Setup {
+    /// Runs `op` and returns what it cost.
+    async fn cost<T>(&self, op: impl std::future::Future<Output = T>) -> (T, RequestCounts) {
+        let before = self.counting.counts();
+        let out = op.await;
+        (out, since(before, self.counting.counts()))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn acquire_of_an_absent_lock_is_one_get_and_one_create() {
+    let s = setup();
+    let a = lease(&s.store, "a", 1);
+    let (outcome, c) = s.cost(a.try_acquire()).await;
+    let guard = acquired(outcome.unwrap());
+    assert_eq!(c, counts(1, 1, 0, 0, 0), "try_acquire on an absent lock");
+    assert_eq!(guard.token(), 1);
+    guard.release().await.unwrap();
+
+    // The blocking form costs the same when the lock is free.
+    let b = Lease::new(
+        s.store.clone(),
+        "locks/other",
+        "b",
+        LeaseConfig::with_ttl(TTL),
+    )
+    .unwrap();
+    let (guard, c) = s.cost(b.acquire(AcquireOptions::default())).await;
+    assert_eq!(c, counts(1, 1, 0, 0, 0), "acquire on an absent lock");
+    guard.unwrap().release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn acquire_of_a_released_lock_is_one_get_and_one_replace() {
+    let s = setup();
+    let a = lease(&s.store, "a", 1);
+    acquired(a.try_acquire().await.unwrap())
+        .release()
+        .await
+        .unwrap();
+    let b = lease(&s.store, "b", 2);
+    let (outcome, c) = s.cost(b.try_acquire()).await;
+    let guard = acquired(outcome.unwrap());
+    assert_eq!(c, counts(1, 0, 1, 0, 0));
+    assert_eq!(guard.token(), 2);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_on_a_held_lock_is_one_get() {
+    let s = setup();
+    let a = lease(&s.store, "a", 1);
+    let guard = acquired(a.try_acquire().await.unwrap());
+    let b = lease(&s.store, "b", 2);
+    let (outcome, c) = s.cost(b.try_acquire()).await;
+    assert!(matches!(outcome.unwrap(), AcquireOutcome::Held(_)));
+    assert_eq!(c, counts(1, 0, 0, 0, 0));
+    // So does `Lease::read` and `Election::leader`.
+    let (_, c) = s.cost(b.read()).await;
+    assert_eq!(c, counts(1, 0, 0, 0, 0), "Lease::read");
+    let election = Election::new(b.clone());
+    let (leader, c) = s.cost(election.leader()).await;
+    assert_eq!(leader.unwrap().unwrap().owner, "a");
+    assert_eq!(c, counts(1, 0, 0, 0, 0), "Election::leader");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn taking_over_an_expired_lock_is_one_get_and_one_replace() {
+    let s = setup();
+    let a = lease(&s.store, "a", 1);
+    acquired(a.try_acquire().await.unwrap()).abandon();
+
+    let b = lease(&s.store, "b", 2);
+    let (outcome, c) = s.cost(b.try_acquire()).await;
+    let AcquireOutcome::Held(held) = outcome.unwrap() else {
+        panic!("a fresh record must not be taken over")
+    };
+    assert_eq!(c, counts(1, 0, 0, 0, 0), "first observation");
+    // The record's TTL plus the 1% drift margin, from the first observation.
+    assert_eq!(held.takeover_in, Duration::from_millis(10_100));
+    tokio::time::sleep(held.takeover_in).await;
+
+    let (outcome, c) = s.cost(b.try_acquire()).await;
+    let guard = acquired(outcome.unwrap());
+    assert_eq!(c, counts(1, 0, 1, 0, 0), "the taking attempt");
+    assert_eq!(guard.token(), 2);
+    guard.release().await.unwrap();
+}
+
+/// A clock that records every sleep, to count the polls of a blocking
+/// acquire independently of the store.
+#[derive(Debug, Default)]
+struct RecordingClock {
+    inner: SystemClock,
+    sleeps: Mutex<Vec<Duration>>,
+}
+
+impl Clock for RecordingClock {
+    fn now(&self) -> Duration {
+        self.inner.now()
+    }
+    fn wall(&self) -> SystemTime {
+        self.inner.wall()
+    }
+    fn sleep(&self, d: Duration) -> SleepFuture {
+        self.sleeps.lock().unwrap().push(d);
+        self.inner.sleep(d)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiting_out_a_crashed_holder_is_one_get_per_poll_and_one_replace() {
+    let s = setup();
+    let a = lease(&s.store, "a", 1);
+    acquired(a.try_acquire().await.unwrap()).abandon();
+
+    let clock = Arc::new(RecordingClock::default());
+    let b = lease(&s.store, "b", 2).with_clock(clock.clone());
+    let config = b.config().clone();
+    let start = clock.now();
+    let (guard, c) = s.cost(b.acquire(AcquireOptions::default())).await;
+    let guard = guard.unwrap();
+    let waited = clock.now() - start;
+
+    // Every request arms one timeout of `request_timeout`; the waits between
+    // polls are at most `retry_period` plus 20% jitter, which is shorter.
+    let pauses = clock
+        .sleeps
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|d| **d <= config.retry_period.mul_f64(1.2))
+        .count() as u64;
+    let polls = pauses + 1;
+    assert!(config.retry_period.mul_f64(1.2) < config.request_timeout);
+    assert_eq!(c, counts(polls, 0, 1, 0, 0), "waited {waited:?}");
+    // ttl·(1+ρ) = 10.1 s of observation, polled every 1 s to 1.2 s: the
+    // first poll plus 9 to 11 more.
+    eprintln!("{polls} polls over {waited:?}");
+    assert!((10..=12).contains(&polls), "{polls} polls");
+    assert!(waited >= Duration::from_millis(10_100), "{waited:?}");
+    assert_eq!(guard.token(), 2);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewal_is_one_replace_per_interval_and_no_reads() {
+    let s = setup();
+    let a = lease(&s.store, "a", 1);
+    let guard = acquired(a.try_acquire().await.unwrap());
+    let interval = a.config().renew_interval;
+    let before = s.counting.counts();
+    // Ten renew intervals and a half: exactly ten renewals.
+    tokio::time::sleep(interval * 10 + interval / 2).await;
+    let c = since(before, s.counting.counts());
+    assert_eq!(c, counts(0, 0, 10, 0, 0));
+    assert!(guard.is_held());
+    assert!(guard.health().is_healthy());
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_is_one_replace_and_no_delete() {
+    let s = setup();
+    let a = lease(&s.store, "a", 1);
+    let guard = acquired(a.try_acquire().await.unwrap());
+    let token = guard.token();
+    let (result, c) = s.cost(guard.release()).await;
+    result.unwrap();
+    assert_eq!(c, counts(0, 0, 1, 0, 0));
+    let object = s.counting.inner().get(KEY).await.unwrap().unwrap();
+    let record = LeaseRecord::decode(KEY, &object.body).unwrap();
+    assert!(record.released);
+    assert_eq!(record.token, token, "the release keeps the token");
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_a_guard_releases_with_one_replace() {
+    let s = setup();
+    let a = lease(&s.store, "a", 1);
+    let guard = acquired(a.try_acquire().await.unwrap());
+    let before = s.counting.counts();
+    drop(guard);
+    // Let the spawned best-effort release run.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(since(before, s.counting.counts()), counts(0, 0, 1, 0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn fenced_resource_update_is_one_get_and_one_write() {
+    let s = setup();
+    let r = FencedResource::<u64>::new(s.store.clone(), "fenced/value")
+        .unwrap()
+        .with_entropy(Entropy::seeded(3));
+    let (v, c) = s.cost(r.update(1, |v| v.copied().unwrap_or(0) + 1)).await;
+    assert_eq!(v.unwrap().value, 1);
+    assert_eq!(c, counts(1, 1, 0, 0, 0), "first update creates");
+    let (v, c) = s.cost(r.update(2, |v| v.copied().unwrap_or(0) + 1)).await;
+    assert_eq!(v.unwrap().value, 2);
+    assert_eq!(c, counts(1, 0, 1, 0, 0), "update");
+    let (v, c) = s.cost(r.read()).await;
+    assert_eq!(v.unwrap().unwrap().token, 2);
+    assert_eq!(c, counts(1, 0, 0, 0, 0), "read");
+    let (v, c) = s.cost(r.update(1, |_| 0)).await;
+    assert!(matches!(
+        v,
+        Err(LeaseError::FencedOut {
+            presented: 1,
+            recorded: 2
+        })
+    ));
+    assert_eq!(
+        c,
+        counts(1, 0, 0, 0, 0),
+        "a fenced-out update writes nothing"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn fenced_log_append_is_one_list_one_get_and_one_create() {
+    let s = setup();
+    let log = FencedLog::<String>::new(s.store.clone(), "fenced/log")
+        .unwrap()
+        .with_entropy(Entropy::seeded(4));
+    // The first entry has no predecessor to read.
+    let (e, c) = s.cost(log.append(1, "first".into())).await;
+    assert_eq!(e.unwrap().seq, 1);
+    assert_eq!(c, counts(0, 1, 0, 0, 1), "append to an empty log");
+    for seq in 2..=4 {
+        let (e, c) = s.cost(log.append(1, format!("entry {seq}"))).await;
+        assert_eq!(e.unwrap().seq, seq);
+        assert_eq!(c, counts(1, 1, 0, 0, 1), "append after entry {}", seq - 1);
+    }
+    let (latest, c) = s.cost(log.latest()).await;
+    assert_eq!(latest.unwrap().unwrap().seq, 4);
+    assert_eq!(c, counts(1, 0, 0, 0, 1), "latest");
+    let (e, c) = s.cost(log.read(2)).await;
+    assert_eq!(e.unwrap().unwrap().value, "entry 2");
+    assert_eq!(c, counts(1, 0, 0, 0, 0), "read");
+    let (_, c) = s.cost(log.append(2, "new holder".into())).await;
+    assert_eq!(c, counts(1, 1, 0, 0, 1));
+    let (e, c) = s.cost(log.append(1, "zombie".into())).await;
+    assert!(matches!(e, Err(LeaseError::FencedOut { .. })));
+    assert_eq!(
+        c,
+        counts(1, 0, 0, 0, 1),
+        "a fenced-out append writes nothing"
+    );
+}
