@@ -68,28 +68,32 @@ fn create(bencher: Bencher, backend: Backend) {
 }
 
 thread_local! {
-    static OWN_KEY: RefCell<Option<(String, Version)>> = const { RefCell::new(None) };
+    /// Per bench thread and backend: the key it replaces and its version.
+    static OWN_KEYS: RefCell<Vec<(u8, String, Version)>> = const { RefCell::new(Vec::new()) };
 }
 
 fn replace(bencher: Bencher, backend: Backend) {
     let store = store(backend);
     bencher.counter(ItemsCount::new(1usize)).bench(|| {
         // Each bench thread replaces its own key, so every replace succeeds.
-        OWN_KEY.with(|own| {
+        OWN_KEYS.with(|own| {
             let mut own = own.borrow_mut();
-            let (key, version) = own.get_or_insert_with(|| {
+            let id = backend as u8;
+            if !own.iter().any(|(b, _, _)| *b == id) {
                 let key = fresh_key("replace");
                 let v = runtime()
                     .block_on(store.create(&key, Bytes::from_static(BODY)))
                     .unwrap();
-                (key, v)
-            });
+                own.push((id, key, v));
+            }
+            let Some((_, key, version)) = own.iter_mut().find(|(b, _, _)| *b == id) else {
+                unreachable!("inserted above");
+            };
             *version = runtime()
                 .block_on(store.replace(key, version, Bytes::from_static(BODY)))
                 .unwrap();
         })
     });
-    OWN_KEY.with(|own| own.borrow_mut().take());
 }
 
 fn read(bencher: Bencher, backend: Backend) {

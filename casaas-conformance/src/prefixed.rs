@@ -1,0 +1,122 @@
+//! A view of a store under a key prefix, so a run never touches keys
+//! outside its own.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use casaas_core::{
+    Capabilities, CasError, CasStore, ListEntry, StoredObject, Version, validate_key,
+    validate_prefix,
+};
+
+/// Prepends a fixed prefix to every key; lists only under it.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), casaas_core::CasError> {
+/// use std::sync::Arc;
+/// use bytes::Bytes;
+/// use casaas_core::{CasStore, MemoryStore};
+/// use casaas_conformance::PrefixedStore;
+///
+/// let base: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
+/// let view = PrefixedStore::new(base.clone(), "run-1")?;
+/// view.create("k", Bytes::from_static(b"x")).await?;
+/// assert!(base.get("run-1/k").await?.is_some());
+/// assert_eq!(view.list("").await?[0].key, "k");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct PrefixedStore {
+    inner: Arc<dyn CasStore>,
+    /// Ends with `/`.
+    prefix: String,
+}
+
+impl PrefixedStore {
+    /// A view of `inner` under `prefix` (a valid key; slashes at the ends
+    /// are ignored).
+    pub fn new(inner: Arc<dyn CasStore>, prefix: &str) -> Result<Self, CasError> {
+        let prefix = prefix.trim_matches('/');
+        validate_key(prefix)?;
+        Ok(PrefixedStore {
+            inner,
+            prefix: format!("{prefix}/"),
+        })
+    }
+
+    /// The prefix, ending with `/`.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn full(&self, key: &str) -> Result<String, CasError> {
+        validate_key(key)?;
+        Ok(format!("{}{key}", self.prefix))
+    }
+
+    fn strip(&self, result: Result<Version, CasError>, key: &str) -> Result<Version, CasError> {
+        result.map_err(|e| relabel(e, key))
+    }
+}
+
+/// Names the caller's key in an error instead of the prefixed one.
+fn relabel(err: CasError, key: &str) -> CasError {
+    err.with_key(key)
+}
+
+#[async_trait]
+impl CasStore for PrefixedStore {
+    async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
+        let full = self.full(key)?;
+        self.inner.get(&full).await.map_err(|e| relabel(e, key))
+    }
+
+    async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
+        let full = self.full(key)?;
+        self.strip(self.inner.create(&full, body).await, key)
+    }
+
+    async fn replace(
+        &self,
+        key: &str,
+        expected: &Version,
+        body: Bytes,
+    ) -> Result<Version, CasError> {
+        let full = self.full(key)?;
+        self.strip(self.inner.replace(&full, expected, body).await, key)
+    }
+
+    async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
+        let full = self.full(key)?;
+        self.inner
+            .delete(&full, expected)
+            .await
+            .map_err(|e| relabel(e, key))
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
+        validate_prefix(prefix)?;
+        let full = format!("{}{prefix}", self.prefix);
+        let entries = self.inner.list(&full).await?;
+        Ok(entries
+            .into_iter()
+            .filter_map(|e| {
+                e.key.strip_prefix(&self.prefix).map(|k| ListEntry {
+                    key: k.to_string(),
+                    version: e.version.clone(),
+                })
+            })
+            .collect())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn describe(&self) -> String {
+        format!("{} (under {})", self.inner.describe(), self.prefix)
+    }
+}

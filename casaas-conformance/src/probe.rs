@@ -1,0 +1,236 @@
+//! The probe interface: what a probe is, and what it gets to work with.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use async_trait::async_trait;
+use casaas_core::CasStore;
+
+use crate::model::{Outcome, ProbeResult, Severity, StepError};
+
+/// How hard a run probes: rounds, sample counts and time caps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// Quick mode: few rounds, for a first look (under a minute on a
+    /// loopback server). The default is thorough.
+    pub quick: bool,
+    /// Concurrent writers in each race round.
+    pub concurrency: usize,
+    /// Race rounds; `None` picks the mode's default (10 quick, 100 thorough).
+    pub rounds: Option<usize>,
+    /// The longest one probe may take before it is reported as an error.
+    pub probe_timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings::thorough()
+    }
+}
+
+impl Settings {
+    /// The thorough defaults.
+    pub fn thorough() -> Self {
+        Settings {
+            quick: false,
+            concurrency: 8,
+            rounds: None,
+            probe_timeout: Duration::from_secs(600),
+        }
+    }
+
+    /// The quick defaults.
+    pub fn quick() -> Self {
+        Settings {
+            quick: true,
+            probe_timeout: Duration::from_secs(120),
+            ..Settings::thorough()
+        }
+    }
+
+    /// Rounds of each race.
+    pub fn race_rounds(&self) -> usize {
+        self.rounds.unwrap_or(if self.quick { 10 } else { 100 })
+    }
+
+    /// Write-then-read rounds of the read-after-write probe.
+    pub fn consistency_rounds(&self) -> usize {
+        if self.quick { 100 } else { 1000 }
+    }
+
+    /// Samples per operation of the latency probe.
+    pub fn latency_samples(&self) -> usize {
+        if self.quick { 30 } else { 200 }
+    }
+
+    /// The throttle probe's caps: total writes and total time.
+    pub fn throttle_caps(&self) -> (u64, Duration) {
+        if self.quick {
+            (600, Duration::from_secs(5))
+        } else {
+            (5000, Duration::from_secs(20))
+        }
+    }
+}
+
+/// A backend hook: the server's own clock, as stated in the HTTP `Date`
+/// header of its responses. Backends that see those headers implement it;
+/// the clock-skew probe is unsupported without one.
+pub trait ServerClock: Send + Sync + fmt::Debug {
+    /// The `Date` of the most recent response the backend received, if any.
+    fn last_server_date(&self) -> Option<SystemTime>;
+}
+
+/// Receives progress while a suite runs (the binary draws a progress bar).
+/// Every method has an empty default.
+pub trait Progress: Send + Sync {
+    /// Probe `index` (0-based) of `total` starts.
+    fn probe_started(&self, index: usize, total: usize, id: &str, title: &str) {
+        let _ = (index, total, id, title);
+    }
+
+    /// A probe advanced: `done` of `total` steps (rounds, samples).
+    fn probe_step(&self, id: &str, done: u64, total: u64) {
+        let _ = (id, done, total);
+    }
+
+    /// A probe finished.
+    fn probe_finished(&self, result: &ProbeResult) {
+        let _ = result;
+    }
+}
+
+/// A [`Progress`] that ignores everything.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoProgress;
+
+impl Progress for NoProgress {}
+
+/// What a probe works with.
+pub struct ProbeContext {
+    pub(crate) id: &'static str,
+    pub(crate) store: Arc<dyn CasStore>,
+    pub(crate) settings: Settings,
+    pub(crate) clock: Option<Arc<dyn ServerClock>>,
+    pub(crate) progress: Arc<dyn Progress>,
+    pub(crate) last_write: Mutex<HashMap<String, Instant>>,
+    pub(crate) key_prefix: String,
+}
+
+impl fmt::Debug for ProbeContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProbeContext")
+            .field("id", &self.id)
+            .field("store", &self.store.describe())
+            .field("settings", &self.settings)
+            .field("clock", &self.clock.is_some())
+            .finish()
+    }
+}
+
+impl ProbeContext {
+    /// A context for probe `id` on `store` (already private to the probe).
+    pub fn new(
+        id: &'static str,
+        store: Arc<dyn CasStore>,
+        settings: Settings,
+        clock: Option<Arc<dyn ServerClock>>,
+        progress: Arc<dyn Progress>,
+    ) -> Self {
+        ProbeContext {
+            id,
+            store,
+            settings,
+            clock,
+            progress,
+            last_write: Mutex::new(HashMap::new()),
+            key_prefix: String::new(),
+        }
+    }
+
+    /// Records where the probe's store lives inside the store the user
+    /// named (ending with `/`), for probes that bypass [`CasStore`] and
+    /// talk to the backend directly.
+    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// `key` of the probe's store as a key of the store the user named:
+    /// what a probe using the backend's own client must write to, so that
+    /// it stays under the run's prefix and is cleaned up with the rest.
+    pub fn base_key(&self, key: &str) -> String {
+        format!("{}{key}", self.key_prefix)
+    }
+
+    /// The store, on an empty key prefix private to this probe. Every key a
+    /// probe writes is under it, and the suite removes them afterwards.
+    pub fn store(&self) -> &Arc<dyn CasStore> {
+        &self.store
+    }
+
+    /// How hard to probe.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The server clock hook, when the backend provides one.
+    pub fn clock(&self) -> Option<&Arc<dyn ServerClock>> {
+        self.clock.as_ref()
+    }
+
+    /// Reports progress within the probe.
+    pub fn step(&self, done: u64, total: u64) {
+        self.progress.probe_step(self.id, done, total);
+    }
+
+    /// Waits until a write to `key` respects the store's declared minimum
+    /// interval between writes to one key (GCS: about one per second), so
+    /// that probes other than the throttle probe measure semantics, not rate
+    /// limits.
+    pub async fn pace(&self, key: &str) {
+        let Some(interval) = self.store.capabilities().min_write_interval else {
+            return;
+        };
+        let wait = {
+            let mut map = self
+                .last_write
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let now = Instant::now();
+            let next = map.get(key).map_or(now, |last| (*last + interval).max(now));
+            map.insert(key.to_string(), next);
+            next - now
+        };
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+/// A named check of one property of a store.
+///
+/// Probes are written once against [`CasStore`]. A binary may contribute
+/// probes of its own (for example S3-only checks that need raw S3 access)
+/// with [`Suite::with_probe`](crate::Suite::with_probe), which replaces a
+/// built-in probe of the same id.
+#[async_trait]
+pub trait Probe: Send + Sync {
+    /// Stable identifier (snake_case), used by `--only` and in JSON.
+    fn id(&self) -> &'static str;
+
+    /// A short title for people.
+    fn title(&self) -> &'static str;
+
+    /// How much a failure matters.
+    fn severity(&self) -> Severity;
+
+    /// One plain sentence: what a failure means for a lock on this store.
+    fn explanation(&self) -> &'static str;
+
+    /// Runs the probe. A `StepError` (an unexpected store error) becomes an
+    /// error verdict, or unsupported if the store said so.
+    async fn run(&self, cx: &ProbeContext) -> Result<Outcome, StepError>;
+}

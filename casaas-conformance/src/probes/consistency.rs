@@ -1,0 +1,232 @@
+//! Read-after-write and list-after-write consistency.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+use casaas_core::{CasError, ErrorKind, Version};
+use futures::StreamExt;
+
+use super::payload;
+use crate::model::{Outcome, StepError, StepExt};
+use crate::probe::ProbeContext;
+
+/// Retries `op` while the store answers throttled or concurrent request
+/// (nothing was written), a few times with backoff; counts the retries.
+pub(crate) async fn patiently<T, F, Fut>(retries: &mut u64, mut op: F) -> Result<T, CasError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, CasError>>,
+{
+    let mut delay = Duration::from_millis(100);
+    for _ in 0..6 {
+        match op().await {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::Throttled | ErrorKind::ConcurrentRequest
+                ) =>
+            {
+                *retries += 1;
+                tokio::time::sleep(e.retry_after().unwrap_or(delay).min(Duration::from_secs(5)))
+                    .await;
+                delay *= 2;
+            }
+            other => return other,
+        }
+    }
+    op().await
+}
+
+const KEYS: usize = 10;
+
+pub(super) async fn read_after_write(cx: &ProbeContext) -> Result<Outcome, StepError> {
+    let store = cx.store();
+    let rounds = cx.settings().consistency_rounds();
+    let mut retries = 0;
+    let mut versions: Vec<Version> = Vec::with_capacity(KEYS);
+    for k in 0..KEYS {
+        let key = format!("raw/{k}");
+        let v = patiently(&mut retries, || store.create(&key, payload("start")))
+            .await
+            .step("create")?;
+        versions.push(v);
+    }
+    let (mut stale, mut stale_after_create, mut creates, mut replaces) = (0u64, 0u64, 0u64, 0u64);
+    let mut examples: Vec<String> = Vec::new();
+    for i in 0..rounds {
+        let body = payload(&format!("round {i}"));
+        let (key, version, fresh) = if i % 10 == 9 {
+            let key = format!("fresh/{i}");
+            let v = patiently(&mut retries, || store.create(&key, body.clone()))
+                .await
+                .step("create a fresh key")?;
+            creates += 1;
+            (key, v, true)
+        } else {
+            let k = i % KEYS;
+            let key = format!("raw/{k}");
+            cx.pace(&key).await;
+            let v = patiently(&mut retries, || {
+                store.replace(&key, &versions[k], body.clone())
+            })
+            .await
+            .step("replace")?;
+            versions[k] = v.clone();
+            replaces += 1;
+            (key, v, false)
+        };
+        let read = store.get(&key).await.step("read after write")?;
+        let ok = read
+            .as_ref()
+            .is_some_and(|o| o.body == body && o.version == version);
+        if !ok {
+            if fresh {
+                stale_after_create += 1;
+            } else {
+                stale += 1;
+            }
+            if examples.len() < 3 {
+                examples.push(format!(
+                    "round {i}: wrote {version} to {key}, read {}",
+                    read.map_or_else(|| "nothing".to_string(), |o| o.version.to_string())
+                ));
+            }
+        }
+        if i % 20 == 0 {
+            cx.step(i as u64, rounds as u64);
+        }
+    }
+    let outcome = Outcome::check(
+        stale + stale_after_create == 0,
+        format!("every one of {rounds} reads right after a write saw that write"),
+        format!(
+            "{} of {rounds} reads right after a write answered an older state",
+            stale + stale_after_create
+        ),
+    );
+    Ok(outcome
+        .with("rounds", rounds)
+        .with("replaces", replaces)
+        .with("creates", creates)
+        .with("stale_after_replace", stale)
+        .with("stale_after_create", stale_after_create)
+        .with("throttle_retries", retries)
+        .with("examples", examples))
+}
+
+pub(super) async fn list_after_write(cx: &ProbeContext) -> Result<Outcome, StepError> {
+    let store = cx.store();
+    let n = if cx.settings().quick { 20 } else { 100 };
+    let keys: Vec<String> = (0..n).map(|i| format!("list/{i:04}")).collect();
+    let created: Vec<Result<(String, Version), CasError>> =
+        futures::stream::iter(keys.iter().cloned().map(|key| async move {
+            let mut retries = 0;
+            let v = patiently(&mut retries, || store.create(&key, payload("listed"))).await?;
+            Ok((key, v))
+        }))
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    let mut expected = BTreeMap::new();
+    for result in created {
+        let (key, v) = result.step("create keys to list")?;
+        expected.insert(key, v);
+    }
+    store
+        .create("listx", payload("sibling"))
+        .await
+        .step("create a sibling key")?;
+
+    let mut problems = Vec::new();
+    let listed = store.list("list/").await.step("list")?;
+    let sorted = listed.windows(2).all(|w| w[0].key < w[1].key);
+    if !sorted {
+        problems.push("the listing is not sorted by key".to_string());
+    }
+    let found: BTreeMap<String, Version> = listed.into_iter().map(|e| (e.key, e.version)).collect();
+    let missing = expected.keys().filter(|k| !found.contains_key(*k)).count();
+    let wrong = expected
+        .iter()
+        .filter(|(k, v)| found.get(*k).is_some_and(|f| f != *v))
+        .count();
+    let extra: Vec<&String> = found
+        .keys()
+        .filter(|k| !expected.contains_key(*k))
+        .collect();
+    if missing > 0 {
+        problems.push(format!(
+            "{missing} of {n} just-created keys were not listed"
+        ));
+    }
+    if wrong > 0 {
+        problems.push(format!("{wrong} keys were listed with another version"));
+    }
+    if !extra.is_empty() {
+        problems.push(format!("keys outside the prefix were listed: {extra:?}"));
+    }
+
+    // A replace must show up with its new version.
+    let mut stale_versions = 0;
+    for key in keys.iter().take(5) {
+        let Some(old) = expected.get(key).cloned() else {
+            continue;
+        };
+        cx.pace(key).await;
+        let new = store
+            .replace(key, &old, payload("relisted"))
+            .await
+            .step("replace a listed key")?;
+        expected.insert(key.clone(), new);
+    }
+    let relisted: BTreeMap<String, Version> = store
+        .list("list/")
+        .await
+        .step("list after replace")?
+        .into_iter()
+        .map(|e| (e.key, e.version))
+        .collect();
+    for key in keys.iter().take(5) {
+        if relisted.get(key) != expected.get(key) {
+            stale_versions += 1;
+        }
+    }
+    if stale_versions > 0 {
+        problems.push(format!(
+            "{stale_versions} of 5 replaced keys were listed with their old version"
+        ));
+    }
+
+    // A delete must disappear from the listing, where deletes exist.
+    let mut ghosts = None;
+    if store.capabilities().conditional_delete {
+        let mut deleted = Vec::new();
+        for key in keys.iter().skip(5).take(5) {
+            if let Some(v) = expected.get(key) {
+                store.delete(key, v).await.step("delete a listed key")?;
+                deleted.push(key.clone());
+            }
+        }
+        let after = store.list("list/").await.step("list after delete")?;
+        let count = after.iter().filter(|e| deleted.contains(&e.key)).count();
+        if count > 0 {
+            problems.push(format!("{count} of 5 deleted keys were still listed"));
+        }
+        ghosts = Some(count);
+    }
+
+    let outcome = if problems.is_empty() {
+        Outcome::pass(format!(
+            "a listing right after {n} creates, 5 replaces and deletes showed exactly the current state"
+        ))
+    } else {
+        Outcome::fail(problems.join("; "))
+    };
+    Ok(outcome
+        .with("keys", n)
+        .with("missing_after_create", missing)
+        .with("wrong_version", wrong)
+        .with("stale_after_replace", stale_versions)
+        .with("listed_after_delete", ghosts)
+        .with("sorted", sorted))
+}
