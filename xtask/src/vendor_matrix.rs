@@ -176,7 +176,8 @@ fn binary_version(binary: &Path) -> String {
 /// Servers not started by default that are ready to start because their
 /// (slow) build already happened.
 fn built_on_request(ctx: &Ctx, name: &str) -> bool {
-    ctx.tools.join(name).join(".installed").is_file()
+    let tools = ctx.tools.join(name);
+    tools.join(".installed").is_file() || tools.join("bin").join(name).is_file()
 }
 
 fn is_running(ctx: &Ctx, name: &str) -> bool {
@@ -410,6 +411,19 @@ fn answer(value: &Value) -> String {
     }
 }
 
+/// The casaas quirk options already set in a store's URL, shown as
+/// "needed" for that store: xtask's env file gives each server the options it
+/// needs, so the binary then has nothing left to recommend.
+fn quirk_options_in_url(url: Option<&str>) -> Option<String> {
+    const QUIRKS: [&str; 3] = ["etag_unquoted", "conditional_delete", "versioned_bucket"];
+    let query = url?.split_once('?')?.1;
+    let given: Vec<&str> = query
+        .split('&')
+        .filter(|pair| QUIRKS.iter().any(|q| pair.starts_with(&format!("{q}="))))
+        .collect();
+    (!given.is_empty()).then(|| format!("{} (set in the URL)", given.join(", ")))
+}
+
 fn render(
     runs: &[Run],
     not_built: &[String],
@@ -449,6 +463,7 @@ fn render(
                             .join(", ")
                     })
                     .filter(|s| !s.is_empty())
+                    .or_else(|| quirk_options_in_url(run.target.url.as_deref()))
                     .unwrap_or_else(|| "-".into()),
             ),
             None => (

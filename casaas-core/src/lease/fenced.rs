@@ -10,10 +10,10 @@ use tracing::Instrument;
 
 use crate::{CasError, CasStore, ErrorKind, Version, validate_key};
 
-use super::clock::{Clock, Entropy, SystemClock};
+use super::clock::{Clock, Entropy};
 use super::handle::LeaseGuard;
 use super::record::{check_envelope, foreign};
-use super::retry::{backoff, count_ambiguous, timed};
+use super::retry::{RequestPolicy, backoff, count_ambiguous, timed};
 use super::{LeaseError, metric_names};
 
 /// The `kind` of a fenced-resource record.
@@ -66,11 +66,7 @@ pub struct Fenced<T> {
 pub struct FencedResource<T> {
     store: Arc<dyn CasStore>,
     key: String,
-    clock: Arc<dyn Clock>,
-    entropy: Entropy,
-    request_timeout: Duration,
-    retry_period: Duration,
-    max_attempts: u32,
+    policy: RequestPolicy,
     _value: PhantomData<fn() -> T>,
 }
 
@@ -85,24 +81,20 @@ where
         Ok(FencedResource {
             store,
             key,
-            clock: Arc::new(SystemClock::new()),
-            entropy: Entropy::from_os(),
-            request_timeout: Duration::from_secs(10),
-            retry_period: Duration::from_millis(100),
-            max_attempts: 32,
+            policy: RequestPolicy::default(),
             _value: PhantomData,
         })
     }
 
     /// Uses `clock` for timeouts and backoff.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
+        self.policy.clock = clock;
         self
     }
 
     /// Uses `entropy` for nonces and jitter.
     pub fn with_entropy(mut self, entropy: Entropy) -> Self {
-        self.entropy = entropy;
+        self.policy.entropy = entropy;
         self
     }
 
@@ -114,9 +106,9 @@ where
         retry_period: Duration,
         max_attempts: u32,
     ) -> Self {
-        self.request_timeout = request_timeout;
-        self.retry_period = retry_period;
-        self.max_attempts = max_attempts.max(1);
+        self.policy.request_timeout = request_timeout;
+        self.policy.retry_period = retry_period;
+        self.policy.max_attempts = max_attempts.max(1);
         self
     }
 
@@ -132,8 +124,8 @@ where
 
     async fn read_full(&self) -> Result<Option<(Fenced<T>, String)>, LeaseError> {
         let object = timed(
-            self.clock.as_ref(),
-            self.request_timeout,
+            self.policy.clock.as_ref(),
+            self.policy.request_timeout,
             &self.key,
             self.store.get(&self.key),
         )
@@ -174,10 +166,15 @@ where
         let span = tracing::debug_span!("fenced.update", key = %self.key, token);
         async {
             let mut last_err: Option<CasError> = None;
-            for _ in 0..self.max_attempts {
+            for _ in 0..self.policy.max_attempts {
                 if let Some(err) = last_err.take() {
-                    self.clock
-                        .sleep(backoff(&self.entropy, self.retry_period, Some(&err)))
+                    self.policy
+                        .clock
+                        .sleep(backoff(
+                            &self.policy.entropy,
+                            self.policy.retry_period,
+                            Some(&err),
+                        ))
                         .await;
                 }
                 let current = self.read_full().await;
@@ -203,7 +200,7 @@ where
                     None => (None, None),
                 };
                 let value = f(old);
-                let nonce = self.entropy.nonce();
+                let nonce = self.policy.entropy.nonce();
                 let record = FencedRecord {
                     kind: FENCED_KIND.to_string(),
                     schema: FENCED_SCHEMA,
@@ -219,7 +216,14 @@ where
                     None => self.store.create(&self.key, body.into()),
                     Some(v) => self.store.replace(&self.key, v, body.into()),
                 };
-                match timed(self.clock.as_ref(), self.request_timeout, &self.key, write).await {
+                match timed(
+                    self.policy.clock.as_ref(),
+                    self.policy.request_timeout,
+                    &self.key,
+                    write,
+                )
+                .await
+                {
                     Ok(version) => {
                         return Ok(Fenced {
                             value: record.value,
@@ -259,7 +263,7 @@ where
             }
             Err(LeaseError::Contended {
                 key: self.key.clone(),
-                attempts: self.max_attempts,
+                attempts: self.policy.max_attempts,
             })
         }
         .instrument(span)

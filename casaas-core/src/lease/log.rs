@@ -12,9 +12,9 @@ use tracing::Instrument;
 
 use crate::{CasError, CasStore, ErrorKind, Version, validate_key};
 
-use super::clock::{Clock, Entropy, SystemClock};
+use super::clock::{Clock, Entropy};
 use super::record::{check_envelope, foreign};
-use super::retry::{backoff, count_ambiguous, timed};
+use super::retry::{RequestPolicy, backoff, count_ambiguous, timed};
 use super::{LeaseError, metric_names};
 
 const LOG_KIND: &str = "casaas.log";
@@ -78,11 +78,7 @@ pub struct LogEntry<T> {
 pub struct FencedLog<T> {
     store: Arc<dyn CasStore>,
     prefix: String,
-    clock: Arc<dyn Clock>,
-    entropy: Entropy,
-    request_timeout: Duration,
-    retry_period: Duration,
-    max_attempts: u32,
+    policy: RequestPolicy,
     _value: PhantomData<fn() -> T>,
 }
 
@@ -103,24 +99,20 @@ where
         Ok(FencedLog {
             store,
             prefix,
-            clock: Arc::new(SystemClock::new()),
-            entropy: Entropy::from_os(),
-            request_timeout: Duration::from_secs(10),
-            retry_period: Duration::from_millis(100),
-            max_attempts: 32,
+            policy: RequestPolicy::default(),
             _value: PhantomData,
         })
     }
 
     /// Uses `clock` for timeouts and backoff.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
+        self.policy.clock = clock;
         self
     }
 
     /// Uses `entropy` for nonces and jitter.
     pub fn with_entropy(mut self, entropy: Entropy) -> Self {
-        self.entropy = entropy;
+        self.policy.entropy = entropy;
         self
     }
 
@@ -132,9 +124,9 @@ where
         retry_period: Duration,
         max_attempts: u32,
     ) -> Self {
-        self.request_timeout = request_timeout;
-        self.retry_period = retry_period;
-        self.max_attempts = max_attempts.max(1);
+        self.policy.request_timeout = request_timeout;
+        self.policy.retry_period = retry_period;
+        self.policy.max_attempts = max_attempts.max(1);
         self
     }
 
@@ -154,8 +146,8 @@ where
     pub async fn latest_seq(&self) -> Result<Option<u64>, LeaseError> {
         let list_prefix = format!("{}/", self.prefix);
         let entries = timed(
-            self.clock.as_ref(),
-            self.request_timeout,
+            self.policy.clock.as_ref(),
+            self.policy.request_timeout,
             &self.prefix,
             self.store.list(&list_prefix),
         )
@@ -171,8 +163,8 @@ where
     async fn read_full(&self, seq: u64) -> Result<Option<(LogEntry<T>, String)>, LeaseError> {
         let key = self.entry_key(seq);
         let Some(object) = timed(
-            self.clock.as_ref(),
-            self.request_timeout,
+            self.policy.clock.as_ref(),
+            self.policy.request_timeout,
             &key,
             self.store.get(&key),
         )
@@ -211,8 +203,8 @@ where
     pub async fn entries(&self, from: u64) -> Result<Vec<LogEntry<T>>, LeaseError> {
         let list_prefix = format!("{}/", self.prefix);
         let listed = timed(
-            self.clock.as_ref(),
-            self.request_timeout,
+            self.policy.clock.as_ref(),
+            self.policy.request_timeout,
             &self.prefix,
             self.store.list(&list_prefix),
         )
@@ -243,10 +235,15 @@ where
             // Nonces of our writes whose outcome is unknown, by sequence number.
             let mut ours: Vec<(u64, String)> = Vec::new();
             let mut last_err: Option<CasError> = None;
-            for _ in 0..self.max_attempts {
+            for _ in 0..self.policy.max_attempts {
                 if let Some(err) = last_err.take() {
-                    self.clock
-                        .sleep(backoff(&self.entropy, self.retry_period, Some(&err)))
+                    self.policy
+                        .clock
+                        .sleep(backoff(
+                            &self.policy.entropy,
+                            self.policy.retry_period,
+                            Some(&err),
+                        ))
                         .await;
                 }
                 // Did an earlier write of ours with an unknown outcome land?
@@ -291,7 +288,7 @@ where
                     }
                 }
                 let seq = latest.map_or(1, |s| s + 1);
-                let nonce = self.entropy.nonce();
+                let nonce = self.policy.entropy.nonce();
                 let record = LogRecord {
                     kind: LOG_KIND.to_string(),
                     schema: LOG_SCHEMA,
@@ -307,8 +304,8 @@ where
                 let key = self.entry_key(seq);
                 ours.push((seq, nonce));
                 match timed(
-                    self.clock.as_ref(),
-                    self.request_timeout,
+                    self.policy.clock.as_ref(),
+                    self.policy.request_timeout,
                     &key,
                     self.store.create(&key, body.into()),
                 )
@@ -359,7 +356,7 @@ where
             }
             Err(LeaseError::Contended {
                 key: self.prefix.clone(),
-                attempts: self.max_attempts,
+                attempts: self.policy.max_attempts,
             })
         }
         .instrument(span)

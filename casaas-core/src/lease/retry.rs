@@ -1,11 +1,12 @@
 //! Shared plumbing: timed requests, record reads, jittered backoff.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{CasError, CasStore, ErrorKind, Version};
 
-use super::clock::{Clock, Entropy};
+use super::clock::{Clock, Entropy, SystemClock};
 use super::record::LeaseRecord;
 use super::{LeaseError, metric_names};
 
@@ -66,4 +67,27 @@ pub(crate) fn count_ambiguous(resolution: &'static str) {
 /// of our own successful write answers 412.
 pub(crate) fn needs_resolution(err: &CasError) -> bool {
     err.may_have_taken_effect() || err.kind() == ErrorKind::PreconditionFailed
+}
+
+/// How the fenced helpers time and retry their requests; shared so that
+/// `FencedResource` and `FencedLog` cannot drift apart.
+#[derive(Debug, Clone)]
+pub(crate) struct RequestPolicy {
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) entropy: Entropy,
+    pub(crate) request_timeout: Duration,
+    pub(crate) retry_period: Duration,
+    pub(crate) max_attempts: u32,
+}
+
+impl Default for RequestPolicy {
+    fn default() -> Self {
+        RequestPolicy {
+            clock: Arc::new(SystemClock::new()),
+            entropy: Entropy::from_os(),
+            request_timeout: Duration::from_secs(10),
+            retry_period: Duration::from_millis(100),
+            max_attempts: 32,
+        }
+    }
 }
