@@ -11,7 +11,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
@@ -359,22 +359,14 @@ fn stable_url(url: &str) -> String {
     out
 }
 
-fn today() -> String {
-    let days = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() / 86_400)
-        .unwrap_or(0) as i64;
-    // Civil date from days since 1970-01-01.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
+/// The day of the run, from the reports' own `started_at` (RFC 3339).
+fn run_date(runs: &[Run]) -> String {
+    runs.iter()
+        .find_map(|run| {
+            let started = run.report.as_ref()?["started_at"].as_str()?;
+            started.get(..10).map(str::to_string)
+        })
+        .unwrap_or_else(|| "an unknown date".to_string())
 }
 
 fn cell(text: &str) -> String {
@@ -437,7 +429,7 @@ fn render(
         "> **Generated** by `{command_line}` on {} (UTC) with {tool_version}, {} mode. \
          Do not edit by hand: run the command again. Each store's full JSON report \
          (schema in [conformance.md](conformance.md)) is kept in `.casaas/vendor-matrix/`.\n\n",
-        today(),
+        run_date(runs),
         if quick { "quick" } else { "thorough" }
     ));
     md.push_str(
