@@ -302,9 +302,17 @@ fn server_version(ctx: &Ctx, name: &str) -> String {
             .ok()
             .filter(|o| o.status.success())
             .map(|o| format!("radosgw {}", String::from_utf8_lossy(&o.stdout).trim())),
-        "garage" => fs::read_to_string(ctx.tools.join("garage").join(".installed"))
+        "garage" => Command::new(ctx.tools.join("garage").join("bin").join("garage"))
+            .arg("--version")
+            .output()
             .ok()
-            .map(|v| format!("garage {}", v.trim())),
+            .filter(|o| o.status.success())
+            .and_then(|o| {
+                // "garage cargo:2.5.0 [features: ...]"
+                let text = String::from_utf8_lossy(&o.stdout).into_owned();
+                let version = text.split_whitespace().nth(1)?.trim_start_matches("cargo:");
+                Some(format!("garage {version}"))
+            }),
         _ => None,
     };
     found.unwrap_or_else(|| "unknown".into())
