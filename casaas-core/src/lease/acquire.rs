@@ -11,19 +11,35 @@ use crate::{CasError, CasStore, ErrorKind, Version, validate_key};
 use super::clock::{Clock, Entropy, SystemClock};
 use super::config::{ExpiryMode, LeaseConfig};
 use super::handle::{HolderStart, LeaseGuard};
+use super::pending::{PendingWrite, PendingWrites, Settled};
 use super::record::{LeaseRecord, unix_ms};
 use super::retry::{backoff, count_ambiguous, needs_resolution, read_record, timed};
 use super::{LeaseError, metric_names};
 
-/// How many unresolved writes a contender remembers.
-const MAX_PENDING: usize = 8;
+/// How many unresolved writes a contender remembers. Forgetting one is safe
+/// (if it lands, the record looks foreign and expires like any other
+/// holder's); the bound only keeps a store that never answers from growing
+/// the memory without end.
+const MAX_ORPHANS: usize = 64;
 
 /// A lease on one key of a store, from one participant's point of view.
 ///
 /// `Lease` is the contender: it reads the lock object, keeps track of how
 /// long it has observed a held version unchanged, and acquires when the
 /// lease is free, released or expired, yielding a [`LeaseGuard`] that renews
-/// in the background. Clones share that observation.
+/// in the background.
+///
+/// # Sharing
+///
+/// A `Lease` may be cloned and used from any number of tasks at once.
+/// Clones share what they observed (how long a held version has been seen
+/// unchanged) and the writes whose outcome is still unknown, but never an
+/// attempt in flight: each attempt owns the writes it sent until it returns
+/// (or its future is dropped), and only then hands the ones that may still
+/// land to the shared memory, where exactly one later attempt can claim each.
+/// So concurrent attempts behave like separate contenders that share an
+/// owner id: at most one of them gets a [`LeaseGuard`] for a given holding,
+/// and the others see the lease as held (by the same owner name).
 #[derive(Clone, Debug)]
 pub struct Lease {
     store: Arc<dyn CasStore>,
@@ -40,8 +56,27 @@ pub struct Lease {
 struct ContenderState {
     /// The held version last seen and when (on our clock) it was first seen.
     observed: Option<(Version, Duration)>,
-    /// Our writes whose outcome is unknown: nonce and send time.
-    pending: Vec<(String, Duration)>,
+    /// Writes of finished (or dropped) attempts that may still land.
+    orphans: PendingWrites<()>,
+}
+
+/// The writes one attempt has sent; whatever may still land is handed to
+/// the lease's shared memory when the attempt ends, even if its future is
+/// dropped mid-request.
+struct AttemptWrites {
+    state: Arc<Mutex<ContenderState>>,
+    writes: PendingWrites<()>,
+}
+
+impl Drop for AttemptWrites {
+    fn drop(&mut self) {
+        if self.writes.is_empty() {
+            return;
+        }
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.orphans.absorb(std::mem::take(&mut self.writes));
+        state.orphans.truncate_oldest(MAX_ORPHANS);
+    }
 }
 
 /// The result of one acquisition attempt.
@@ -136,6 +171,12 @@ impl Lease {
                 store.describe()
             ))));
         }
+        // The record keeps whole milliseconds, and contenders wait for what
+        // the record says: validate (and hold) exactly that.
+        let mut config = config;
+        config.ttl = Duration::from_millis(
+            u64::try_from(config.ttl.as_millis()).unwrap_or(u64::MAX),
+        );
         config.validate_for(&caps)?;
         Ok(Lease {
             store,
@@ -239,9 +280,18 @@ impl Lease {
         let current = self.read().await?;
         let now = self.clock.now();
         let plan = match &current {
-            None => Plan::Create,
+            None => {
+                self.lock().orphans.settle(None, |_| false);
+                Plan::Create
+            }
             Some((record, version)) => {
-                let ours = self.lock().pending.iter().any(|(n, _)| *n == record.nonce);
+                // Claimed under the lock: no other attempt can claim it too.
+                let ours = matches!(
+                    self.lock()
+                        .orphans
+                        .settle(Some(version), |n| n == record.nonce),
+                    Settled::Landed(_)
+                );
                 if ours && !record.released {
                     // An earlier write of ours landed after all: renew it.
                     Plan::Replace {
@@ -281,28 +331,36 @@ impl Lease {
         let nonce = self.entropy.nonce();
         let wall_ms = unix_ms(self.clock.wall());
         let ttl_ms = u64::try_from(self.config.ttl.as_millis()).unwrap_or(u64::MAX);
-        let (token, acquired_at_ms) = match &plan {
-            Plan::Create => (1, wall_ms),
+        let (token, acquired_at_ms, condition) = match &plan {
+            Plan::Create => (1, wall_ms, None),
             Plan::Replace {
+                version,
                 token,
                 acquired_at_ms,
-                ..
-            } => (*token, acquired_at_ms.unwrap_or(wall_ms)),
+            } => (
+                *token,
+                acquired_at_ms.unwrap_or(wall_ms),
+                Some(version.clone()),
+            ),
         };
         let mut record =
             LeaseRecord::new(self.owner.clone(), nonce.clone(), token, ttl_ms, wall_ms);
         record.acquired_at_ms = acquired_at_ms;
         let body = record.encode();
         let sent_at = self.clock.now();
-        {
-            let mut state = self.lock();
-            state.pending.push((nonce.clone(), sent_at));
-            let excess = state.pending.len().saturating_sub(MAX_PENDING);
-            state.pending.drain(..excess);
-        }
+        let mut mine = AttemptWrites {
+            state: self.state.clone(),
+            writes: PendingWrites::default(),
+        };
+        mine.writes.push(PendingWrite {
+            nonce: nonce.clone(),
+            sent_at,
+            condition: condition.clone(),
+            payload: (),
+        });
         let timeout = self.config.request_timeout;
-        let request = match &plan {
-            Plan::Create => {
+        let request = match &condition {
+            None => {
                 timed(
                     self.clock.as_ref(),
                     timeout,
@@ -311,7 +369,7 @@ impl Lease {
                 )
                 .await
             }
-            Plan::Replace { version, .. } => {
+            Some(version) => {
                 timed(
                     self.clock.as_ref(),
                     timeout,
@@ -322,54 +380,50 @@ impl Lease {
             }
         };
         match request {
-            Ok(version) => Ok(AcquireOutcome::Acquired(
-                self.acquired(record, version, sent_at),
-            )),
-            Err(err) if needs_resolution(&err) => {
-                let expected = match &plan {
-                    Plan::Create => None,
-                    Plan::Replace { version, .. } => Some(version),
-                };
-                self.resolve(err, expected).await
+            Ok(version) => {
+                mine.writes.clear();
+                Ok(AcquireOutcome::Acquired(
+                    self.acquired(record, version, sent_at),
+                ))
             }
+            Err(err) if needs_resolution(&err) => self.resolve(err, mine, condition).await,
             Err(err) => {
-                // Nothing was written: forget the nonce.
-                self.lock().pending.retain(|(n, _)| *n != nonce);
+                // Nothing was written.
+                mine.writes.clear();
                 Err(err.into())
             }
         }
     }
 
     /// After an ambiguous or precondition-failed write: read, and if the
-    /// stored nonce is one of ours, we hold the lease.
+    /// stored nonce is this attempt's, we hold the lease. Writes that may
+    /// still land go to the shared memory when `mine` is dropped.
     async fn resolve(
         &self,
         err: CasError,
-        expected: Option<&Version>,
+        mut mine: AttemptWrites,
+        expected: Option<Version>,
     ) -> Result<AcquireOutcome, LeaseError> {
         let current = self.read().await?;
         let now = self.clock.now();
         let Some((record, version)) = current else {
+            mine.writes.settle(None, |_| false);
             count_ambiguous("absent");
             return Err(err.into());
         };
-        let pending = self
-            .lock()
-            .pending
-            .iter()
-            .find(|(n, _)| *n == record.nonce)
-            .map(|(_, sent)| *sent);
-        if let Some(sent_at) = pending {
+        if let Settled::Landed(write) = mine.writes.settle(Some(&version), |n| n == record.nonce)
+        {
             count_ambiguous("ours");
             tracing::info!(error = %err, "write outcome resolved by reading: it was ours");
             return Ok(AcquireOutcome::Acquired(
-                self.acquired(record, version, sent_at),
+                self.acquired(record, version, write.sent_at),
             ));
         }
         count_ambiguous("not_ours");
-        if expected == Some(&version) || record.released {
-            // Our write did not land and the lease is still takeable: let
-            // the caller retry.
+        let orphan_landed = self.lock().orphans.contains(&record.nonce);
+        if expected.as_ref() == Some(&version) || record.released || orphan_landed {
+            // Our write did not land and the lease is still takeable, or an
+            // earlier write of ours landed: let the caller retry at once.
             return Err(err.into());
         }
         let wait = self.observe(&record, &version, now);
@@ -382,8 +436,10 @@ impl Lease {
 
     fn acquired(&self, record: LeaseRecord, version: Version, sent_at: Duration) -> LeaseGuard {
         {
+            // Our write now holds the object, so every earlier write of ours
+            // was conditioned on a state that is gone: none can land.
             let mut state = self.lock();
-            state.pending.clear();
+            state.orphans.clear();
             state.observed = None;
         }
         metrics::counter!(metric_names::ACQUIRED).increment(1);
@@ -414,6 +470,14 @@ impl Lease {
                     return Err(LeaseError::Cancelled);
                 }
                 let wait = match self.try_acquire().await {
+                    Ok(AcquireOutcome::Acquired(guard)) if cancel.is_cancelled() => {
+                        // Cancelled while the write was in flight: the caller
+                        // no longer wants the lease, so give it back.
+                        if let Err(err) = guard.release().await {
+                            tracing::debug!(error = %err, "releasing a lease acquired after cancellation failed; it will expire");
+                        }
+                        return Err(LeaseError::Cancelled);
+                    }
                     Ok(AcquireOutcome::Acquired(guard)) => {
                         let waited = self.clock.now().saturating_sub(start);
                         metrics::histogram!(metric_names::ACQUIRE_WAIT)

@@ -12,13 +12,19 @@ use crate::{CasError, CasStore, ErrorKind, Version, validate_key};
 
 use super::clock::{Clock, Entropy};
 use super::handle::LeaseGuard;
-use super::record::{check_envelope, foreign};
-use super::retry::{RequestPolicy, backoff, count_ambiguous, timed};
+use super::pending::{PendingWrite, PendingWrites, Settled};
+use super::record::{check_envelope_schemas, foreign};
+use super::retry::{RequestPolicy, backoff, count_ambiguous, needs_resolution, timed};
 use super::{LeaseError, metric_names};
 
 /// The `kind` of a fenced-resource record.
 pub(crate) const FENCED_KIND: &str = "casaas.fenced";
-const FENCED_SCHEMA: u64 = 1;
+/// Schema 2 added `seq` and `applied`; schema 1 records are still read.
+const FENCED_SCHEMA: u64 = 2;
+/// How many earlier writes' nonces a record carries. A writer whose answer
+/// was lost can tell whether its write landed as long as fewer than this
+/// many writes followed it before it reads again.
+const APPLIED_HISTORY: usize = 32;
 
 #[derive(Serialize, Deserialize)]
 struct FencedRecord<T> {
@@ -27,6 +33,55 @@ struct FencedRecord<T> {
     token: u64,
     nonce: String,
     value: T,
+    /// Writes so far, this one included (absent in schema 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    seq: Option<u64>,
+    /// Nonces of the writes before this one, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    applied: Vec<String>,
+}
+
+/// Which writes a stored record proves applied.
+#[derive(Debug)]
+struct WriteHistory {
+    nonce: String,
+    seq: Option<u64>,
+    applied: Vec<String>,
+}
+
+impl WriteHistory {
+    fn holds(&self, nonce: &str) -> bool {
+        self.nonce == nonce || self.applied.iter().any(|n| n == nonce)
+    }
+
+    /// Could a write made on top of write number `before` be missing from
+    /// this record without our knowing whether it landed?
+    fn can_tell(&self, before: Option<u64>) -> bool {
+        match (before, self.seq) {
+            (Some(before), Some(seq)) => {
+                let oldest_known = seq.saturating_sub(self.applied.len() as u64);
+                before + 1 >= oldest_known
+            }
+            _ => false,
+        }
+    }
+
+    /// The history a write replacing this record carries.
+    fn next(&self) -> (u64, Vec<String>) {
+        let mut applied = self.applied.clone();
+        applied.push(self.nonce.clone());
+        let excess = applied.len().saturating_sub(APPLIED_HISTORY);
+        applied.drain(..excess);
+        (self.seq.unwrap_or(0) + 1, applied)
+    }
+}
+
+/// What an update remembers of each of its writes.
+#[derive(Debug, Clone)]
+struct UpdateWrite {
+    value: serde_json::Value,
+    /// The number of writes the record had when ours was made on it.
+    before: Option<u64>,
 }
 
 /// A value read from a [`FencedResource`].
@@ -122,7 +177,7 @@ where
         Ok(self.read_full().await?.map(|(f, _)| f))
     }
 
-    async fn read_full(&self) -> Result<Option<(Fenced<T>, String)>, LeaseError> {
+    async fn read_full(&self) -> Result<Option<(Fenced<T>, WriteHistory)>, LeaseError> {
         let object = timed(
             self.policy.clock.as_ref(),
             self.policy.request_timeout,
@@ -135,7 +190,13 @@ where
         };
         let value: serde_json::Value =
             serde_json::from_slice(&object.body).map_err(|_| foreign(&self.key, &object.body))?;
-        check_envelope(&self.key, &object.body, &value, FENCED_KIND, FENCED_SCHEMA)?;
+        check_envelope_schemas(
+            &self.key,
+            &object.body,
+            &value,
+            FENCED_KIND,
+            1..=FENCED_SCHEMA,
+        )?;
         let record: FencedRecord<T> =
             serde_json::from_value(value).map_err(|e| LeaseError::Codec {
                 key: self.key.clone(),
@@ -147,7 +208,11 @@ where
                 token: record.token,
                 version: object.version,
             },
-            record.nonce,
+            WriteHistory {
+                nonce: record.nonce,
+                seq: record.seq,
+                applied: record.applied,
+            },
         )))
     }
 
@@ -155,16 +220,32 @@ where
     /// result, only if `token` is at least the recorded token and nobody
     /// wrote in between (read-modify-CAS, retried on a lost race).
     ///
-    /// A lower token fails with [`LeaseError::FencedOut`]. An ambiguous
-    /// write is resolved by reading our nonce; if another write has already
-    /// replaced it, the outcome cannot be known and the store error is
-    /// returned rather than applying `f` twice.
+    /// **Exactly once**: `f`'s result is written at most once, even when an
+    /// answer is lost, a write lands after its timeout, or a transport
+    /// duplicate answers 412. Every record carries the nonces of the
+    /// writes before it, so a later read tells whether an unanswered write
+    /// landed even after others have written on top of it; a new attempt is
+    /// made only once every earlier one is known not to have landed, or is
+    /// conditioned on the same state so that at most one of them can. If
+    /// that cannot be told (more than 32 writes by others in between, or a
+    /// record written by an older version of this library), the update
+    /// fails with [`ErrorKind::Ambiguous`] rather than risk a second apply.
+    /// `f` may be called once per attempt; only one result is ever stored.
+    ///
+    /// A lower token fails with [`LeaseError::FencedOut`].
+    ///
+    /// On success, `version` is that of our write, or of the object as read
+    /// if writes of others already replaced ours.
+    ///
+    /// Requests: 1 GET + 1 write; +1 GET per unanswered write and per lost
+    /// race.
     pub async fn update<F>(&self, token: u64, mut f: F) -> Result<Fenced<T>, LeaseError>
     where
         F: FnMut(Option<&T>) -> T + Send,
     {
         let span = tracing::debug_span!("fenced.update", key = %self.key, token);
         async {
+            let mut pending: PendingWrites<UpdateWrite> = PendingWrites::default();
             let mut last_err: Option<CasError> = None;
             for _ in 0..self.policy.max_attempts {
                 if let Some(err) = last_err.take() {
@@ -177,17 +258,19 @@ where
                         ))
                         .await;
                 }
-                let current = self.read_full().await;
-                let current = match current {
+                let current = match self.read_full().await {
                     Ok(c) => c,
                     Err(LeaseError::Store(err)) if err.is_retryable() => {
                         last_err = Some(err);
                         continue;
                     }
-                    Err(other) => return Err(other),
+                    Err(other) => return Err(self.unresolved(&pending, other)),
                 };
-                let (expected, old) = match &current {
-                    Some((fenced, _)) => {
+                if let Some(landed) = self.settle(&mut pending, current.as_ref(), token)? {
+                    return Ok(landed);
+                }
+                let (expected, old, history) = match &current {
+                    Some((fenced, history)) => {
                         if fenced.token > token {
                             metrics::counter!(metric_names::FENCING_REJECTIONS).increment(1);
                             return Err(LeaseError::FencedOut {
@@ -195,28 +278,45 @@ where
                                 recorded: fenced.token,
                             });
                         }
-                        (Some(fenced.version.clone()), Some(&fenced.value))
+                        (
+                            Some(fenced.version.clone()),
+                            Some(&fenced.value),
+                            Some(history),
+                        )
                     }
-                    None => (None, None),
+                    None => (None, None, None),
                 };
                 let value = f(old);
                 let nonce = self.policy.entropy.nonce();
+                let (seq, applied) = history.map_or((1, Vec::new()), WriteHistory::next);
                 let record = FencedRecord {
                     kind: FENCED_KIND.to_string(),
                     schema: FENCED_SCHEMA,
                     token,
                     nonce: nonce.clone(),
                     value,
+                    seq: Some(seq),
+                    applied,
                 };
-                let body = serde_json::to_vec(&record).map_err(|e| LeaseError::Codec {
+                let codec = |e: serde_json::Error| LeaseError::Codec {
                     key: self.key.clone(),
                     message: e.to_string(),
-                })?;
+                };
+                let body = serde_json::to_vec(&record).map_err(codec)?;
+                pending.push(PendingWrite {
+                    nonce: nonce.clone(),
+                    sent_at: self.policy.clock.now(),
+                    condition: expected.clone(),
+                    payload: UpdateWrite {
+                        value: serde_json::to_value(&record.value).map_err(codec)?,
+                        before: history.map_or(Some(0), |h| h.seq),
+                    },
+                });
                 let write = match &expected {
                     None => self.store.create(&self.key, body.into()),
                     Some(v) => self.store.replace(&self.key, v, body.into()),
                 };
-                match timed(
+                let err = match timed(
                     self.policy.clock.as_ref(),
                     self.policy.request_timeout,
                     &self.key,
@@ -231,35 +331,29 @@ where
                             version,
                         });
                     }
-                    Err(err)
-                        if err.may_have_taken_effect()
-                            || err.kind() == ErrorKind::PreconditionFailed =>
-                    {
-                        // Did our write land (possibly answered 412 by a duplicate)?
-                        match self.read_full().await {
-                            Ok(Some((fenced, stored))) if stored == nonce => {
-                                count_ambiguous("ours");
-                                return Ok(fenced);
-                            }
-                            Ok(now) => {
-                                let unchanged =
-                                    now.as_ref().map(|(f, _)| &f.version) == expected.as_ref();
-                                count_ambiguous("not_ours");
-                                if err.may_have_taken_effect() && !unchanged {
-                                    // Ours may have landed and been overwritten since.
-                                    return Err(err.into());
-                                }
-                                last_err = Some(err);
-                            }
-                            Err(_) if err.may_have_taken_effect() => return Err(err.into()),
-                            Err(_) => last_err = Some(err),
-                        }
+                    Err(err) => err,
+                };
+                if needs_resolution(&err) {
+                    // Unknown outcome (or a 412 that may be our own
+                    // duplicate): the next round reads and settles it.
+                    tracing::debug!(error = %err, "update outcome unknown; reading");
+                } else {
+                    // Nothing was written.
+                    pending.forget(&nonce);
+                    if !(err.is_retryable() || err.kind() == ErrorKind::NotFound) {
+                        return Err(self.unresolved(&pending, err.into()));
                     }
-                    Err(err) if err.is_retryable() || err.kind() == ErrorKind::NotFound => {
-                        last_err = Some(err)
-                    }
-                    Err(err) => return Err(err.into()),
                 }
+                last_err = Some(err);
+            }
+            if !pending.is_empty() {
+                return Err(self.unresolved(
+                    &pending,
+                    LeaseError::Contended {
+                        key: self.key.clone(),
+                        attempts: self.policy.max_attempts,
+                    },
+                ));
             }
             Err(LeaseError::Contended {
                 key: self.key.clone(),
@@ -268,6 +362,73 @@ where
         }
         .instrument(span)
         .await
+    }
+
+    /// Settles the update's unresolved writes against the record just read:
+    /// `Some` if one landed, an error if that cannot be told.
+    fn settle(
+        &self,
+        pending: &mut PendingWrites<UpdateWrite>,
+        current: Option<&(Fenced<T>, WriteHistory)>,
+        token: u64,
+    ) -> Result<Option<Fenced<T>>, LeaseError> {
+        if pending.is_empty() {
+            return Ok(None);
+        }
+        let Some((fenced, history)) = current else {
+            pending.settle(None, |_| false);
+            count_ambiguous("absent");
+            return Ok(None);
+        };
+        let unknowable = pending.iter().any(|w| {
+            !history.holds(&w.nonce)
+                && w.condition.as_ref() != Some(&fenced.version)
+                && !history.can_tell(w.payload.before)
+        });
+        if unknowable {
+            count_ambiguous("unknown");
+            return Err(LeaseError::Store(
+                CasError::new(
+                    ErrorKind::Ambiguous,
+                    "an update's write got no answer and too many writes followed it to tell whether it landed; read the resource before updating again",
+                )
+                .with_key(&self.key),
+            ));
+        }
+        match pending.settle(Some(&fenced.version), |n| history.holds(n)) {
+            Settled::Landed(write) => {
+                count_ambiguous("ours");
+                let value =
+                    serde_json::from_value(write.payload.value).map_err(|e| LeaseError::Codec {
+                        key: self.key.clone(),
+                        message: e.to_string(),
+                    })?;
+                Ok(Some(Fenced {
+                    value,
+                    token,
+                    version: fenced.version.clone(),
+                }))
+            }
+            Settled::NotLanded => {
+                count_ambiguous("not_ours");
+                Ok(None)
+            }
+        }
+    }
+
+    /// The error to return while writes of this update may still land: the
+    /// caller must not take it for "not applied".
+    fn unresolved(&self, pending: &PendingWrites<UpdateWrite>, err: LeaseError) -> LeaseError {
+        if pending.is_empty() {
+            return err;
+        }
+        LeaseError::Store(
+            CasError::new(
+                ErrorKind::Ambiguous,
+                format!("the update may or may not have been applied ({err}); read the resource to find out"),
+            )
+            .with_key(&self.key),
+        )
     }
 
     /// [`LeaseGuard::checkpoint`] with `min_remaining`, then

@@ -13,6 +13,7 @@ use crate::{CasStore, ErrorKind, Version};
 
 use super::clock::{Clock, Entropy};
 use super::config::LeaseConfig;
+use super::pending::{PendingWrite, PendingWrites, Settled};
 use super::record::{LeaseRecord, unix_ms};
 use super::retry::{backoff, count_ambiguous, needs_resolution, read_record, timed};
 use super::{LeaseError, LostReason, metric_names};
@@ -68,8 +69,8 @@ struct HolderState {
     version: Version,
     nonce: String,
     last_send: Duration,
-    /// Our writes whose outcome is unknown: nonce and send time.
-    pending: Vec<(String, Duration)>,
+    /// Our writes whose outcome is unknown.
+    pending: PendingWrites<()>,
     lost: Option<LostReason>,
     renewal_alive: bool,
 }
@@ -170,11 +171,7 @@ impl Shared {
         let nonce = self.entropy.nonce();
         let body = self.record(&nonce, false).encode();
         let sent_at = self.clock.now();
-        let version = {
-            let mut state = self.lock();
-            state.pending.push((nonce.clone(), sent_at));
-            state.version.clone()
-        };
+        let version = self.remember(&nonce, sent_at);
         let timeout = self
             .config
             .request_timeout
@@ -205,10 +202,24 @@ impl Shared {
                     .increment(1);
                 tracing::debug!(error = %err, "renewal failed; retrying");
                 // Nothing was written.
-                self.lock().pending.retain(|(n, _)| *n != nonce);
+                self.lock().pending.forget(&nonce);
                 Step::Retry(backoff(&self.entropy, self.config.retry_period, Some(&err)))
             }
         }
+    }
+
+    /// Remembers a write of `nonce` on our current version, about to be
+    /// sent; returns that version.
+    fn remember(&self, nonce: &str, sent_at: Duration) -> Version {
+        let mut state = self.lock();
+        let version = state.version.clone();
+        state.pending.push(PendingWrite {
+            nonce: nonce.to_string(),
+            sent_at,
+            condition: Some(version.clone()),
+            payload: (),
+        });
+        version
     }
 
     fn adopt(&self, version: Version, nonce: String, sent_at: Duration) {
@@ -247,12 +258,14 @@ impl Shared {
             Ok(None) => Step::Lost(LostReason::Deleted),
             Ok(Some((record, version))) => {
                 let (ours, current) = {
-                    let state = self.lock();
-                    let ours = state
+                    let mut state = self.lock();
+                    let ours = match state
                         .pending
-                        .iter()
-                        .find(|(n, _)| *n == record.nonce)
-                        .map(|(_, s)| *s);
+                        .settle(Some(&version), |n| n == record.nonce)
+                    {
+                        Settled::Landed(write) => Some(write.sent_at),
+                        Settled::NotLanded => None,
+                    };
                     (ours, version == state.version)
                 };
                 if let Some(sent_at) = ours {
@@ -323,11 +336,7 @@ impl Shared {
             let nonce = self.entropy.nonce();
             let body = self.record(&nonce, true).encode();
             let sent_at = self.clock.now();
-            let version = {
-                let mut state = self.lock();
-                state.pending.push((nonce.clone(), sent_at));
-                state.version.clone()
-            };
+            let version = self.remember(&nonce, sent_at);
             let result = timed(
                 self.clock.as_ref(),
                 self.config.request_timeout,
@@ -374,7 +383,12 @@ impl Shared {
             Err(LeaseError::Store(_)) => return Ok(false),
             Err(other) => return Err(other),
         };
-        let ours = self.lock().pending.iter().any(|(n, _)| *n == record.nonce);
+        let ours = matches!(
+            self.lock()
+                .pending
+                .settle(Some(&current), |n| n == record.nonce),
+            Settled::Landed(_)
+        );
         if ours && record.released {
             count_ambiguous("ours");
             Ok(true)
@@ -434,7 +448,7 @@ impl LeaseGuard {
                 version,
                 nonce: record.nonce,
                 last_send: sent_at,
-                pending: Vec::new(),
+                pending: PendingWrites::default(),
                 lost: None,
                 renewal_alive: true,
             }),

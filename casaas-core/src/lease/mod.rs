@@ -47,6 +47,7 @@ mod election;
 mod fenced;
 mod handle;
 mod log;
+mod pending;
 mod record;
 mod retry;
 

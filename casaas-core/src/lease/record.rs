@@ -115,11 +115,24 @@ pub(crate) fn check_envelope(
     kind: &str,
     schema: u64,
 ) -> Result<(), LeaseError> {
+    check_envelope_schemas(key, body, value, kind, schema..=schema)
+}
+
+/// [`check_envelope`] accepting any schema version in `schemas` (records
+/// written by older versions of this library that are still understood).
+pub(crate) fn check_envelope_schemas(
+    key: &str,
+    body: &[u8],
+    value: &serde_json::Value,
+    kind: &str,
+    schemas: std::ops::RangeInclusive<u64>,
+) -> Result<(), LeaseError> {
     if value.get("kind").and_then(|k| k.as_str()) != Some(kind) {
         return Err(foreign(key, body));
     }
+    let schema = *schemas.end();
     match value.get("schema").and_then(|s| s.as_u64()) {
-        Some(v) if v == schema => Ok(()),
+        Some(v) if schemas.contains(&v) => Ok(()),
         Some(v) if v > schema => Err(LeaseError::UnsupportedSchema {
             key: key.to_string(),
             version: v,
