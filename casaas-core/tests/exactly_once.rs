@@ -215,7 +215,11 @@ async fn clones_of_a_lease_racing_to_acquire_get_one_guard() {
             guards.push(g);
         }
     }
-    assert_eq!(guards.len(), 1, "every acquisition within one TTL: {guards:?}");
+    assert_eq!(
+        guards.len(),
+        1,
+        "every acquisition within one TTL: {guards:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -257,10 +261,7 @@ async fn acquire_never_returns_a_guard_once_cancelled() {
     let result = lease
         .acquire(AcquireOptions::default().cancel(cancel))
         .await;
-    assert!(
-        matches!(result, Err(LeaseError::Cancelled)),
-        "{result:?}"
-    );
+    assert!(matches!(result, Err(LeaseError::Cancelled)), "{result:?}");
     // The lease it got meanwhile was given back.
     let object = store.inner.get(KEY).await.unwrap().unwrap();
     assert!(LeaseRecord::decode(KEY, &object.body).unwrap().released);
@@ -311,7 +312,11 @@ async fn a_fenced_update_racing_its_own_late_write_applies_once() {
     store.script(WriteScript::LandAfter(Duration::from_millis(100)));
     store.script(WriteScript::AnswerAfter(Duration::ZERO));
     let result = counter.update(1, |v| v.copied().unwrap_or(0) + 1).await;
-    assert_eq!(counter.read().await.unwrap().unwrap().value, 11, "{result:?}");
+    assert_eq!(
+        counter.read().await.unwrap().unwrap().value,
+        11,
+        "{result:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -445,11 +450,8 @@ async fn a_dropped_runner_releases_only_after_its_work_has_stopped() {
             }
         });
     // The runner is dropped one second into its term.
-    let dropped = tokio::time::timeout(
-        Duration::from_secs(1),
-        runner.run(CancellationToken::new()),
-    )
-    .await;
+    let dropped =
+        tokio::time::timeout(Duration::from_secs(1), runner.run(CancellationToken::new())).await;
     assert!(dropped.is_err());
     let b = Election::new(lease_on(store.clone(), "b", 12));
     let leadership = b.campaign(&CancellationToken::new()).await.unwrap();

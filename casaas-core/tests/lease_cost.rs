@@ -282,33 +282,52 @@ async fn fenced_resource_update_is_one_get_and_one_write() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn fenced_log_append_is_one_list_one_get_and_one_create() {
+async fn fenced_log_append_costs_one_create_on_a_warm_handle() {
     let s = setup();
     let log = FencedLog::<String>::new(s.store.clone(), "fenced/log")
         .unwrap()
         .with_entropy(Entropy::seeded(4));
-    // The first entry has no predecessor to read.
+    // A new handle on an empty log: no hint, one listing.
     let (e, c) = s.cost(log.append(1, "first".into())).await;
     assert_eq!(e.unwrap().seq, 1);
-    assert_eq!(c, counts(0, 1, 0, 0, 1), "append to an empty log");
+    assert_eq!(c, counts(1, 1, 0, 0, 1), "append to an empty log");
     for seq in 2..=4 {
         let (e, c) = s.cost(log.append(1, format!("entry {seq}"))).await;
         assert_eq!(e.unwrap().seq, seq);
-        assert_eq!(c, counts(1, 1, 0, 0, 1), "append after entry {}", seq - 1);
+        assert_eq!(c, counts(0, 1, 0, 0, 0), "append after entry {}", seq - 1);
     }
     let (latest, c) = s.cost(log.latest()).await;
     assert_eq!(latest.unwrap().unwrap().seq, 4);
-    assert_eq!(c, counts(1, 0, 0, 0, 1), "latest");
+    assert_eq!(
+        c,
+        counts(2, 0, 0, 0, 0),
+        "latest: probe the next entry, read the head"
+    );
     let (e, c) = s.cost(log.read(2)).await;
     assert_eq!(e.unwrap().unwrap().value, "entry 2");
     assert_eq!(c, counts(1, 0, 0, 0, 0), "read");
     let (_, c) = s.cost(log.append(2, "new holder".into())).await;
-    assert_eq!(c, counts(1, 1, 0, 0, 1));
+    assert_eq!(c, counts(0, 1, 0, 0, 0));
     let (e, c) = s.cost(log.append(1, "zombie".into())).await;
     assert!(matches!(e, Err(LeaseError::FencedOut { .. })));
     assert_eq!(
         c,
-        counts(1, 0, 0, 0, 1),
-        "a fenced-out append writes nothing"
+        counts(0, 0, 0, 0, 0),
+        "a zombie is refused by the head this handle knows"
     );
+    // Another handle appended meanwhile: one lost race, read who won, find
+    // the end, create.
+    let other = FencedLog::<String>::new(s.store.clone(), "fenced/log").unwrap();
+    other.append(2, "by another handle".into()).await.unwrap();
+    let (e, c) = s.cost(log.append(2, "after the other".into())).await;
+    assert_eq!(e.unwrap().seq, 7);
+    assert_eq!(c, counts(2, 2, 0, 0, 0), "a lost race");
+    // A new handle finds the end without listing once the hint exists.
+    for n in 0..64 {
+        log.append(2, format!("filler {n}")).await.unwrap();
+    }
+    let fresh = FencedLog::<String>::new(s.store.clone(), "fenced/log").unwrap();
+    let (_, c) = s.cost(fresh.append(2, "from a fresh handle".into())).await;
+    assert_eq!(c.list, 0, "{c:?}");
+    assert!(c.get <= 16, "{c:?}");
 }

@@ -174,9 +174,8 @@ impl Lease {
         // The record keeps whole milliseconds, and contenders wait for what
         // the record says: validate (and hold) exactly that.
         let mut config = config;
-        config.ttl = Duration::from_millis(
-            u64::try_from(config.ttl.as_millis()).unwrap_or(u64::MAX),
-        );
+        config.ttl =
+            Duration::from_millis(u64::try_from(config.ttl.as_millis()).unwrap_or(u64::MAX));
         config.validate_for(&caps)?;
         Ok(Lease {
             store,
@@ -411,13 +410,14 @@ impl Lease {
             count_ambiguous("absent");
             return Err(err.into());
         };
-        if let Settled::Landed(write) = mine.writes.settle(Some(&version), |n| n == record.nonce)
-        {
+        if let Settled::Landed(write) = mine.writes.settle(Some(&version), |n| n == record.nonce) {
             count_ambiguous("ours");
             tracing::info!(error = %err, "write outcome resolved by reading: it was ours");
-            return Ok(AcquireOutcome::Acquired(
-                self.acquired(record, version, write.sent_at),
-            ));
+            return Ok(AcquireOutcome::Acquired(self.acquired(
+                record,
+                version,
+                write.sent_at,
+            )));
         }
         count_ambiguous("not_ours");
         let orphan_landed = self.lock().orphans.contains(&record.nonce);

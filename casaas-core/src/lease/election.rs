@@ -50,6 +50,9 @@ pub struct Election {
     lease: Lease,
     leader: Arc<watch::Sender<Option<Leader>>>,
     observing: Arc<AtomicBool>,
+    /// The highest token of a term of ours that has ended: a record that
+    /// still names us with it is not reported as a leader.
+    ended_term: Arc<Mutex<u64>>,
 }
 
 /// Held leadership: a [`LeaseGuard`] plus election bookkeeping.
@@ -112,7 +115,23 @@ impl Election {
             lease,
             leader: Arc::new(watch::channel(None).0),
             observing: Arc::new(AtomicBool::new(false)),
+            ended_term: Arc::default(),
         }
+    }
+
+    fn end_term(ended_term: &Mutex<u64>, token: u64) {
+        let mut ended = ended_term.lock().unwrap_or_else(|p| p.into_inner());
+        *ended = (*ended).max(token);
+    }
+
+    /// The leader a record names, unless it is released or a term of ours
+    /// that has ended.
+    fn leader_in(&self, record: &LeaseRecord) -> Option<Leader> {
+        let ended = *self.ended_term.lock().unwrap_or_else(|p| p.into_inner());
+        if record.owner == self.lease.owner() && record.token <= ended {
+            return None;
+        }
+        leader_of(record)
     }
 
     /// The underlying lease.
@@ -134,6 +153,16 @@ impl Election {
         };
         self.leader
             .send_if_modified(|l| replace_if_changed(l, Some(me)));
+        // However the term ends (lost, resigned, dropped), observers stop
+        // reporting us from then on, even while the record still names us.
+        let lost = guard.lost();
+        let (leader, ended_term, token) =
+            (self.leader.clone(), self.ended_term.clone(), guard.token());
+        tokio::spawn(async move {
+            lost.await;
+            Election::end_term(&ended_term, token);
+            leader.send_if_modified(|l| take_if_token(l, token));
+        });
         Ok(Leadership {
             guard,
             leader: self.leader.clone(),
@@ -148,7 +177,7 @@ impl Election {
             .lease
             .read()
             .await?
-            .and_then(|(record, _)| leader_of(&record)))
+            .and_then(|(record, _)| self.leader_in(&record)))
     }
 
     /// A watch of who leads: polls the record every `retry_period` while
@@ -214,7 +243,11 @@ impl Election {
                         if let ExpiryMode::WallClock { max_skew } = config.expiry {
                             expired |= clock.wall() > record.wall_expiry() + max_skew;
                         }
-                        if expired { None } else { leader_of(&record) }
+                        if expired {
+                            None
+                        } else {
+                            self.leader_in(&record)
+                        }
                     });
                     self.leader
                         .send_if_modified(|l| replace_if_changed(l, leader));
@@ -395,7 +428,24 @@ impl ElectionRunner {
     /// Campaigns, leads, and repeats until `cancel` fires. Returns `Ok` on
     /// cancellation, or the first error that is not retryable (a foreign
     /// object at the key, bad credentials, ...).
+    ///
+    /// The terms run in a task of their own. Dropping this future (inside a
+    /// `select!` or a `timeout`, or by aborting the task that awaits it) is a
+    /// cancellation: the leader's work is told to stop and the lease is
+    /// released only once the work has finished, never before. Must be
+    /// called within a tokio runtime.
     pub async fn run(self, cancel: CancellationToken) -> Result<(), LeaseError> {
+        let stop = cancel.child_token();
+        let _stop_when_dropped = stop.clone().drop_guard();
+        match tokio::spawn(self.run_terms(stop)).await {
+            Ok(result) => result,
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            // The runtime is shutting down.
+            Err(_) => Err(LeaseError::Cancelled),
+        }
+    }
+
+    async fn run_terms(self, cancel: CancellationToken) -> Result<(), LeaseError> {
         let ElectionRunner {
             election,
             started,
@@ -464,17 +514,27 @@ impl ElectionRunner {
             }
             let reason = match stop {
                 Stop::Lost(reason) => {
+                    Election::end_term(&election.ended_term, token);
                     election
                         .leader
                         .send_if_modified(|l| take_if_token(l, token));
                     reason
                 }
-                Stop::Cancelled | Stop::WorkEnded => {
-                    if let Err(err) = leadership.resign().await {
-                        tracing::warn!(error = %err, "resigning failed; the lease will expire");
+                Stop::Cancelled | Stop::WorkEnded => match leadership.guard.lost_reason() {
+                    // Lost while the work was stopping: say so, not "released".
+                    Some(reason) => {
+                        Election::end_term(&election.ended_term, token);
+                        reason
                     }
-                    LostReason::Released
-                }
+                    None => match leadership.resign().await {
+                        Ok(()) => LostReason::Released,
+                        Err(LeaseError::Lost(reason)) => reason,
+                        Err(err) => {
+                            tracing::warn!(error = %err, "resigning failed; the lease will expire");
+                            LostReason::Released
+                        }
+                    },
+                },
             };
             health.set(None);
             if let Some(stopped) = &stopped {

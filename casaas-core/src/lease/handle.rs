@@ -259,10 +259,7 @@ impl Shared {
             Ok(Some((record, version))) => {
                 let (ours, current) = {
                     let mut state = self.lock();
-                    let ours = match state
-                        .pending
-                        .settle(Some(&version), |n| n == record.nonce)
-                    {
+                    let ours = match state.pending.settle(Some(&version), |n| n == record.nonce) {
                         Settled::Landed(write) => Some(write.sent_at),
                         Settled::NotLanded => None,
                     };

@@ -3,7 +3,7 @@
 //! Delta-Lake-style table formats and LSM engines on object storage).
 
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -13,14 +13,36 @@ use tracing::Instrument;
 use crate::{CasError, CasStore, ErrorKind, Version, validate_key};
 
 use super::clock::{Clock, Entropy};
+use super::pending::{PendingWrite, PendingWrites, Settled};
 use super::record::{check_envelope, foreign};
-use super::retry::{RequestPolicy, backoff, count_ambiguous, timed};
+use super::retry::{RequestPolicy, backoff, count_ambiguous, needs_resolution, timed};
 use super::{LeaseError, metric_names};
 
 const LOG_KIND: &str = "casaas.log";
 const LOG_SCHEMA: u64 = 1;
 /// Digits of the zero-padded sequence number in entry keys (sorts numerically).
 const SEQ_DIGITS: usize = 20;
+const HEAD_HINT_KIND: &str = "casaas.log-head";
+const HEAD_HINT_SCHEMA: u64 = 1;
+/// The head hint is advanced every this many entries, so that a new handle
+/// finds the end of a long log in a few reads instead of a listing.
+const HEAD_HINT_EVERY: u64 = 64;
+
+/// The highest entry known to exist, and its token. Entries are immutable
+/// and never deleted, so a known head is always a lower bound of the real
+/// one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Head {
+    seq: u64,
+    token: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct HeadHint {
+    kind: String,
+    schema: u64,
+    seq: u64,
+}
 
 #[derive(Serialize, Deserialize)]
 struct LogRecord<T> {
@@ -54,9 +76,19 @@ pub struct LogEntry<T> {
 /// leader should append (for example a marker entry) right after acquiring,
 /// so that a paused predecessor is refused from then on.
 ///
-/// Requests: `append` = 1 LIST + 1 GET + 1 create (+1 GET per ambiguous
-/// answer, and the whole again per lost race); `latest` = 1 LIST + 1 GET.
-/// The store must support listing.
+/// **Exactly once**: an append whose answer is lost, or whose write lands
+/// after its timeout, is found again by its nonce; a new attempt goes to the
+/// same sequence number as long as the unanswered one may still land there,
+/// so at most one of them can. An append that cannot be resolved fails with
+/// [`ErrorKind::Ambiguous`], never with a second copy.
+///
+/// **Cost**: the handle (and its clones) remember where the log ends, so an
+/// append costs one create in steady state, plus one GET and a few probes per
+/// entry written by others since. A new handle finds the end from a hint
+/// object (`PREFIX/_head`, advanced every 64 entries) and a few GETs; only a
+/// log without a hint (empty, or written by an older version) is listed once.
+/// `latest` costs two GETs on a warm handle. Entries must never be deleted
+/// except from the start of the log (pruning old entries is fine).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -79,6 +111,7 @@ pub struct FencedLog<T> {
     store: Arc<dyn CasStore>,
     prefix: String,
     policy: RequestPolicy,
+    head: Arc<Mutex<Option<Head>>>,
     _value: PhantomData<fn() -> T>,
 }
 
@@ -100,6 +133,7 @@ where
             store,
             prefix,
             policy: RequestPolicy::default(),
+            head: Arc::default(),
             _value: PhantomData,
         })
     }
@@ -135,6 +169,10 @@ where
         format!("{}/{seq:0width$}", self.prefix, width = SEQ_DIGITS)
     }
 
+    fn hint_key(&self) -> String {
+        format!("{}/_head", self.prefix)
+    }
+
     fn seq_of(&self, key: &str) -> Option<u64> {
         let rest = key.strip_prefix(&self.prefix)?.strip_prefix('/')?;
         (rest.len() == SEQ_DIGITS && rest.bytes().all(|b| b.is_ascii_digit()))
@@ -142,17 +180,22 @@ where
             .flatten()
     }
 
-    /// The highest sequence number present (one LIST).
+    fn known_head(&self) -> Option<Head> {
+        *self.head.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Raises the remembered head to `head` if that is further.
+    fn learn(&self, head: Head) {
+        let mut known = self.head.lock().unwrap_or_else(|p| p.into_inner());
+        if known.is_none_or(|k| k.seq < head.seq) {
+            *known = Some(head);
+        }
+    }
+
+    /// The highest sequence number present (no LIST on a warm handle).
     pub async fn latest_seq(&self) -> Result<Option<u64>, LeaseError> {
-        let list_prefix = format!("{}/", self.prefix);
-        let entries = timed(
-            self.policy.clock.as_ref(),
-            self.policy.request_timeout,
-            &self.prefix,
-            self.store.list(&list_prefix),
-        )
-        .await?;
-        Ok(entries.iter().filter_map(|e| self.seq_of(&e.key)).max())
+        let head = self.find_head().await?;
+        Ok((head.seq > 0).then_some(head.seq))
     }
 
     /// Reads entry `seq` (one GET).
@@ -160,16 +203,19 @@ where
         Ok(self.read_full(seq).await?.map(|(e, _)| e))
     }
 
-    async fn read_full(&self, seq: u64) -> Result<Option<(LogEntry<T>, String)>, LeaseError> {
-        let key = self.entry_key(seq);
-        let Some(object) = timed(
+    async fn get(&self, key: &str) -> Result<Option<crate::StoredObject>, CasError> {
+        timed(
             self.policy.clock.as_ref(),
             self.policy.request_timeout,
-            &key,
-            self.store.get(&key),
+            key,
+            self.store.get(key),
         )
-        .await?
-        else {
+        .await
+    }
+
+    async fn read_full(&self, seq: u64) -> Result<Option<(LogEntry<T>, String)>, LeaseError> {
+        let key = self.entry_key(seq);
+        let Some(object) = self.get(&key).await? else {
             return Ok(None);
         };
         let value: serde_json::Value =
@@ -180,6 +226,13 @@ where
                 key: key.clone(),
                 message: e.to_string(),
             })?;
+        if record.seq != seq {
+            return Err(foreign(&key, &object.body));
+        }
+        self.learn(Head {
+            seq,
+            token: record.token,
+        });
         Ok(Some((
             LogEntry {
                 seq: record.seq,
@@ -191,16 +244,41 @@ where
         )))
     }
 
-    /// The latest entry (one LIST + one GET).
-    pub async fn latest(&self) -> Result<Option<LogEntry<T>>, LeaseError> {
-        match self.latest_seq().await? {
-            None => Ok(None),
-            Some(seq) => self.read(seq).await,
+    /// Reads entry `seq` as a head, `None` if absent.
+    async fn probe(&self, seq: u64) -> Result<Option<Head>, LeaseError> {
+        Ok(self.read_full(seq).await?.map(|(e, _)| Head {
+            seq,
+            token: e.token,
+        }))
+    }
+
+    /// Where the log ends, checked: from the remembered (or discovered)
+    /// head, forward to the real end.
+    async fn find_head(&self) -> Result<Head, LeaseError> {
+        match self.known_head() {
+            Some(head) => self.advance_from(head).await,
+            None => self.discover_head().await,
         }
     }
 
-    /// Entries from `from` (inclusive) to the latest, in order.
-    pub async fn entries(&self, from: u64) -> Result<Vec<LogEntry<T>>, LeaseError> {
+    /// Where an append should try first: the remembered head as it is (the
+    /// create itself finds out whether the log has moved on), else the
+    /// discovered one.
+    async fn head_for_append(&self) -> Result<Head, LeaseError> {
+        match self.known_head() {
+            Some(head) => Ok(head),
+            None => self.discover_head().await,
+        }
+    }
+
+    /// Finds the end of the log for a handle that knows nothing yet: from
+    /// the hint and a few probes, else from one listing.
+    async fn discover_head(&self) -> Result<Head, LeaseError> {
+        if let Some(seq) = self.read_hint().await?.map(|(seq, _)| seq)
+            && let Some(head) = self.probe(seq).await?
+        {
+            return self.advance_from(head).await;
+        }
         let list_prefix = format!("{}/", self.prefix);
         let listed = timed(
             self.policy.clock.as_ref(),
@@ -209,22 +287,145 @@ where
             self.store.list(&list_prefix),
         )
         .await?;
-        let mut seqs: Vec<u64> = listed
-            .iter()
-            .filter_map(|e| self.seq_of(&e.key))
-            .filter(|s| *s >= from)
-            .collect();
-        seqs.sort_unstable();
-        let mut out = Vec::with_capacity(seqs.len());
-        for seq in seqs {
-            if let Some(entry) = self.read(seq).await? {
-                out.push(entry);
+        let Some(seq) = listed.iter().filter_map(|e| self.seq_of(&e.key)).max() else {
+            let empty = Head { seq: 0, token: 0 };
+            self.learn(empty);
+            return Ok(empty);
+        };
+        match self.probe(seq).await? {
+            Some(head) => Ok(head),
+            None => Err(self.vanished(seq)),
+        }
+    }
+
+    fn vanished(&self, seq: u64) -> LeaseError {
+        LeaseError::Store(
+            CasError::new(
+                ErrorKind::Misconfigured,
+                format!(
+                    "log entry {seq} was listed but is gone: entries of a fenced log must never be deleted, except from its start"
+                ),
+            )
+            .with_key(self.entry_key(seq)),
+        )
+    }
+
+    /// From a head known to exist, the real end: probes forward at growing
+    /// steps, then bisects (entries after a known one have no gaps).
+    async fn advance_from(&self, known: Head) -> Result<Head, LeaseError> {
+        let mut low = known;
+        let mut step = 1u64;
+        let high = loop {
+            let probe = low.seq.saturating_add(step);
+            match self.probe(probe).await? {
+                Some(head) => {
+                    low = head;
+                    step = step.saturating_mul(2);
+                }
+                None => break probe,
+            }
+        };
+        let mut high = high;
+        while high - low.seq > 1 {
+            let mid = low.seq + (high - low.seq) / 2;
+            match self.probe(mid).await? {
+                Some(head) => low = head,
+                None => high = mid,
+            }
+        }
+        Ok(low)
+    }
+
+    async fn read_hint(&self) -> Result<Option<(u64, Version)>, LeaseError> {
+        let key = self.hint_key();
+        let Some(object) = self.get(&key).await? else {
+            return Ok(None);
+        };
+        // A hint only saves requests: one that cannot be read is ignored
+        // (and never overwritten).
+        let hint = serde_json::from_slice::<HeadHint>(&object.body)
+            .ok()
+            .filter(|h| h.kind == HEAD_HINT_KIND && h.schema == HEAD_HINT_SCHEMA);
+        Ok(hint.map(|h| (h.seq, object.version)))
+    }
+
+    /// Advances the hint to `seq` (best effort: a failure costs a later new
+    /// handle a few more reads, nothing else).
+    async fn advance_hint(&self, seq: u64) {
+        let key = self.hint_key();
+        let body = match serde_json::to_vec(&HeadHint {
+            kind: HEAD_HINT_KIND.to_string(),
+            schema: HEAD_HINT_SCHEMA,
+            seq,
+        }) {
+            Ok(body) => body,
+            Err(_) => return,
+        };
+        let current = match self.get(&key).await {
+            Ok(current) => current,
+            Err(err) => {
+                tracing::debug!(error = %err, "could not read the log's head hint");
+                return;
+            }
+        };
+        let write = match &current {
+            None => self.store.create(&key, body.into()),
+            Some(object) => {
+                let readable = serde_json::from_slice::<HeadHint>(&object.body)
+                    .ok()
+                    .filter(|h| h.kind == HEAD_HINT_KIND);
+                match readable {
+                    Some(hint) if hint.seq < seq => {
+                        self.store.replace(&key, &object.version, body.into())
+                    }
+                    _ => return,
+                }
+            }
+        };
+        let result = timed(
+            self.policy.clock.as_ref(),
+            self.policy.request_timeout,
+            &key,
+            write,
+        )
+        .await;
+        if let Err(err) = result {
+            tracing::debug!(error = %err, "could not advance the log's head hint");
+        }
+    }
+
+    /// The latest entry (two GETs on a warm handle).
+    pub async fn latest(&self) -> Result<Option<LogEntry<T>>, LeaseError> {
+        let head = self.find_head().await?;
+        if head.seq == 0 {
+            return Ok(None);
+        }
+        match self.read(head.seq).await? {
+            Some(entry) => Ok(Some(entry)),
+            None => Err(self.vanished(head.seq)),
+        }
+    }
+
+    /// Entries from `from` (inclusive) to the latest, in order (one GET
+    /// each; entries pruned from the start are skipped).
+    pub async fn entries(&self, from: u64) -> Result<Vec<LogEntry<T>>, LeaseError> {
+        let head = self.find_head().await?;
+        let mut out = Vec::new();
+        for seq in from.max(1)..=head.seq {
+            match self.read(seq).await? {
+                Some(entry) => out.push(entry),
+                None if out.is_empty() => {}
+                None => return Err(self.vanished(seq)),
             }
         }
         Ok(out)
     }
 
     /// Appends `value` as the next entry, fenced by `token`.
+    ///
+    /// Requests: 1 create on a warm handle; +1 GET per unanswered write and
+    /// per entry another writer appended since; every 64th entry also
+    /// advances the head hint (1 GET + 1 write).
     pub async fn append(&self, token: u64, value: T) -> Result<LogEntry<T>, LeaseError> {
         let span = tracing::debug_span!("log.append", prefix = %self.prefix, token);
         async {
@@ -232,8 +433,9 @@ where
                 key: self.prefix.clone(),
                 message: e.to_string(),
             })?;
-            // Nonces of our writes whose outcome is unknown, by sequence number.
-            let mut ours: Vec<(u64, String)> = Vec::new();
+            // Our writes whose outcome is unknown; all at one sequence
+            // number, since a new attempt moves on only once they are dead.
+            let mut pending: PendingWrites<u64> = PendingWrites::default();
             let mut last_err: Option<CasError> = None;
             for _ in 0..self.policy.max_attempts {
                 if let Some(err) = last_err.take() {
@@ -246,48 +448,53 @@ where
                         ))
                         .await;
                 }
-                // Did an earlier write of ours with an unknown outcome land?
-                let mut found = None;
-                for (seq, nonce) in &ours {
-                    if let Ok(Some((entry, stored))) = self.read_full(*seq).await
-                        && stored == *nonce
-                    {
-                        found = Some(entry);
-                        break;
-                    }
-                }
-                if let Some(entry) = found {
-                    count_ambiguous("ours");
-                    return Ok(entry);
-                }
-                let latest = match self.latest_seq().await {
-                    Ok(s) => s,
+                let (settled, moved_on) = match self.settle(&mut pending).await {
+                    Ok(settled) => settled,
                     Err(LeaseError::Store(err)) if err.is_retryable() => {
                         last_err = Some(err);
                         continue;
                     }
-                    Err(other) => return Err(other),
+                    Err(other) => return Err(self.unresolved(&pending, other)),
                 };
-                if let Some(seq) = latest {
-                    match self.read_full(seq).await {
-                        Ok(Some((entry, _))) => {
-                            if entry.token > token {
-                                metrics::counter!(metric_names::FENCING_REJECTIONS).increment(1);
-                                return Err(LeaseError::FencedOut {
-                                    presented: token,
-                                    recorded: entry.token,
-                                });
-                            }
-                        }
-                        Ok(None) => {}
+                if let Some(entry) = settled {
+                    return Ok(entry);
+                }
+                let head = match pending.iter().next() {
+                    // Still live at `seq`: the log ends just before it.
+                    Some(write) => Head {
+                        seq: write.payload - 1,
+                        token: self.known_head().map_or(0, |h| h.token),
+                    },
+                    // Another writer took our slot: find the end afresh.
+                    None if moved_on => match self.find_head().await {
+                        Ok(head) => head,
                         Err(LeaseError::Store(err)) if err.is_retryable() => {
                             last_err = Some(err);
                             continue;
                         }
                         Err(other) => return Err(other),
-                    }
+                    },
+                    None => match self.head_for_append().await {
+                        Ok(head) => head,
+                        Err(LeaseError::Store(err)) if err.is_retryable() => {
+                            last_err = Some(err);
+                            continue;
+                        }
+                        Err(other) => return Err(other),
+                    },
+                };
+                if head.token > token {
+                    metrics::counter!(metric_names::FENCING_REJECTIONS).increment(1);
+                    return Err(self.unresolved(
+                        &pending,
+                        LeaseError::FencedOut {
+                            presented: token,
+                            recorded: head.token,
+                        },
+                    ));
                 }
-                let seq = latest.map_or(1, |s| s + 1);
+                let seq = head.seq + 1;
+                let key = self.entry_key(seq);
                 let nonce = self.policy.entropy.nonce();
                 let record = LogRecord {
                     kind: LOG_KIND.to_string(),
@@ -298,20 +505,28 @@ where
                     value: &value,
                 };
                 let body = serde_json::to_vec(&record).map_err(|e| LeaseError::Codec {
-                    key: self.entry_key(seq),
+                    key: key.clone(),
                     message: e.to_string(),
                 })?;
-                let key = self.entry_key(seq);
-                ours.push((seq, nonce));
-                match timed(
+                pending.push(PendingWrite {
+                    nonce: nonce.clone(),
+                    sent_at: self.policy.clock.now(),
+                    condition: None,
+                    payload: seq,
+                });
+                let result = timed(
                     self.policy.clock.as_ref(),
                     self.policy.request_timeout,
                     &key,
                     self.store.create(&key, body.into()),
                 )
-                .await
-                {
+                .await;
+                match result {
                     Ok(version) => {
+                        self.learn(Head { seq, token });
+                        if seq % HEAD_HINT_EVERY == 0 {
+                            self.advance_hint(seq).await;
+                        }
                         let value =
                             serde_json::from_value(value).map_err(|e| LeaseError::Codec {
                                 key: key.clone(),
@@ -324,42 +539,75 @@ where
                             version,
                         });
                     }
-                    // Lost the race for `seq`, or unknown outcome: the next
-                    // round reads the latest entry and recognises our nonce.
-                    Err(err)
-                        if err.may_have_taken_effect()
-                            || err.kind() == ErrorKind::PreconditionFailed =>
-                    {
-                        match self.read_full(seq).await {
-                            Ok(Some((entry, stored)))
-                                if ours.iter().any(|(s, n)| *s == seq && *n == stored) =>
-                            {
-                                count_ambiguous("ours");
-                                return Ok(entry);
-                            }
-                            Ok(Some(_)) => {
-                                // Another writer's entry: ours cannot land there.
-                                count_ambiguous("not_ours");
-                                ours.retain(|(s, _)| *s != seq);
-                            }
-                            Ok(None) => count_ambiguous("absent"),
-                            Err(_) => {}
+                    // Lost the race for `seq` (the next round reads who won
+                    // and moves on at once), or an unknown outcome (resolved
+                    // after a pause).
+                    Err(err) if err.kind() == ErrorKind::PreconditionFailed => {}
+                    Err(err) if needs_resolution(&err) => last_err = Some(err),
+                    Err(err) => {
+                        // Nothing was written.
+                        pending.forget(&nonce);
+                        if !err.is_retryable() {
+                            return Err(self.unresolved(&pending, err.into()));
                         }
                         last_err = Some(err);
                     }
-                    Err(err) if err.is_retryable() => {
-                        ours.pop();
-                        last_err = Some(err);
-                    }
-                    Err(err) => return Err(err.into()),
                 }
             }
-            Err(LeaseError::Contended {
+            let contended = LeaseError::Contended {
                 key: self.prefix.clone(),
                 attempts: self.policy.max_attempts,
-            })
+            };
+            Err(self.unresolved(&pending, contended))
         }
         .instrument(span)
         .await
+    }
+
+    /// Reads the entry our unresolved writes went to: `Some` if one of
+    /// them is there; otherwise drops them if another writer's entry is
+    /// (and says the log moved on).
+    async fn settle(
+        &self,
+        pending: &mut PendingWrites<u64>,
+    ) -> Result<(Option<LogEntry<T>>, bool), LeaseError> {
+        let Some(seq) = pending.iter().next().map(|w| w.payload) else {
+            return Ok((None, false));
+        };
+        let found = self.read_full(seq).await?;
+        let (version, nonce) = match &found {
+            Some((entry, nonce)) => (Some(&entry.version), nonce.as_str()),
+            None => (None, ""),
+        };
+        match pending.settle(version, |n| n == nonce) {
+            Settled::Landed(_) => {
+                count_ambiguous("ours");
+                Ok((found.map(|(entry, _)| entry), false))
+            }
+            Settled::NotLanded => {
+                count_ambiguous(if found.is_some() {
+                    "not_ours"
+                } else {
+                    "absent"
+                });
+                Ok((None, found.is_some()))
+            }
+        }
+    }
+
+    /// The error to return while a write of this append may still land.
+    fn unresolved(&self, pending: &PendingWrites<u64>, err: LeaseError) -> LeaseError {
+        if pending.is_empty() {
+            return err;
+        }
+        LeaseError::Store(
+            CasError::new(
+                ErrorKind::Ambiguous,
+                format!(
+                    "the append may or may not have been made ({err}); read the log to find out"
+                ),
+            )
+            .with_key(&self.prefix),
+        )
     }
 }

@@ -199,7 +199,10 @@ mod tests {
         let mut pending = PendingWrites::default();
         pending.push(write("create", None));
         pending.push(write("replace", Some(Version::Generation(1))));
-        assert!(matches!(pending.settle(None, |_| false), Settled::NotLanded));
+        assert!(matches!(
+            pending.settle(None, |_| false),
+            Settled::NotLanded
+        ));
         assert!(pending.contains("create"));
         assert!(!pending.contains("replace"));
     }
