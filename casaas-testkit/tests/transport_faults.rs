@@ -1,0 +1,278 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+//! How each provider classifies real transport faults, through the chaos
+//! proxy in front of the real servers `cargo xtask servers up` started
+//! (moto for S3, fake-gcs for GCS, Azurite for Azure). One test per
+//! (provider, fault). The rule under test: a write that reached the server
+//! is never reported as "not sent" (safe to retry blindly) and never as
+//! "precondition failed" when nothing else wrote; a write that a transport
+//! duplicated is resolved as ours by the lease protocol.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use casaas_core::contract::{TestServer, test_server, unique_prefix};
+use casaas_core::lease::{AcquireOutcome, Lease, LeaseConfig};
+use casaas_core::{CasError, CasStore, ErrorKind};
+use casaas_testkit::{ChaosProxy, ProxyFault};
+
+/// How long a store waits for an answer; stalls are longer than this.
+const CLIENT_TIMEOUT_S: u64 = 1;
+const STALL: Duration = Duration::from_secs(3);
+
+/// The test URL of `server` with its endpoint sent through a new proxy,
+/// a short timeout and a fresh prefix.
+async fn proxied(server: &TestServer, label: &str) -> (ChaosProxy, String) {
+    let mut url = url::Url::parse(&server.url).unwrap();
+    let endpoint = url
+        .query_pairs()
+        .find(|(k, _)| k == "endpoint")
+        .map(|(_, v)| v.to_string())
+        .expect("the test URL names its endpoint");
+    let parsed = url::Url::parse(&endpoint).unwrap();
+    let origin = format!(
+        "http://{}:{}",
+        parsed.host_str().unwrap(),
+        parsed.port().unwrap()
+    );
+    let proxy = ChaosProxy::start(&origin).await.unwrap();
+    let through = format!("{}{}", proxy.endpoint(), parsed.path().trim_end_matches('/'));
+    let pairs: Vec<(String, String)> = url
+        .query_pairs()
+        .filter(|(k, _)| k != "endpoint" && k != "timeout")
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    url.query_pairs_mut()
+        .clear()
+        .extend_pairs(pairs)
+        .append_pair("endpoint", &through)
+        .append_pair("timeout", &CLIENT_TIMEOUT_S.to_string());
+    let prefix = unique_prefix(label);
+    let base = url.path().trim_end_matches('/').to_string();
+    url.set_path(&format!("{base}/{prefix}"));
+    (proxy, url.to_string())
+}
+
+async fn s3(label: &str) -> (ChaosProxy, Arc<dyn CasStore>) {
+    let server = test_server("moto");
+    let (proxy, url) = proxied(&server, label).await;
+    let store = casaas_s3::S3Store::builder()
+        .url(&url)
+        .unwrap()
+        .static_credentials(
+            server.var("AWS_ACCESS_KEY_ID"),
+            server.var("AWS_SECRET_ACCESS_KEY"),
+        )
+        .build()
+        .await
+        .unwrap();
+    (proxy, Arc::new(store))
+}
+
+async fn gcs(label: &str) -> (ChaosProxy, Arc<dyn CasStore>) {
+    let server = test_server("fake-gcs");
+    let (proxy, url) = proxied(&server, label).await;
+    (proxy, Arc::new(casaas_gcs::GcsStore::open(&url).await.unwrap()))
+}
+
+async fn azure(label: &str) -> (ChaosProxy, Arc<dyn CasStore>) {
+    let server = test_server("azurite");
+    let (proxy, url) = proxied(&server, label).await;
+    let store = casaas_azure::AzureBlobStoreBuilder::from_url_with_env(&url, |name| {
+        server.env.get(name).cloned()
+    })
+    .unwrap()
+    .build()
+    .await
+    .unwrap();
+    (proxy, Arc::new(store))
+}
+
+fn assert_may_have_taken_effect(err: &CasError, what: &str) {
+    assert!(
+        err.may_have_taken_effect(),
+        "{what}: a write that reached the server must be 'may have taken effect', got {:?}: {err}",
+        err.kind()
+    );
+}
+
+async fn body_of(store: &Arc<dyn CasStore>, key: &str) -> Option<Bytes> {
+    store.get(key).await.unwrap().map(|o| o.body)
+}
+
+/// Runs one fault against a create, then against a replace, and checks the
+/// answer's kind against what the server really holds.
+async fn check(store: Arc<dyn CasStore>, proxy: &ChaosProxy, fault: ProxyFault) {
+    let (create_key, replace_key) = ("create", "replace");
+    // Create under the fault.
+    proxy.script(fault);
+    let created = store.create(create_key, Bytes::from_static(b"one")).await;
+    if matches!(fault, ProxyFault::StallThenForward(_)) {
+        tokio::time::sleep(STALL + Duration::from_secs(1)).await;
+    }
+    let held = body_of(&store, create_key).await;
+    judge(fault, created.map(|_| ()), held.is_some(), "create");
+
+    // Replace under the fault.
+    let version = store
+        .create(replace_key, Bytes::from_static(b"v1"))
+        .await
+        .unwrap();
+    proxy.script(fault);
+    let replaced = store
+        .replace(replace_key, &version, Bytes::from_static(b"v2"))
+        .await;
+    if matches!(fault, ProxyFault::StallThenForward(_)) {
+        tokio::time::sleep(STALL + Duration::from_secs(1)).await;
+    }
+    let held = body_of(&store, replace_key).await;
+    judge(
+        fault,
+        replaced.map(|_| ()),
+        held.as_deref() == Some(b"v2".as_slice()),
+        "replace",
+    );
+    let log = proxy.log();
+    assert!(
+        log.iter().filter(|r| r.fault == fault).count() >= 2,
+        "the fault was applied: {log:?}"
+    );
+}
+
+fn judge(fault: ProxyFault, result: Result<(), CasError>, applied: bool, op: &str) {
+    let what = format!("{op} under {fault:?}");
+    match fault {
+        ProxyFault::Forward => {
+            result.unwrap();
+            assert!(applied, "{what}");
+        }
+        ProxyFault::DropAfterForward
+        | ProxyFault::TruncateResponse
+        | ProxyFault::StallThenForward(_) => {
+            assert!(applied, "{what}: the server holds the write");
+            let err = result.expect_err(&what);
+            assert_may_have_taken_effect(&err, &what);
+        }
+        ProxyFault::ResetBeforeForward => {
+            assert!(!applied, "{what}: nothing reached the server");
+            let err = result.expect_err(&what);
+            assert_ne!(err.kind(), ErrorKind::PreconditionFailed, "{what}: {err}");
+            assert!(
+                err.may_have_taken_effect() || err.is_retryable(),
+                "{what}: a dropped connection is retried or resolved, got {:?}: {err}",
+                err.kind()
+            );
+        }
+        ProxyFault::SlowDown | ProxyFault::TooManyRequests => {
+            assert!(!applied, "{what}");
+            let err = result.expect_err(&what);
+            assert_eq!(err.kind(), ErrorKind::Throttled, "{what}: {err}");
+            assert!(err.is_retryable(), "{what}");
+        }
+        ProxyFault::InternalError => {
+            assert!(!applied, "{what}");
+            let err = result.expect_err(&what);
+            assert_may_have_taken_effect(&err, &what);
+        }
+        ProxyFault::Duplicate => {
+            // The server applied the first copy; the second copy's answer
+            // says the condition failed. The raw store cannot know better:
+            // a precondition failure (which the protocols resolve by
+            // reading), never success-then-nothing or "not sent".
+            assert!(applied, "{what}");
+            let err = result.expect_err(&what);
+            assert!(
+                err.kind() == ErrorKind::PreconditionFailed || err.may_have_taken_effect(),
+                "{what}: {err}"
+            );
+        }
+    }
+}
+
+/// A transport duplicate of the lease's create answers "precondition
+/// failed"; the lease protocol must still recognise the lease as ours.
+async fn duplicate_is_resolved_by_the_lease(store: Arc<dyn CasStore>, proxy: &ChaosProxy) {
+    let lease = Lease::new(
+        store,
+        "lease",
+        "chaos-test",
+        LeaseConfig::with_ttl(Duration::from_secs(30)),
+    )
+    .unwrap();
+    proxy.script(ProxyFault::Duplicate);
+    match lease.try_acquire().await.unwrap() {
+        AcquireOutcome::Acquired(guard) => {
+            assert_eq!(guard.token(), 1);
+            guard.release().await.unwrap();
+        }
+        AcquireOutcome::Held(held) => panic!("our own duplicated create was not recognised: {held:?}"),
+    }
+}
+
+macro_rules! provider_faults {
+    ($provider:ident) => {
+        mod $provider {
+            use super::*;
+
+            async fn run(fault: ProxyFault) {
+                let (proxy, store) = super::$provider(stringify!($provider)).await;
+                check(store, &proxy, fault).await;
+            }
+
+            #[tokio::test]
+            async fn forwarded_writes_succeed() {
+                run(ProxyFault::Forward).await;
+            }
+
+            #[tokio::test]
+            async fn applied_then_dropped_may_have_taken_effect() {
+                run(ProxyFault::DropAfterForward).await;
+            }
+
+            #[tokio::test]
+            async fn reset_before_forwarding_is_never_precondition_failed() {
+                run(ProxyFault::ResetBeforeForward).await;
+            }
+
+            #[tokio::test]
+            async fn truncated_answer_may_have_taken_effect() {
+                run(ProxyFault::TruncateResponse).await;
+            }
+
+            #[tokio::test]
+            async fn write_landing_after_the_timeout_may_have_taken_effect() {
+                run(ProxyFault::StallThenForward(STALL)).await;
+            }
+
+            #[tokio::test]
+            async fn slow_down_is_throttled() {
+                run(ProxyFault::SlowDown).await;
+            }
+
+            #[tokio::test]
+            async fn too_many_requests_is_throttled() {
+                run(ProxyFault::TooManyRequests).await;
+            }
+
+            #[tokio::test]
+            async fn internal_error_may_have_taken_effect() {
+                run(ProxyFault::InternalError).await;
+            }
+
+            #[tokio::test]
+            async fn duplicated_write_is_never_a_silent_success() {
+                run(ProxyFault::Duplicate).await;
+            }
+
+            #[tokio::test]
+            async fn duplicated_lease_create_is_resolved_as_ours() {
+                let (proxy, store) = super::$provider(concat!(stringify!($provider), "-lease")).await;
+                duplicate_is_resolved_by_the_lease(store, &proxy).await;
+            }
+        }
+    };
+}
+
+provider_faults!(s3);
+provider_faults!(gcs);
+provider_faults!(azure);
