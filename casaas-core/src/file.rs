@@ -387,8 +387,37 @@ fn read_object(path: &Path) -> io::Result<Option<StoredObject>> {
     }
 }
 
+/// Reads the object at `path` and makes sure what it returns is durable.
+///
+/// A writer marks the key's lock file while its commit may be visible but
+/// not yet durable (between its rename and its directory fsync, and after
+/// a failure or crash there); a reader that then sees the mark fsyncs the
+/// directory itself before answering. The object is read first: a mark
+/// seen clear afterwards means every commit it could show was fsynced.
+fn read_durable(io: &Io, path: &Path) -> io::Result<Option<StoredObject>> {
+    let object = read_object(path)?;
+    let lock_path = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_suffix(OBJECT_SUFFIX))
+        .map(|stem| path.with_file_name(format!("{stem}{LOCK_SUFFIX}")));
+    let pending = match lock_path.map(fs::metadata) {
+        Some(Ok(meta)) => meta.len() > 0,
+        Some(Err(e)) if e.kind() == io::ErrorKind::NotFound => false,
+        Some(Err(e)) => return Err(e),
+        None => false,
+    };
+    if pending && let Some(dir) = path.parent() {
+        io.run(Step::SyncDir, dir, || sync_dir(dir))?;
+    }
+    Ok(object)
+}
+
 /// Holds the exclusive lock for one key; unlocks on drop (and the kernel
 /// unlocks if the process dies).
+///
+/// The lock file's length is the commit mark: non-zero while a commit may
+/// be visible without being durable (see [`read_durable`]).
 struct KeyLock(File);
 
 impl KeyLock {
@@ -405,6 +434,16 @@ impl KeyLock {
             Err(TryLockError::WouldBlock) => Ok(None),
             Err(TryLockError::Error(e)) => Err(e),
         }
+    }
+}
+
+impl KeyLock {
+    fn commit_pending(&self) -> io::Result<bool> {
+        Ok(self.0.metadata()?.len() > 0)
+    }
+
+    fn mark_commit_pending(&self, pending: bool) -> io::Result<()> {
+        self.0.set_len(u64::from(pending))
     }
 }
 
@@ -549,7 +588,7 @@ impl WriteAttempt {
             self.prepare_directory()?;
         }
         let lock_path = self.dir.join(format!("{}{LOCK_SUFFIX}", self.name));
-        let _lock = match KeyLock::try_acquire(&lock_path) {
+        let lock = match KeyLock::try_acquire(&lock_path) {
             Ok(Some(lock)) => lock,
             Ok(None) => return Ok(None),
             // No directory, so no object: a replace or delete has nothing
@@ -562,6 +601,13 @@ impl WriteAttempt {
             }
             Err(e) => return Err(e.into()),
         };
+        if lock.commit_pending()? {
+            // An earlier writer failed or died after its commit point: make
+            // what it left durable before building on it.
+            self.io
+                .run(Step::SyncDir, &self.dir, || sync_dir(&self.dir))?;
+            lock.mark_commit_pending(false)?;
+        }
         let path = self.dir.join(format!("{}{OBJECT_SUFFIX}", self.name));
         let current = read_object(&path)?;
         match (&self.condition, &current) {
@@ -579,17 +625,22 @@ impl WriteAttempt {
             }
             _ => {}
         }
-        match &self.body {
+        lock.mark_commit_pending(true)?;
+        let written = match &self.body {
             Some(body) => {
                 let version = fresh_version();
                 install(&self.io, &self.dir, &self.name, &version, body)?;
-                Ok(Some(Decision::Written(version)))
+                version
             }
             None => {
                 remove(&self.io, &self.dir, &path)?;
-                Ok(Some(Decision::Written(Version::Generation(0))))
+                Version::Generation(0)
             }
-        }
+        };
+        // Durable now; should clearing the mark fail, readers only fsync
+        // once more than needed.
+        let _ = lock.mark_commit_pending(false);
+        Ok(Some(Decision::Written(written)))
     }
 
     /// Creates the key's directory and makes its path from the root durable,
@@ -734,7 +785,8 @@ fn walk(dir: &Path, rel: &str, out: &mut Vec<(String, PathBuf)>) -> io::Result<(
 impl CasStore for FileStore {
     async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
         let (dir, name) = self.locate(key)?;
-        blocking(move || read_object(&dir.join(format!("{name}{OBJECT_SUFFIX}"))))
+        let io = self.io.clone();
+        blocking(move || read_durable(&io, &dir.join(format!("{name}{OBJECT_SUFFIX}"))))
             .await
             .and_then(|read| read)
             .map_err(|e| io_error(key, "file store read failed", e))
@@ -780,7 +832,8 @@ impl CasStore for FileStore {
         let mut entries = Vec::new();
         for (key, path) in found.into_iter().filter(|(k, _)| k.starts_with(prefix)) {
             // An object deleted between the walk and the read is simply gone.
-            let object = blocking(move || read_object(&path))
+            let io = self.io.clone();
+            let object = blocking(move || read_durable(&io, &path))
                 .await
                 .and_then(|read| read)
                 .map_err(|e| io_error(&key, "file store list failed", e))?;
@@ -914,8 +967,12 @@ mod tests {
         // Deletes: the unlink happened, then its fsync (or the unlink's own
         // answer) failed.
         let v3 = store.get("k").await.unwrap().unwrap().version;
+        let v4 = store
+            .replace("k", &v3, Bytes::from_static(b"4"))
+            .await
+            .unwrap();
         fail(&script, Step::SyncDir, Fault::Before);
-        let err = store.delete("k", &v3).await.unwrap_err();
+        let err = store.delete("k", &v4).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Ambiguous, "{err}");
         assert!(store.get("k").await.unwrap().is_none());
         let v = store.get("fresh").await.unwrap().unwrap().version;
@@ -923,6 +980,56 @@ mod tests {
         let err = store.delete("fresh", &v).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Ambiguous, "{err}");
         assert!(store.get("fresh").await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_read_returns_only_durable_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, script) = scripted(dir.path()).await;
+        let v1 = store.create("k", Bytes::from_static(b"1")).await.unwrap();
+        store
+            .create("other", Bytes::from_static(b"o"))
+            .await
+            .unwrap();
+        take_log(&script);
+        store.get("k").await.unwrap();
+        store.list("").await.unwrap();
+        assert_eq!(take_log(&script), [], "reads of settled keys fsync nothing");
+
+        // A write whose directory fsync failed is visible, durability
+        // unknown: a read makes it durable before returning it, or fails.
+        fail(&script, Step::SyncDir, Fault::Before);
+        let err = store
+            .replace("k", &v1, Bytes::from_static(b"2"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Ambiguous, "{err}");
+        take_log(&script);
+        assert_eq!(body(&store, "k").await.unwrap(), "2");
+        assert_eq!(
+            take_log(&script),
+            [(Step::SyncDir, dir.path().to_path_buf())]
+        );
+        fail(&script, Step::SyncDir, Fault::Before);
+        let err = store.get("k").await.unwrap_err();
+        assert!(!err.may_have_taken_effect(), "{err}");
+        fail(&script, Step::SyncDir, Fault::Before);
+        store.list("").await.unwrap_err();
+        assert!(
+            store.get("other").await.is_ok(),
+            "other keys are unaffected"
+        );
+
+        // The next writer on the key settles it, even when it writes nothing.
+        let err = store
+            .create("k", Bytes::from_static(b"3"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::PreconditionFailed, "{err}");
+        take_log(&script);
+        assert_eq!(body(&store, "k").await.unwrap(), "2");
+        store.list("").await.unwrap();
+        assert_eq!(take_log(&script), []);
     }
 
     #[tokio::test]
