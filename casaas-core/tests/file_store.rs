@@ -1,3 +1,5 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
 //! FileStore promises that hold within one process: several store instances
 //! and threads on one directory exclude each other, and a stopped lock
 //! holder costs other writers a bounded wait, never a hang.
