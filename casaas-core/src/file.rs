@@ -26,6 +26,9 @@
 //! - A failure at or after the commit point is reported
 //!   [`ErrorKind::Ambiguous`]: the new object may be visible, and its
 //!   durability is unconfirmed. A failure before it changes nothing.
+//! - A read returns only durable state: while a commit is visible but not
+//!   yet known durable, the key's lock file carries a mark (non-zero length)
+//!   and a reader fsyncs the directory before answering (`read_durable`).
 //! - Versions never repeat, also across restarts and after a delete: each
 //!   write gets 128 random bits, not a value derived from mtime, inode or size
 //!   (those collide when a file is rewritten within the timestamp granularity).
