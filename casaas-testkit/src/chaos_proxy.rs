@@ -220,6 +220,58 @@ impl ChaosProxy {
     }
 }
 
+/// The server a store URL's `endpoint=` option names, as `http://HOST:PORT`,
+/// and the path after it (Azure endpoints carry the account in the path).
+pub fn endpoint_of(store_url: &str) -> Result<(String, String), String> {
+    let url = url::Url::parse(store_url).map_err(|e| format!("not a URL: {e}"))?;
+    let endpoint = url
+        .query_pairs()
+        .find(|(k, _)| k == "endpoint")
+        .map(|(_, v)| v.to_string())
+        .ok_or("the store URL has no endpoint= option")?;
+    let parsed = url::Url::parse(&endpoint).map_err(|e| format!("endpoint: {e}"))?;
+    let host = parsed.host_str().ok_or("the endpoint has no host")?;
+    let port = parsed
+        .port_or_known_default()
+        .ok_or("the endpoint has no port")?;
+    Ok((
+        format!("http://{host}:{port}"),
+        parsed.path().trim_end_matches('/').to_string(),
+    ))
+}
+
+/// `store_url` with its endpoint replaced by `endpoint` (if given), its
+/// `timeout` option set to `timeout_s` seconds (if given), and `prefix`
+/// appended to its path.
+pub fn rewrite_store_url(
+    store_url: &str,
+    endpoint: Option<&str>,
+    timeout_s: Option<u64>,
+    prefix: &str,
+) -> Result<String, String> {
+    let mut url = url::Url::parse(store_url).map_err(|e| format!("not a URL: {e}"))?;
+    let kept: Vec<(String, String)> = url
+        .query_pairs()
+        .filter(|(k, _)| {
+            (endpoint.is_none() || k != "endpoint") && (timeout_s.is_none() || k != "timeout")
+        })
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    {
+        let mut pairs = url.query_pairs_mut();
+        pairs.clear().extend_pairs(kept);
+        if let Some(endpoint) = endpoint {
+            pairs.append_pair("endpoint", endpoint);
+        }
+        if let Some(timeout) = timeout_s {
+            pairs.append_pair("timeout", &timeout.to_string());
+        }
+    }
+    let base = url.path().trim_end_matches('/').to_string();
+    url.set_path(&format!("{base}/{}", prefix.trim_matches('/')));
+    Ok(url.to_string())
+}
+
 impl Drop for ChaosProxy {
     fn drop(&mut self) {
         self.stop.cancel();

@@ -1,0 +1,458 @@
+//! The torture run (`cargo xtask chaos` starts the server and calls this).
+//!
+//! ```text
+//! chaos run --url STORE_URL [--env-file FILE] [--seconds 60] [--seed 1] [--workers 5] [--ttl-ms 2000]
+//! chaos worker --url STORE_URL --id N --seed S --ttl-ms T --log FILE
+//! ```
+//!
+//! `run` puts a chaos proxy in front of the store's endpoint, starts worker
+//! processes that each loop (acquire the lease, increment a fenced counter
+//! and append to a fenced log with their token, hold a while, release or
+//! exit), SIGKILLs and SIGSTOP/SIGCONTs random workers (pauses up to 3×TTL)
+//! while the proxy injects faults, then checks what the workers believed
+//! and were told against what the server holds, and prints
+//! `acquisitions=N kills=K pauses=P faults=F overlaps=O stale_writes_accepted=S lost_updates=L duplicate_updates=D`.
+//! Exits 1 on any violation, or if nothing was acquired.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use casaas_core::lease::{
+    AcquireOptions, Entropy, FencedLog, FencedResource, Lease, LeaseConfig, LeaseError,
+};
+use casaas_core::{CasStore, open_store};
+use casaas_testkit::chaos::{
+    COUNTER_KEY, Event, LOCK_KEY, LOG_PREFIX, Observed, check, monotonic_ns, ns, parse_logs,
+};
+use casaas_testkit::chaos_proxy::{endpoint_of, rewrite_store_url};
+use casaas_testkit::{ChaosProxy, ProxyFault, RandomFaults};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// The provider's own timeout for one request, in seconds (the proxy's
+/// stalls are longer).
+const CLIENT_TIMEOUT_S: u64 = 1;
+
+fn arg_map(args: &[String]) -> Result<HashMap<String, String>> {
+    let mut map = HashMap::new();
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let name = flag
+            .strip_prefix("--")
+            .with_context(|| format!("unexpected argument '{flag}'"))?;
+        let value = it
+            .next()
+            .with_context(|| format!("{flag} needs a value"))?;
+        map.insert(name.to_string(), value.clone());
+    }
+    Ok(map)
+}
+
+fn get<T: std::str::FromStr>(map: &HashMap<String, String>, name: &str, default: Option<T>) -> Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    match map.get(name) {
+        Some(v) => v
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--{name} {v}: {e}")),
+        None => default.with_context(|| format!("--{name} is required")),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("run") => run(&args[1..]),
+        Some("worker") => worker(&args[1..]).map(|()| true),
+        _ => Err(anyhow::anyhow!(
+            "usage: chaos run --url STORE_URL [--env-file FILE] [--seconds N] [--seed S] [--workers K] [--ttl-ms T]"
+        )),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(err) => {
+            eprintln!("chaos: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn register_providers() {
+    casaas_s3::register();
+    casaas_gcs::register();
+    casaas_azure::register();
+}
+
+// ------------------------------------------------------------------ worker
+
+struct WorkerLog(std::fs::File);
+
+impl WorkerLog {
+    fn event(&mut self, event: Event) {
+        // One write per line, unbuffered: a SIGKILL loses at most the line
+        // being written, which the parser ignores.
+        let _ = self.0.write_all(format!("{event}\n").as_bytes());
+    }
+}
+
+fn outcome<T>(result: &Result<T, LeaseError>) -> &'static str {
+    match result {
+        Ok(_) => "ok",
+        Err(LeaseError::Store(err)) if err.may_have_taken_effect() => "amb",
+        Err(_) => "no",
+    }
+}
+
+fn worker(args: &[String]) -> Result<()> {
+    let map = arg_map(args)?;
+    let url: String = get(&map, "url", None)?;
+    let id: u32 = get(&map, "id", None)?;
+    let seed: u64 = get(&map, "seed", None)?;
+    let ttl = Duration::from_millis(get(&map, "ttl-ms", Some(2000))?);
+    let log_path: PathBuf = get(&map, "log", None)?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| format!("opening {}", log_path.display()))?;
+    let mut log = WorkerLog(file);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    register_providers();
+    runtime.block_on(async move {
+        let store = open_store(&url).await?;
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let config = LeaseConfig::with_ttl(ttl);
+        let lease = Lease::new(store.clone(), LOCK_KEY, format!("worker-{id}"), config.clone())?
+            .with_entropy(Entropy::seeded(seed));
+        let counter = FencedResource::<u64>::new(store.clone(), COUNTER_KEY)?
+            .with_entropy(Entropy::seeded(seed ^ 1))
+            .with_retries(config.request_timeout, config.retry_period, 8);
+        let entries = FencedLog::<serde_json::Value>::new(store.clone(), LOG_PREFIX)?
+            .with_entropy(Entropy::seeded(seed ^ 2))
+            .with_retries(config.request_timeout, config.retry_period, 8);
+        let mut op = 0u64;
+        loop {
+            let guard = match lease.acquire(AcquireOptions::default()).await {
+                Ok(guard) => guard,
+                Err(err) => {
+                    eprintln!("worker {id}: acquire failed: {err}");
+                    tokio::time::sleep(config.retry_period).await;
+                    continue;
+                }
+            };
+            let token = guard.token();
+            log.event(Event::Acquired {
+                worker: id,
+                token,
+                at: monotonic_ns(),
+            });
+            let hold_until = Instant::now() + ttl.mul_f64(rng.random_range(0.1..1.0));
+            while Instant::now() < hold_until {
+                if guard.checkpoint(ttl / 10).is_err() {
+                    break;
+                }
+                let now = monotonic_ns();
+                log.event(Event::Belief {
+                    worker: id,
+                    token,
+                    until: now + ns(guard.remaining()),
+                });
+                op += 1;
+                log.event(Event::WriteStarted {
+                    worker: id,
+                    kind: "inc".into(),
+                    op,
+                });
+                let r = counter
+                    .update(token, |v| v.copied().unwrap_or(0) + 1)
+                    .await;
+                log.event(Event::WriteResult {
+                    worker: id,
+                    kind: "inc".into(),
+                    op,
+                    result: outcome(&r).into(),
+                });
+                op += 1;
+                log.event(Event::WriteStarted {
+                    worker: id,
+                    kind: "app".into(),
+                    op,
+                });
+                let r = entries
+                    .append(token, serde_json::json!({"w": id, "op": op}))
+                    .await;
+                log.event(Event::WriteResult {
+                    worker: id,
+                    kind: "app".into(),
+                    op,
+                    result: outcome(&r).into(),
+                });
+                tokio::time::sleep(Duration::from_millis(rng.random_range(20..200))).await;
+            }
+            if rng.random_bool(0.2) {
+                // Exit holding the lease, as a crashed process would.
+                std::process::exit(0);
+            }
+            log.event(Event::Released {
+                worker: id,
+                token,
+                at: monotonic_ns(),
+            });
+            if let Err(err) = guard.release().await {
+                eprintln!("worker {id}: release: {err}");
+            }
+        }
+    })
+}
+
+// --------------------------------------------------------------------- run
+
+struct Workers {
+    exe: PathBuf,
+    url: String,
+    env: BTreeMap<String, String>,
+    dir: PathBuf,
+    ttl_ms: u64,
+    seed: u64,
+    next_id: u32,
+    live: Vec<(u32, Child)>,
+}
+
+impl Workers {
+    fn spawn(&mut self) -> Result<()> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let log = self.dir.join(format!("worker-{id}.log"));
+        let stderr = std::fs::File::create(self.dir.join(format!("worker-{id}.err")))?;
+        let child = Command::new(&self.exe)
+            .arg("worker")
+            .args(["--url", &self.url])
+            .args(["--id", &id.to_string()])
+            .args(["--seed", &(self.seed.wrapping_mul(1000) + u64::from(id)).to_string()])
+            .args(["--ttl-ms", &self.ttl_ms.to_string()])
+            .arg("--log")
+            .arg(&log)
+            .envs(&self.env)
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .context("starting a worker")?;
+        self.live.push((id, child));
+        Ok(())
+    }
+
+    /// Replaces workers that exited on their own.
+    fn respawn_exited(&mut self) -> Result<()> {
+        let before = self.live.len();
+        self.live
+            .retain_mut(|(_, child)| matches!(child.try_wait(), Ok(None)));
+        for _ in self.live.len()..before {
+            self.spawn()?;
+        }
+        Ok(())
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .args([format!("-{sig}"), pid.to_string()])
+        .status();
+}
+
+fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect())
+}
+
+fn run(args: &[String]) -> Result<bool> {
+    let map = arg_map(args)?;
+    let url: String = get(&map, "url", None)?;
+    let seconds: u64 = get(&map, "seconds", Some(60))?;
+    let seed: u64 = get(&map, "seed", Some(1))?;
+    let workers: usize = get(&map, "workers", Some(5))?;
+    let ttl_ms: u64 = get(&map, "ttl-ms", Some(2000))?;
+    if workers < 2 {
+        bail!("--workers must be at least 2");
+    }
+    let env = match map.get("env-file") {
+        Some(path) => read_env_file(Path::new(path))?,
+        None => BTreeMap::new(),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    register_providers();
+    runtime.block_on(async move {
+        let (origin, path) = endpoint_of(&url).map_err(anyhow::Error::msg)?;
+        let proxy = ChaosProxy::start(&origin).await?;
+        let stall = Duration::from_secs(CLIENT_TIMEOUT_S * 2);
+        proxy.randomize(RandomFaults {
+            seed,
+            probability: 0.15,
+            faults: ProxyFault::all(stall),
+        });
+        let prefix = format!("chaos-{}-{seed}", std::process::id());
+        let through = format!("{}{path}", proxy.endpoint());
+        let worker_url =
+            rewrite_store_url(&url, Some(&through), Some(CLIENT_TIMEOUT_S), &prefix)
+                .map_err(anyhow::Error::msg)?;
+        let direct_url =
+            rewrite_store_url(&url, None, None, &prefix).map_err(anyhow::Error::msg)?;
+        let dir = std::env::temp_dir().join(&prefix);
+        std::fs::create_dir_all(&dir)?;
+        let mut pool = Workers {
+            exe: std::env::current_exe()?,
+            url: worker_url,
+            env: env.clone(),
+            dir: dir.clone(),
+            ttl_ms,
+            seed,
+            next_id: 1,
+            live: Vec::new(),
+        };
+        for _ in 0..workers {
+            pool.spawn()?;
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let (mut kills, mut pauses) = (0u64, 0u64);
+        let deadline = Instant::now() + Duration::from_secs(seconds);
+        let ttl = Duration::from_millis(ttl_ms);
+        let mut paused: Vec<(u32, Instant)> = Vec::new();
+        while Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(rng.random_range(800..2500))).await;
+            // Thaw the workers whose pause is over.
+            let now = Instant::now();
+            paused.retain(|(pid, until)| {
+                if *until <= now {
+                    signal(*pid, "CONT");
+                    false
+                } else {
+                    true
+                }
+            });
+            pool.respawn_exited()?;
+            let candidates: Vec<usize> = (0..pool.live.len())
+                .filter(|i| !paused.iter().any(|(pid, _)| *pid == pool.live[*i].1.id()))
+                .collect();
+            if candidates.is_empty() {
+                continue;
+            }
+            let index = candidates[rng.random_range(0..candidates.len())];
+            let pid = pool.live[index].1.id();
+            if rng.random_bool(0.5) {
+                signal(pid, "KILL");
+                kills += 1;
+                let (_, mut child) = pool.live.remove(index);
+                let _ = child.wait();
+                pool.spawn()?;
+            } else {
+                signal(pid, "STOP");
+                pauses += 1;
+                paused.push((pid, now + ttl.mul_f64(rng.random_range(0.2..3.0))));
+            }
+        }
+        for (pid, _) in &paused {
+            signal(*pid, "CONT");
+        }
+        for (_, child) in &mut pool.live {
+            signal(child.id(), "KILL");
+            let _ = child.wait();
+        }
+        // Late writes (stalled in the proxy) land within the stall.
+        tokio::time::sleep(stall + Duration::from_secs(1)).await;
+        let faults = proxy.fault_count();
+        drop(proxy);
+
+        let mut texts = Vec::new();
+        for entry in std::fs::read_dir(&dir)? {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "log") {
+                texts.push(std::fs::read_to_string(&path)?);
+            }
+        }
+        let events = parse_logs(texts.iter().map(String::as_str));
+        let store = open_direct(&direct_url, &env).await?;
+        let observed = observe(store.as_ref()).await?;
+        let verdict = check(&events, &observed);
+        for detail in verdict.details.iter().take(20) {
+            eprintln!("violation: {detail}");
+        }
+        println!(
+            "acquisitions={} kills={kills} pauses={pauses} faults={faults} overlaps={} stale_writes_accepted={} lost_updates={} duplicate_updates={}",
+            verdict.acquisitions,
+            verdict.overlaps,
+            verdict.stale_writes_accepted,
+            verdict.lost_updates,
+            verdict.duplicate_updates
+        );
+        if verdict.acquisitions == 0 {
+            eprintln!("chaos: no worker ever acquired the lease; a run where nothing happened is not a pass (worker stderr in {})", dir.display());
+            return Ok(false);
+        }
+        if verdict.violations() == 0 {
+            let _ = std::fs::remove_dir_all(&dir);
+        } else {
+            eprintln!("chaos: worker logs kept in {}", dir.display());
+        }
+        Ok(verdict.violations() == 0)
+    })
+}
+
+/// A store straight on the server (no proxy), with the run's credentials.
+async fn open_direct(url: &str, env: &BTreeMap<String, String>) -> Result<Arc<dyn CasStore>> {
+    if url.starts_with("s3://") {
+        let (Some(key), Some(secret)) = (env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY"))
+        else {
+            bail!("the env file gives no AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY for the checker");
+        };
+        let store = casaas_s3::S3Store::builder()
+            .url(url)?
+            .static_credentials(key, secret)
+            .build()
+            .await?;
+        return Ok(Arc::new(store));
+    }
+    if url.starts_with("az://") {
+        let store = casaas_azure::AzureBlobStoreBuilder::from_url_with_env(url, |name| {
+            env.get(name).cloned()
+        })?
+        .build()
+        .await?;
+        return Ok(Arc::new(store));
+    }
+    Ok(open_store(url).await?)
+}
+
+/// The counter and every log entry, read raw.
+async fn observe(store: &dyn CasStore) -> Result<Observed> {
+    let counter = store.get(COUNTER_KEY).await?.map(|o| o.body);
+    let mut log_entries = BTreeMap::new();
+    for entry in store.list(&format!("{LOG_PREFIX}/")).await? {
+        if entry.key.ends_with("/_head") {
+            continue;
+        }
+        if let Some(object) = store.get(&entry.key).await? {
+            log_entries.insert(entry.key, object.body);
+        }
+    }
+    Ok(Observed {
+        counter,
+        log_entries,
+    })
+}

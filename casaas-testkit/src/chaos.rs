@@ -1,0 +1,492 @@
+//! The torture run: worker processes that take a lease and write fenced
+//! updates through the chaos proxy while the harness kills and freezes
+//! them, and a checker that trusts nothing the workers believed.
+//!
+//! Every worker logs, one line per event with `CLOCK_MONOTONIC` nanoseconds
+//! (one clock for every process on the machine): when it acquired, each
+//! moment it checked the lease and until when it then believed it held it,
+//! when it released, and every fenced write it started and what it was
+//! told. The checker reads those logs and the objects on the server
+//! directly (its own JSON parsing, not the fenced helpers) and counts:
+//!
+//! - `overlaps`: two acquisitions whose believed holding intervals overlap;
+//! - `stale_writes_accepted`: log entries whose token is below an earlier
+//!   entry's;
+//! - `lost_updates`: increments reported applied that the counter lacks, and
+//!   appends reported applied that are not in the log;
+//! - `duplicate_updates`: increments counted more often than they were
+//!   started, and appends that appear twice; plus gaps in the log.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::Value;
+
+/// Key of the lease.
+pub const LOCK_KEY: &str = "chaos/lock";
+/// Key of the fenced counter.
+pub const COUNTER_KEY: &str = "chaos/counter";
+/// Prefix of the fenced log.
+pub const LOG_PREFIX: &str = "chaos/log";
+
+/// Nanoseconds on `CLOCK_MONOTONIC`, shared by every process here.
+pub fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
+}
+
+/// One line of a worker's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// Acquired the lease with `token` at `at`.
+    Acquired {
+        /// Worker id.
+        worker: u32,
+        /// Fencing token.
+        token: u64,
+        /// When (monotonic ns).
+        at: u64,
+    },
+    /// A checkpoint passed: the worker believed it held `token` until `until`.
+    Belief {
+        /// Worker id.
+        worker: u32,
+        /// Fencing token.
+        token: u64,
+        /// End of the belief (monotonic ns).
+        until: u64,
+    },
+    /// Started releasing `token` at `at` (no belief after this).
+    Released {
+        /// Worker id.
+        worker: u32,
+        /// Fencing token.
+        token: u64,
+        /// When (monotonic ns).
+        at: u64,
+    },
+    /// A fenced write was started (`kind` = `inc` or `app`).
+    WriteStarted {
+        /// Worker id.
+        worker: u32,
+        /// `inc` or `app`.
+        kind: String,
+        /// Operation id, unique per worker.
+        op: u64,
+    },
+    /// What the worker was told about a write.
+    WriteResult {
+        /// Worker id.
+        worker: u32,
+        /// `inc` or `app`.
+        kind: String,
+        /// Operation id.
+        op: u64,
+        /// `ok`, `amb` (may have been applied) or `no` (not applied).
+        result: String,
+    },
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::Acquired { worker, token, at } => write!(f, "acq {worker} {token} {at}"),
+            Event::Belief {
+                worker,
+                token,
+                until,
+            } => write!(f, "belief {worker} {token} {until}"),
+            Event::Released { worker, token, at } => write!(f, "rel {worker} {token} {at}"),
+            Event::WriteStarted { worker, kind, op } => write!(f, "start {worker} {kind} {op}"),
+            Event::WriteResult {
+                worker,
+                kind,
+                op,
+                result,
+            } => write!(f, "result {worker} {kind} {op} {result}"),
+        }
+    }
+}
+
+impl Event {
+    /// Parses a line written by `Display`; `None` for a torn last line.
+    pub fn parse(line: &str) -> Option<Event> {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        let n = |i: usize| parts.get(i).and_then(|p| p.parse::<u64>().ok());
+        let worker = parts.get(1)?.parse::<u32>().ok()?;
+        Some(match *parts.first()? {
+            "acq" => Event::Acquired {
+                worker,
+                token: n(2)?,
+                at: n(3)?,
+            },
+            "belief" => Event::Belief {
+                worker,
+                token: n(2)?,
+                until: n(3)?,
+            },
+            "rel" => Event::Released {
+                worker,
+                token: n(2)?,
+                at: n(3)?,
+            },
+            "start" => Event::WriteStarted {
+                worker,
+                kind: parts.get(2)?.to_string(),
+                op: n(3)?,
+            },
+            "result" => Event::WriteResult {
+                worker,
+                kind: parts.get(2)?.to_string(),
+                op: n(3)?,
+                result: parts.get(4)?.to_string(),
+            },
+            _ => return None,
+        })
+    }
+}
+
+/// What the checker found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// Acquisitions seen in the logs.
+    pub acquisitions: usize,
+    /// Pairs of overlapping belief intervals.
+    pub overlaps: usize,
+    /// Log entries with a token below an earlier entry's.
+    pub stale_writes_accepted: usize,
+    /// Updates reported applied but missing.
+    pub lost_updates: usize,
+    /// Updates applied twice (and log gaps).
+    pub duplicate_updates: usize,
+    /// Human-readable details of each violation.
+    pub details: Vec<String>,
+}
+
+impl Verdict {
+    /// Any violation at all?
+    pub fn violations(&self) -> usize {
+        self.overlaps + self.stale_writes_accepted + self.lost_updates + self.duplicate_updates
+    }
+}
+
+/// The raw objects the checker reads from the server.
+#[derive(Debug, Default)]
+pub struct Observed {
+    /// Body of the counter object, if any.
+    pub counter: Option<Bytes>,
+    /// Bodies of the log entries, by key.
+    pub log_entries: BTreeMap<String, Bytes>,
+}
+
+/// Checks the workers' events against what the server holds.
+pub fn check(events: &[Event], observed: &Observed) -> Verdict {
+    let mut verdict = Verdict::default();
+    check_beliefs(events, &mut verdict);
+    check_counter(events, observed, &mut verdict);
+    check_log(events, observed, &mut verdict);
+    verdict
+}
+
+/// No two acquisitions' believed holding intervals overlap.
+fn check_beliefs(events: &[Event], verdict: &mut Verdict) {
+    // (worker, token) -> (start, end)
+    let mut intervals: HashMap<(u32, u64), (u64, u64)> = HashMap::new();
+    let mut released: HashMap<(u32, u64), u64> = HashMap::new();
+    for event in events {
+        match event {
+            Event::Acquired { worker, token, at } => {
+                verdict.acquisitions += 1;
+                intervals.insert((*worker, *token), (*at, *at));
+            }
+            Event::Belief {
+                worker,
+                token,
+                until,
+            } => {
+                if let Some(interval) = intervals.get_mut(&(*worker, *token)) {
+                    interval.1 = interval.1.max(*until);
+                }
+            }
+            Event::Released { worker, token, at } => {
+                released.insert((*worker, *token), *at);
+            }
+            _ => {}
+        }
+    }
+    let mut list: Vec<((u32, u64), (u64, u64))> = intervals
+        .into_iter()
+        .map(|(id, (start, end))| {
+            let end = released.get(&id).map_or(end, |r| end.min(*r));
+            (id, (start, end.max(start)))
+        })
+        .collect();
+    list.sort_by_key(|(_, (start, _))| *start);
+    for (i, (a, (_, a_end))) in list.iter().enumerate() {
+        for (b, (b_start, _)) in list.iter().skip(i + 1) {
+            if *b_start >= *a_end {
+                break;
+            }
+            verdict.overlaps += 1;
+            verdict.details.push(format!(
+                "overlap: worker {} token {} believed it held until {a_end}, worker {} token {} acquired at {b_start}",
+                a.0, a.1, b.0, b.1
+            ));
+        }
+    }
+}
+
+/// Results of the writes of one kind: (worker, op) -> last result.
+fn results(events: &[Event], kind: &str) -> (HashSet<(u32, u64)>, HashMap<(u32, u64), String>) {
+    let mut started = HashSet::new();
+    let mut told = HashMap::new();
+    for event in events {
+        match event {
+            Event::WriteStarted {
+                worker,
+                kind: k,
+                op,
+            } if k == kind => {
+                started.insert((*worker, *op));
+            }
+            Event::WriteResult {
+                worker,
+                kind: k,
+                op,
+                result,
+            } if k == kind => {
+                told.insert((*worker, *op), result.clone());
+            }
+            _ => {}
+        }
+    }
+    (started, told)
+}
+
+/// The counter holds at least every increment reported applied and at
+/// most those plus the ones whose outcome the worker never learned.
+fn check_counter(events: &[Event], observed: &Observed, verdict: &mut Verdict) {
+    let (started, told) = results(events, "inc");
+    let ok = told.values().filter(|r| *r == "ok").count() as u64;
+    let unknown = started
+        .iter()
+        .filter(|id| told.get(*id).is_none_or(|r| r == "amb"))
+        .count() as u64;
+    let value = observed
+        .counter
+        .as_ref()
+        .and_then(|b| serde_json::from_slice::<Value>(b).ok())
+        .and_then(|v| v.get("value").and_then(Value::as_u64))
+        .unwrap_or(0);
+    if value < ok {
+        verdict.lost_updates += (ok - value) as usize;
+        verdict
+            .details
+            .push(format!("counter is {value}, but {ok} increments were reported applied"));
+    }
+    if value > ok + unknown {
+        verdict.duplicate_updates += (value - ok - unknown) as usize;
+        verdict.details.push(format!(
+            "counter is {value}, above the {ok} increments reported applied plus {unknown} of unknown outcome"
+        ));
+    }
+}
+
+/// The log has no gaps and no duplicates, holds every append reported
+/// applied, and its tokens never decrease.
+fn check_log(events: &[Event], observed: &Observed, verdict: &mut Verdict) {
+    let (_, told) = results(events, "app");
+    let mut by_seq: BTreeMap<u64, (u64, u32, u64)> = BTreeMap::new();
+    for (key, body) in &observed.log_entries {
+        let Some(value) = serde_json::from_slice::<Value>(body).ok() else {
+            verdict.details.push(format!("unreadable log entry {key}"));
+            verdict.duplicate_updates += 1;
+            continue;
+        };
+        let field = |name: &str| value.get(name).and_then(Value::as_u64);
+        let inner = |name: &str| {
+            value
+                .get("value")
+                .and_then(|v| v.get(name))
+                .and_then(Value::as_u64)
+        };
+        match (field("seq"), field("token"), inner("w"), inner("op")) {
+            (Some(seq), Some(token), Some(w), Some(op)) => {
+                by_seq.insert(seq, (token, u32::try_from(w).unwrap_or(u32::MAX), op));
+            }
+            _ => {
+                verdict.details.push(format!("log entry {key} lacks fields"));
+                verdict.duplicate_updates += 1;
+            }
+        }
+    }
+    let mut seen: HashSet<(u32, u64)> = HashSet::new();
+    let mut max_token = 0;
+    let mut expected_seq = by_seq.keys().next().copied().unwrap_or(1);
+    for (seq, (token, worker, op)) in &by_seq {
+        if *seq != expected_seq {
+            verdict.duplicate_updates += 1;
+            verdict
+                .details
+                .push(format!("log gap: entry {seq} follows {}", expected_seq - 1));
+        }
+        expected_seq = seq + 1;
+        if *token < max_token {
+            verdict.stale_writes_accepted += 1;
+            verdict.details.push(format!(
+                "log entry {seq} has token {token}, below the earlier {max_token}"
+            ));
+        }
+        max_token = max_token.max(*token);
+        if !seen.insert((*worker, *op)) {
+            verdict.duplicate_updates += 1;
+            verdict
+                .details
+                .push(format!("append {op} of worker {worker} appears twice (again at {seq})"));
+        }
+    }
+    for ((worker, op), result) in &told {
+        if result == "ok" && !seen.contains(&(*worker, *op)) {
+            verdict.lost_updates += 1;
+            verdict.details.push(format!(
+                "append {op} of worker {worker} was reported applied but is not in the log"
+            ));
+        }
+    }
+}
+
+/// Parses every line of every log, ignoring torn lines.
+pub fn parse_logs<'a>(texts: impl IntoIterator<Item = &'a str>) -> Vec<Event> {
+    texts
+        .into_iter()
+        .flat_map(str::lines)
+        .filter_map(Event::parse)
+        .collect()
+}
+
+/// A duration in whole nanoseconds.
+pub fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(seq: u64, token: u64, w: u32, op: u64) -> (String, Bytes) {
+        (
+            format!("{LOG_PREFIX}/{seq:020}"),
+            Bytes::from(
+                serde_json::json!({"seq": seq, "token": token, "value": {"w": w, "op": op}})
+                    .to_string(),
+            ),
+        )
+    }
+
+    fn result(worker: u32, kind: &str, op: u64, result: &str) -> [Event; 2] {
+        [
+            Event::WriteStarted {
+                worker,
+                kind: kind.into(),
+                op,
+            },
+            Event::WriteResult {
+                worker,
+                kind: kind.into(),
+                op,
+                result: result.into(),
+            },
+        ]
+    }
+
+    #[test]
+    fn events_round_trip_through_their_lines() {
+        let events = [
+            Event::Acquired {
+                worker: 1,
+                token: 2,
+                at: 3,
+            },
+            Event::Belief {
+                worker: 1,
+                token: 2,
+                until: 9,
+            },
+            Event::Released {
+                worker: 1,
+                token: 2,
+                at: 8,
+            },
+        ];
+        for e in events.iter().chain(result(4, "inc", 5, "amb").iter()) {
+            assert_eq!(Event::parse(&e.to_string()).as_ref(), Some(e));
+        }
+        assert_eq!(Event::parse("acq 1 2"), None);
+    }
+
+    #[test]
+    fn overlapping_beliefs_are_found_and_a_release_ends_one() {
+        let mut events = vec![
+            Event::Acquired {
+                worker: 1,
+                token: 1,
+                at: 0,
+            },
+            Event::Belief {
+                worker: 1,
+                token: 1,
+                until: 100,
+            },
+            Event::Acquired {
+                worker: 2,
+                token: 2,
+                at: 50,
+            },
+        ];
+        assert_eq!(check(&events, &Observed::default()).overlaps, 1);
+        events.push(Event::Released {
+            worker: 1,
+            token: 1,
+            at: 40,
+        });
+        assert_eq!(check(&events, &Observed::default()).overlaps, 0);
+    }
+
+    #[test]
+    fn the_counter_bounds_are_checked_both_ways() {
+        let mut events: Vec<Event> = Vec::new();
+        events.extend(result(1, "inc", 1, "ok"));
+        events.extend(result(1, "inc", 2, "amb"));
+        let counter = |v: u64| Observed {
+            counter: Some(Bytes::from(serde_json::json!({"value": v}).to_string())),
+            ..Default::default()
+        };
+        assert_eq!(check(&events, &counter(0)).lost_updates, 1);
+        assert_eq!(check(&events, &counter(1)).violations(), 0);
+        assert_eq!(check(&events, &counter(2)).violations(), 0);
+        assert_eq!(check(&events, &counter(3)).duplicate_updates, 1);
+    }
+
+    #[test]
+    fn log_gaps_duplicates_stale_tokens_and_lost_appends_are_found() {
+        let mut events: Vec<Event> = Vec::new();
+        events.extend(result(1, "app", 1, "ok"));
+        events.extend(result(1, "app", 2, "ok"));
+        let log = |entries: Vec<(String, Bytes)>| Observed {
+            log_entries: entries.into_iter().collect(),
+            ..Default::default()
+        };
+        let good = log(vec![entry(1, 1, 1, 1), entry(2, 1, 1, 2)]);
+        assert_eq!(check(&events, &good).violations(), 0);
+        let lost = log(vec![entry(1, 1, 1, 1)]);
+        assert_eq!(check(&events, &lost).lost_updates, 1);
+        let twice = log(vec![entry(1, 1, 1, 1), entry(2, 1, 1, 1), entry(3, 1, 1, 2)]);
+        assert_eq!(check(&events, &twice).duplicate_updates, 1);
+        let stale = log(vec![entry(1, 2, 1, 1), entry(2, 1, 1, 2)]);
+        assert_eq!(check(&events, &stale).stale_writes_accepted, 1);
+        let gap = log(vec![entry(1, 1, 1, 1), entry(3, 1, 1, 2)]);
+        assert_eq!(check(&events, &gap).duplicate_updates, 1);
+    }
+}
