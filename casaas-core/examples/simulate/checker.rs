@@ -1,0 +1,521 @@
+//! The checkers: one function per property, each over a history recorded
+//! in true time (or over what the store really holds), each returning the
+//! violations it found, described for debugging.
+
+/// `lease` and `shared_lease`: belief intervals, tokens, checkpoints, fencing.
+pub mod lease {
+    use std::time::Duration;
+
+    use super::super::lease::History;
+    use super::super::secs;
+
+    /// Describes guard `g` (client, task, clock rate, token) for messages.
+    pub type Who<'a> = &'a dyn Fn(usize) -> String;
+
+    /// Mutual exclusion: belief intervals `[start, end)` of different guards
+    /// never overlap, whoever holds them (other clients, or other tasks
+    /// sharing one `Lease`).
+    pub fn mutual_exclusion(h: &History, who: Who<'_>, context: &str) -> Vec<String> {
+        let mut violations = Vec::new();
+        // Sweep by start, keeping the latest-ending interval of the two
+        // guards that end latest.
+        let mut top: [Option<(Duration, usize)>; 2] = [None, None];
+        for (start, end, g) in intervals(h) {
+            for (other_end, other) in top.iter().flatten() {
+                if *other != g && start < *other_end {
+                    violations.push(format!(
+                        "{context}: mutual exclusion: {} believed it held from {} while {} believed it held until {}",
+                        who(g),
+                        secs(start),
+                        who(*other),
+                        secs(*other_end)
+                    ));
+                }
+            }
+            let mut candidates: Vec<(Duration, usize)> = top.iter().flatten().copied().collect();
+            candidates.retain(|(_, o)| *o != g);
+            let own = top
+                .iter()
+                .flatten()
+                .filter(|(_, o)| *o == g)
+                .map(|(e, _)| *e)
+                .fold(end, Duration::max);
+            candidates.push((own, g));
+            candidates.sort_by(|a, b| b.cmp(a));
+            top = [candidates.first().copied(), candidates.get(1).copied()];
+        }
+        violations
+    }
+
+    /// Every belief interval `(start, end, guard)`, sorted by start.
+    pub fn intervals(h: &History) -> Vec<(Duration, Duration, usize)> {
+        let mut intervals: Vec<(Duration, Duration, usize)> = h
+            .guards
+            .iter()
+            .enumerate()
+            .flat_map(|(g, r)| r.beliefs.iter().map(move |&(s, e)| (s, e, g)))
+            .collect();
+        intervals.sort();
+        intervals
+    }
+
+    /// Tokens strictly increase across acquisitions, in the order the
+    /// holders got them (two guards with one token are two holders).
+    pub fn token_order(h: &History, who: Who<'_>, context: &str) -> Vec<String> {
+        let mut order: Vec<usize> = (0..h.guards.len()).collect();
+        order.sort_by_key(|&g| (h.guards[g].acquired_at, g));
+        order
+            .windows(2)
+            .filter_map(|pair| {
+                let (a, b) = (&h.guards[pair[0]], &h.guards[pair[1]]);
+                (b.token <= a.token).then(|| {
+                    format!(
+                        "{context}: token order: {} acquired at {} after {} acquired at {}",
+                        who(pair[1]),
+                        secs(b.acquired_at),
+                        who(pair[0]),
+                        secs(a.acquired_at)
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// The token in the lock object never decreases.
+    pub fn lock_token_monotonic(h: &History, context: &str) -> Vec<String> {
+        h.lock_writes
+            .windows(2)
+            .filter(|pair| pair[1].2 < pair[0].2)
+            .map(|pair| {
+                format!(
+                    "{context}: the lock object's token went from {} to {} at {}",
+                    pair[0].2,
+                    pair[1].2,
+                    secs(pair[1].0)
+                )
+            })
+            .collect()
+    }
+
+    /// Every checkpoint that passed lies within its guard's belief (the
+    /// guard's checkpoint agrees with its remaining validity). The end is
+    /// included: a guard released or lost at the instant of a checkpoint
+    /// (same simulated time, later in execution) still held at the check.
+    pub fn checkpoints_within_belief(h: &History, who: Who<'_>, context: &str) -> Vec<String> {
+        h.checkpoints
+            .iter()
+            .filter(|&&(g, at)| !h.guards[g].beliefs.iter().any(|&(s, e)| s <= at && at <= e))
+            .map(|&(g, at)| {
+                format!(
+                    "{context}: checkpoint passed outside belief: {} at {}; acquired at {}, believed {}",
+                    who(g),
+                    secs(at),
+                    secs(h.guards[g].acquired_at),
+                    h.guards[g]
+                        .beliefs
+                        .iter()
+                        .map(|(s, e)| format!("[{}, {})", secs(*s), secs(*e)))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                )
+            })
+            .collect()
+    }
+
+    /// Fencing: every write the resource accepted carries a token no lower
+    /// than any accepted before it, and came from the holder of the highest
+    /// token granted so far when it passed its checkpoint. Also returns how
+    /// many writes were accepted after a newer token was granted but before
+    /// its holder wrote (allowed: the window fencing leaves open).
+    pub fn fencing(h: &History, context: &str) -> (Vec<String>, u64) {
+        let mut violations = Vec::new();
+        let mut acquisitions: Vec<(Duration, u64)> =
+            h.guards.iter().map(|g| (g.acquired_at, g.token)).collect();
+        acquisitions.sort();
+        let granted_before = |t: Duration| {
+            acquisitions
+                .iter()
+                .take_while(|(at, _)| *at < t)
+                .map(|(_, tok)| *tok)
+                .max()
+                .unwrap_or(0)
+        };
+        let mut highest_accepted = 0;
+        let mut late = 0u64;
+        for &(at, token, value) in &h.fenced_writes {
+            if token < highest_accepted {
+                violations.push(format!(
+                    "{context}: fence: resource accepted token {token} from client {} at {} after token {highest_accepted}",
+                    value.client,
+                    secs(at)
+                ));
+            }
+            highest_accepted = highest_accepted.max(token);
+            let checkpoint = Duration::from_nanos(value.checkpoint_ns);
+            let granted = granted_before(checkpoint);
+            if token < granted {
+                violations.push(format!(
+                    "{context}: fence: client {} wrote with token {token} (checkpoint at {}) though token {granted} was granted by then",
+                    value.client,
+                    secs(checkpoint)
+                ));
+            }
+            if token < granted_before(at) {
+                late += 1;
+            }
+        }
+        (violations, late)
+    }
+
+    /// Figures for the summary.
+    pub struct Handovers {
+        /// Token increases over a record that was not released.
+        pub takeovers: usize,
+        /// The smallest gap between one holder's last belief and the next
+        /// holder's first.
+        pub min_gap: Option<Duration>,
+        /// Total belief time.
+        pub believed: Duration,
+    }
+
+    /// Takeovers, the smallest handover gap and the total belief time.
+    pub fn handovers(h: &History) -> Handovers {
+        let intervals = intervals(h);
+        let takeovers = h
+            .lock_writes
+            .windows(2)
+            .filter(|w| w[1].2 > w[0].2 && !w[0].3)
+            .count();
+        let mut min_gap: Option<Duration> = None;
+        let mut last: Option<(Duration, usize)> = None;
+        for &(start, end, g) in &intervals {
+            if let Some((prev_end, prev)) = last
+                && prev != g
+                && start >= prev_end
+            {
+                let gap = start - prev_end;
+                min_gap = Some(min_gap.map_or(gap, |m| m.min(gap)));
+            }
+            last = Some(last.map_or((end, g), |(e, p)| if end >= e { (end, g) } else { (e, p) }));
+        }
+        Handovers {
+            takeovers,
+            min_gap,
+            believed: intervals.iter().map(|(s, e, _)| *e - *s).sum(),
+        }
+    }
+}
+
+/// `election`: the work of terms in true time, and the leader notices.
+pub mod election {
+    use std::time::Duration;
+
+    use super::super::election::History;
+    use super::super::secs;
+
+    /// The leader's work of one term never overlaps another term's work in
+    /// true time: a term's work (including the cleanup after its
+    /// cancellation) ends before the next term's work starts, whether its
+    /// runner finished, was cancelled, dropped or aborted. Work still
+    /// running at the end of the run counts as running until then.
+    pub fn work_never_overlaps(h: &History, end_of_run: Duration, context: &str) -> Vec<String> {
+        let mut works: Vec<(Duration, Duration, usize)> = h
+            .works
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.start, w.end.unwrap_or(end_of_run), i))
+            .collect();
+        works.sort();
+        let mut violations = Vec::new();
+        let mut latest: Option<(Duration, usize)> = None;
+        for (start, end, i) in works {
+            if let Some((other_end, other)) = latest
+                && start < other_end
+            {
+                let (w, o) = (&h.works[i], &h.works[other]);
+                violations.push(format!(
+                    "{context}: work overlap: client {} term {} started its work at {} while client {} term {} (runner {}) worked until {}",
+                    w.client,
+                    w.token,
+                    secs(start),
+                    o.client,
+                    o.token,
+                    o.ended_by,
+                    secs(other_end)
+                ));
+            }
+            if latest.is_none_or(|(e, _)| end > e) {
+                latest = Some((end, i));
+            }
+        }
+        violations
+    }
+
+    /// Terms' tokens strictly increase in the order their work started.
+    pub fn term_tokens_increase(h: &History, context: &str) -> Vec<String> {
+        let mut works: Vec<_> = h.works.iter().collect();
+        works.sort_by_key(|w| w.start);
+        works
+            .windows(2)
+            .filter(|pair| pair[1].token <= pair[0].token)
+            .map(|pair| {
+                format!(
+                    "{context}: term order: client {} started term {} at {} after client {} started term {} at {}",
+                    pair[1].client,
+                    pair[1].token,
+                    secs(pair[1].start),
+                    pair[0].client,
+                    pair[0].token,
+                    secs(pair[0].start)
+                )
+            })
+            .collect()
+    }
+
+    /// `on_new_leader(Some(me))` never fires for a term after
+    /// `on_stopped_leading` was called for it.
+    pub fn no_leader_notice_after_stop(h: &History, context: &str) -> Vec<String> {
+        h.notices_after_stop
+            .iter()
+            .map(|n| {
+                format!(
+                    "{context}: on_new_leader reported client {} (term {}) as leader at {}, after on_stopped_leading for that term at {}",
+                    n.client,
+                    n.token,
+                    secs(n.at),
+                    secs(n.stopped_at)
+                )
+            })
+            .collect()
+    }
+}
+
+/// `fenced_resource`: exactly-once increments, judged per update.
+pub mod fenced_resource {
+    use super::super::fenced_resource::{History, Outcome};
+
+    /// An update reported applied was applied exactly once.
+    pub fn ok_applied_exactly_once(h: &History, context: &str) -> Vec<String> {
+        h.updates
+            .iter()
+            .filter(|u| u.outcome == Outcome::Ok && u.applied != 1)
+            .map(|u| {
+                format!(
+                    "{context}: update {} of client {} (token {}) was reported applied but the store applied it {} times",
+                    u.op, u.client, u.token, u.applied
+                )
+            })
+            .collect()
+    }
+
+    /// No update is applied twice, whatever it was told (the counter would
+    /// count one increment twice).
+    pub fn never_applied_twice(h: &History, context: &str) -> Vec<String> {
+        h.updates
+            .iter()
+            .filter(|u| u.applied > 1)
+            .map(|u| {
+                format!(
+                    "{context}: double apply: update {} of client {} (token {}, reported {:?}) was applied {} times",
+                    u.op, u.client, u.token, u.outcome, u.applied
+                )
+            })
+            .collect()
+    }
+
+    /// An update reported as not applied (fenced out, contended, a
+    /// definite store error) was not applied, not even later.
+    pub fn failed_never_applied(h: &History, context: &str) -> Vec<String> {
+        h.updates
+            .iter()
+            .filter(|u| matches!(u.outcome, Outcome::FencedOut | Outcome::Failed) && u.applied > 0)
+            .map(|u| {
+                format!(
+                    "{context}: update {} of client {} (token {}) was reported {:?} ({}) but the store applied it",
+                    u.op, u.client, u.token, u.outcome, u.error
+                )
+            })
+            .collect()
+    }
+
+    /// The final counter equals the increments the store applied, and lies
+    /// between the updates reported applied and those plus the ambiguous
+    /// ones.
+    pub fn final_value_counts_updates(h: &History, final_value: u64, context: &str) -> Vec<String> {
+        let ok = h.count(Outcome::Ok);
+        let ambiguous = h.count(Outcome::Ambiguous);
+        let mut violations = Vec::new();
+        if final_value != h.applied_writes {
+            violations.push(format!(
+                "{context}: the counter holds {final_value} but the store applied {} increments",
+                h.applied_writes
+            ));
+        }
+        if final_value < ok || final_value > ok + ambiguous {
+            violations.push(format!(
+                "{context}: the counter holds {final_value}: {ok} updates were reported applied and {ambiguous} ambiguous, so it must lie in [{ok}, {}]",
+                ok + ambiguous
+            ));
+        }
+        violations
+    }
+
+    /// Every applied write came from a known update, and the recorded
+    /// token never decreases.
+    pub fn writes_known_and_fenced(h: &History, context: &str) -> Vec<String> {
+        let mut violations: Vec<String> = h
+            .unknown_writes
+            .iter()
+            .map(|nonce| {
+                format!("{context}: the store applied a write no update sent (nonce {nonce})")
+            })
+            .collect();
+        for pair in h.applied_tokens.windows(2) {
+            if pair[1] < pair[0] {
+                violations.push(format!(
+                    "{context}: fence: the resource accepted token {} after token {}",
+                    pair[1], pair[0]
+                ));
+            }
+        }
+        violations
+    }
+}
+
+/// `fenced_log`: what the store really holds at the end, read directly.
+pub mod fenced_log {
+    use std::collections::BTreeMap;
+
+    use super::super::fenced_log::{History, Outcome, StoredEntry};
+
+    /// Each log's entries are numbered 1, 2, ... without a gap, and every
+    /// entry's recorded sequence number is its key's.
+    pub fn no_gaps(logs: &BTreeMap<u64, Vec<StoredEntry>>, context: &str) -> Vec<String> {
+        let mut violations = Vec::new();
+        for (log, entries) in logs {
+            for (i, e) in entries.iter().enumerate() {
+                let expected = i as u64 + 1;
+                if e.key_seq != expected {
+                    violations.push(format!(
+                        "{context}: log {log}: gap: entry {} follows entry {}",
+                        e.key_seq,
+                        expected - 1
+                    ));
+                    break;
+                }
+                if e.seq != e.key_seq {
+                    violations.push(format!(
+                        "{context}: log {log}: entry {} records sequence number {}",
+                        e.key_seq, e.seq
+                    ));
+                }
+            }
+        }
+        violations
+    }
+
+    /// Tokens never decrease along a log.
+    pub fn tokens_never_decrease(
+        logs: &BTreeMap<u64, Vec<StoredEntry>>,
+        context: &str,
+    ) -> Vec<String> {
+        let mut violations = Vec::new();
+        for (log, entries) in logs {
+            for pair in entries.windows(2) {
+                if pair[1].token < pair[0].token {
+                    violations.push(format!(
+                        "{context}: log {log}: entry {} has token {} after entry {} with token {}",
+                        pair[1].key_seq, pair[1].token, pair[0].key_seq, pair[0].token
+                    ));
+                }
+            }
+        }
+        violations
+    }
+
+    /// Where each append appears: (log, sequence numbers), by append id.
+    fn appearances(
+        logs: &BTreeMap<u64, Vec<StoredEntry>>,
+    ) -> BTreeMap<(u32, u64), Vec<(u64, u64)>> {
+        let mut seen: BTreeMap<(u32, u64), Vec<(u64, u64)>> = BTreeMap::new();
+        for (log, entries) in logs {
+            for e in entries {
+                seen.entry((e.client, e.op))
+                    .or_default()
+                    .push((*log, e.key_seq));
+            }
+        }
+        seen
+    }
+
+    /// Every append reported `Ok` appears exactly once, where it was
+    /// reported; no append appears twice, whatever it was told; an append
+    /// reported as not made (fenced out, contended, a definite error) does
+    /// not appear; and every entry comes from an append.
+    pub fn appends_exactly_once(
+        h: &History,
+        logs: &BTreeMap<u64, Vec<StoredEntry>>,
+        context: &str,
+    ) -> Vec<String> {
+        let seen = appearances(logs);
+        let mut violations = Vec::new();
+        let mut known = 0usize;
+        for a in &h.appends {
+            let found = seen.get(&(a.client, a.op)).map_or(&[][..], Vec::as_slice);
+            known += usize::from(!found.is_empty());
+            let places = || {
+                found
+                    .iter()
+                    .map(|(log, seq)| format!("{log}/{seq}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            if found.len() > 1 {
+                violations.push(format!(
+                    "{context}: duplicate append: append {} of client {} (token {}, reported {:?}) appears {} times: at {}",
+                    a.op,
+                    a.client,
+                    a.token,
+                    a.outcome,
+                    found.len(),
+                    places()
+                ));
+            }
+            match a.outcome {
+                Outcome::Ok if found.is_empty() => violations.push(format!(
+                    "{context}: lost append: append {} of client {} was reported at {}/{} but is not in the log",
+                    a.op, a.client, a.log, a.seq
+                )),
+                Outcome::Ok if found.len() == 1 && found[0] != (a.log, a.seq) => {
+                    violations.push(format!(
+                        "{context}: append {} of client {} was reported at {}/{} but is at {}",
+                        a.op,
+                        a.client,
+                        a.log,
+                        a.seq,
+                        places()
+                    ))
+                }
+                Outcome::FencedOut | Outcome::Failed if !found.is_empty() => {
+                    violations.push(format!(
+                        "{context}: append {} of client {} (token {}) was reported {:?} ({}) but is in the log at {}",
+                        a.op,
+                        a.client,
+                        a.token,
+                        a.outcome,
+                        a.error,
+                        places()
+                    ))
+                }
+                _ => {}
+            }
+        }
+        if known != seen.len() {
+            violations.push(format!(
+                "{context}: the logs hold {} entries that no append sent",
+                seen.len() - known.min(seen.len())
+            ));
+        }
+        violations
+    }
+}
