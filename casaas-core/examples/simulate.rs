@@ -18,12 +18,12 @@ mod harness;
 
 use std::process::ExitCode;
 
-/// How many violations to print in full.
-const SHOWN: usize = 20;
+/// How many violations to print in full, per primitive, by default.
+const SHOWN: u64 = 5;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: simulate [--ops N] [--seed S] [--primitive NAME]... [--wall-clock] [--broken-drift] [--broken-skew] [--no-safety-margin]\n\
+        "usage: simulate [--ops N] [--seed S] [--primitive NAME]... [--show N] [--wall-clock] [--broken-drift] [--broken-skew] [--no-safety-margin]\n\
          NAME: {}",
         harness::Primitive::ALL.map(|p| p.name()).join(", ")
     );
@@ -38,10 +38,11 @@ fn main() -> ExitCode {
     let mut wall_clock = false;
     let mut broken_skew = false;
     let mut only = Vec::new();
+    let mut shown = SHOWN;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let value = match arg.as_str() {
-            "--ops" | "--seed" => args.next().and_then(|v| v.parse::<u64>().ok()),
+            "--ops" | "--seed" | "--show" => args.next().and_then(|v| v.parse::<u64>().ok()),
             "--broken-drift" => {
                 broken = true;
                 continue;
@@ -74,6 +75,7 @@ fn main() -> ExitCode {
         match (arg.as_str(), value) {
             ("--ops", Some(v)) => ops = v,
             ("--seed", Some(v)) => seed = v,
+            ("--show", Some(v)) => shown = v,
             _ => return usage(),
         }
     }
@@ -123,11 +125,29 @@ fn main() -> ExitCode {
         started.elapsed(),
         report.ops as f64 / started.elapsed().as_secs_f64().max(1e-9)
     );
-    for violation in report.violations.iter().take(SHOWN) {
-        println!("VIOLATION {violation}");
-    }
-    if report.violations.len() > SHOWN {
-        println!("... and {} more", report.violations.len() - SHOWN);
+    for p in report
+        .primitives
+        .iter()
+        .filter(|p| !p.violations.is_empty())
+    {
+        let shown = usize::try_from(shown).unwrap_or(usize::MAX);
+        for violation in p.violations.iter().take(shown) {
+            println!("VIOLATION {violation}");
+        }
+        if p.violations.len() > shown {
+            println!("... and {} more", p.violations.len() - shown);
+        }
+        let by_property: Vec<String> = p
+            .by_property
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(property, n)| format!("{property}={n}"))
+            .collect();
+        println!(
+            "violations of {}: {}",
+            p.primitive.name(),
+            by_property.join(" ")
+        );
     }
     for p in &report.primitives {
         println!(

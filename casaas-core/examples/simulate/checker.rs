@@ -448,74 +448,109 @@ pub mod fenced_log {
         seen
     }
 
+    fn places(found: &[(u64, u64)]) -> String {
+        found
+            .iter()
+            .map(|(log, seq)| format!("{log}/{seq}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// Every append reported `Ok` appears exactly once, where it was
-    /// reported; no append appears twice, whatever it was told; an append
-    /// reported as not made (fenced out, contended, a definite error) does
-    /// not appear; and every entry comes from an append.
-    pub fn appends_exactly_once(
+    /// reported.
+    pub fn ok_appended_exactly_once(
         h: &History,
         logs: &BTreeMap<u64, Vec<StoredEntry>>,
         context: &str,
     ) -> Vec<String> {
         let seen = appearances(logs);
         let mut violations = Vec::new();
-        let mut known = 0usize;
-        for a in &h.appends {
+        for a in h.appends.iter().filter(|a| a.outcome == Outcome::Ok) {
             let found = seen.get(&(a.client, a.op)).map_or(&[][..], Vec::as_slice);
-            known += usize::from(!found.is_empty());
-            let places = || {
-                found
-                    .iter()
-                    .map(|(log, seq)| format!("{log}/{seq}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            if found.len() > 1 {
+            if found != [(a.log, a.seq)] {
                 violations.push(format!(
-                    "{context}: duplicate append: append {} of client {} (token {}, reported {:?}) appears {} times: at {}",
+                    "{context}: append {} of client {} (token {}) was reported at {}/{} but is at [{}]",
                     a.op,
                     a.client,
                     a.token,
-                    a.outcome,
-                    found.len(),
-                    places()
+                    a.log,
+                    a.seq,
+                    places(found)
                 ));
             }
-            match a.outcome {
-                Outcome::Ok if found.is_empty() => violations.push(format!(
-                    "{context}: lost append: append {} of client {} was reported at {}/{} but is not in the log",
-                    a.op, a.client, a.log, a.seq
-                )),
-                Outcome::Ok if found.len() == 1 && found[0] != (a.log, a.seq) => {
-                    violations.push(format!(
-                        "{context}: append {} of client {} was reported at {}/{} but is at {}",
-                        a.op,
-                        a.client,
-                        a.log,
-                        a.seq,
-                        places()
-                    ))
-                }
-                Outcome::FencedOut | Outcome::Failed if !found.is_empty() => {
-                    violations.push(format!(
-                        "{context}: append {} of client {} (token {}) was reported {:?} ({}) but is in the log at {}",
+        }
+        violations
+    }
+
+    /// No append appears twice, whatever it was told (ambiguous included).
+    pub fn never_appended_twice(
+        h: &History,
+        logs: &BTreeMap<u64, Vec<StoredEntry>>,
+        context: &str,
+    ) -> Vec<String> {
+        let seen = appearances(logs);
+        h.appends
+            .iter()
+            .filter_map(|a| {
+                let found = seen.get(&(a.client, a.op))?;
+                (found.len() > 1).then(|| {
+                    format!(
+                        "{context}: duplicate append: append {} of client {} (token {}, reported {:?}) appears {} times: at {}",
                         a.op,
                         a.client,
                         a.token,
                         a.outcome,
-                        a.error,
-                        places()
-                    ))
-                }
-                _ => {}
-            }
-        }
-        if known != seen.len() {
-            violations.push(format!(
-                "{context}: the logs hold {} entries that no append sent",
-                seen.len() - known.min(seen.len())
-            ));
-        }
-        violations
+                        found.len(),
+                        places(found)
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// An append reported as not made (fenced out, contended, a definite
+    /// error) does not appear, not even by a write that landed later.
+    pub fn failed_never_appended(
+        h: &History,
+        logs: &BTreeMap<u64, Vec<StoredEntry>>,
+        context: &str,
+    ) -> Vec<String> {
+        let seen = appearances(logs);
+        h.appends
+            .iter()
+            .filter(|a| matches!(a.outcome, Outcome::FencedOut | Outcome::Failed))
+            .filter_map(|a| {
+                let found = seen.get(&(a.client, a.op))?;
+                Some(format!(
+                    "{context}: append {} of client {} (token {}) was reported {:?} ({}) but is in the log at {}",
+                    a.op,
+                    a.client,
+                    a.token,
+                    a.outcome,
+                    a.error,
+                    places(found)
+                ))
+            })
+            .collect()
+    }
+
+    /// Every entry comes from an append of this run.
+    pub fn entries_from_appends(
+        h: &History,
+        logs: &BTreeMap<u64, Vec<StoredEntry>>,
+        context: &str,
+    ) -> Vec<String> {
+        let sent: std::collections::BTreeSet<(u32, u64)> =
+            h.appends.iter().map(|a| (a.client, a.op)).collect();
+        appearances(logs)
+            .into_iter()
+            .filter(|(id, _)| !sent.contains(id))
+            .map(|((client, op), found)| {
+                format!(
+                    "{context}: the log holds an entry (client {client}, append {op}) at {} that no append sent",
+                    places(&found)
+                )
+            })
+            .collect()
     }
 }

@@ -196,6 +196,23 @@ impl SimConfig {
     }
 }
 
+/// Violations found, with how many each property's checker found.
+#[derive(Debug, Clone, Default)]
+pub struct Findings {
+    /// Every violation, described for debugging.
+    pub violations: Vec<String>,
+    /// (property, violations) for every property checked, in check order.
+    pub by_property: Vec<(&'static str, usize)>,
+}
+
+impl Findings {
+    /// Adds what the checker of `property` found.
+    pub fn add(&mut self, property: &'static str, found: Vec<String>) {
+        self.by_property.push((property, found.len()));
+        self.violations.extend(found);
+    }
+}
+
 /// What one primitive's run found.
 #[derive(Debug, Clone)]
 pub struct PrimitiveReport {
@@ -205,6 +222,8 @@ pub struct PrimitiveReport {
     pub ops: u64,
     /// Every property violation found, described for debugging.
     pub violations: Vec<String>,
+    /// (property, violations) for every property checked.
+    pub by_property: Vec<(&'static str, usize)>,
     /// A digest of its whole history: equal digests mean replayed runs.
     pub digest: u64,
     /// Counts for people (one line).

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::checker::election as check;
 use super::clock::{SimClock, random_duration};
-use super::config::{Primitive, PrimitiveReport, SimConfig};
+use super::config::{Findings, Primitive, PrimitiveReport, SimConfig};
 use super::network::World;
 use super::{fnv, lock};
 
@@ -297,9 +297,19 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Primiti
     let end_of_run = world.time.now();
     let h = lock(&history);
     let context = format!("seed {seed} election");
-    let mut violations = check::work_never_overlaps(&h, end_of_run, &context);
-    violations.extend(check::term_tokens_increase(&h, &context));
-    violations.extend(check::no_leader_notice_after_stop(&h, &context));
+    let mut findings = Findings::default();
+    findings.add(
+        "work_never_overlaps",
+        check::work_never_overlaps(&h, end_of_run, &context),
+    );
+    findings.add(
+        "term_tokens_increase",
+        check::term_tokens_increase(&h, &context),
+    );
+    findings.add(
+        "no_leader_notice_after_stop",
+        check::no_leader_notice_after_stop(&h, &context),
+    );
 
     let ops = world.ops();
     let faults = world.faults();
@@ -329,7 +339,8 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Primiti
     Ok(PrimitiveReport {
         primitive: Primitive::Election,
         ops,
-        violations,
+        violations: findings.violations,
+        by_property: findings.by_property,
         digest,
         summary,
     })

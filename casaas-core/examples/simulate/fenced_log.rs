@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::checker::fenced_log as check;
 use super::clock::{SimClock, random_duration};
-use super::config::{Primitive, PrimitiveReport, SimConfig};
+use super::config::{Findings, Primitive, PrimitiveReport, SimConfig};
 pub use super::fenced_resource::Outcome;
 use super::fenced_resource::{freezer, outcome};
 use super::network::World;
@@ -244,9 +244,28 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Primiti
     let logs = stored_logs(&world).await?;
     let h = lock(&history);
     let context = format!("seed {seed} fenced_log");
-    let mut violations = check::no_gaps(&logs, &context);
-    violations.extend(check::tokens_never_decrease(&logs, &context));
-    violations.extend(check::appends_exactly_once(&h, &logs, &context));
+    let mut findings = Findings::default();
+    findings.add("no_gaps", check::no_gaps(&logs, &context));
+    findings.add(
+        "tokens_never_decrease",
+        check::tokens_never_decrease(&logs, &context),
+    );
+    findings.add(
+        "ok_appended_exactly_once",
+        check::ok_appended_exactly_once(&h, &logs, &context),
+    );
+    findings.add(
+        "never_appended_twice",
+        check::never_appended_twice(&h, &logs, &context),
+    );
+    findings.add(
+        "failed_never_appended",
+        check::failed_never_appended(&h, &logs, &context),
+    );
+    findings.add(
+        "entries_from_appends",
+        check::entries_from_appends(&h, &logs, &context),
+    );
 
     let ops = world.ops();
     let faults = world.faults();
@@ -287,7 +306,8 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Primiti
     Ok(PrimitiveReport {
         primitive: Primitive::FencedLog,
         ops,
-        violations,
+        violations: findings.violations,
+        by_property: findings.by_property,
         digest,
         summary,
     })

@@ -18,7 +18,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::checker::fenced_resource as check;
 use super::clock::{SimClock, random_duration};
-use super::config::{Primitive, PrimitiveReport, SimConfig};
+use super::config::{Findings, Primitive, PrimitiveReport, SimConfig};
 use super::network::World;
 use super::{fnv, lock};
 
@@ -272,11 +272,27 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Primiti
     let mut h = lock(&history);
     h.freezes = freezes;
     let context = format!("seed {seed} fenced_resource");
-    let mut violations = check::ok_applied_exactly_once(&h, &context);
-    violations.extend(check::never_applied_twice(&h, &context));
-    violations.extend(check::failed_never_applied(&h, &context));
-    violations.extend(check::final_value_counts_updates(&h, final_value, &context));
-    violations.extend(check::writes_known_and_fenced(&h, &context));
+    let mut findings = Findings::default();
+    findings.add(
+        "ok_applied_exactly_once",
+        check::ok_applied_exactly_once(&h, &context),
+    );
+    findings.add(
+        "never_applied_twice",
+        check::never_applied_twice(&h, &context),
+    );
+    findings.add(
+        "failed_never_applied",
+        check::failed_never_applied(&h, &context),
+    );
+    findings.add(
+        "final_value_counts_updates",
+        check::final_value_counts_updates(&h, final_value, &context),
+    );
+    findings.add(
+        "writes_known_and_fenced",
+        check::writes_known_and_fenced(&h, &context),
+    );
 
     let ops = world.ops();
     let faults = world.faults();
@@ -308,7 +324,8 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Primiti
     Ok(PrimitiveReport {
         primitive: Primitive::FencedResource,
         ops,
-        violations,
+        violations: findings.violations,
+        by_property: findings.by_property,
         digest,
         summary,
     })

@@ -29,7 +29,7 @@ mod network;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 #[allow(unused_imports)]
-pub use config::{Primitive, PrimitiveReport, Report, SimConfig};
+pub use config::{Findings, Primitive, PrimitiveReport, Report, SimConfig};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::checker::lease as check;
 use super::clock::{SimClock, random_duration};
-use super::config::{Primitive, PrimitiveReport, SimConfig};
+use super::config::{Findings, Primitive, PrimitiveReport, SimConfig};
 use super::network::World;
 use super::{fnv, lock, secs};
 
@@ -336,13 +336,22 @@ fn report(
         )
     };
     let context = format!("seed {seed} {}", primitive.name());
-    let mut violations = Vec::new();
-    violations.extend(check::mutual_exclusion(h, &who, &context));
-    violations.extend(check::token_order(h, &who, &context));
-    violations.extend(check::lock_token_monotonic(h, &context));
-    violations.extend(check::checkpoints_within_belief(h, &who, &context));
+    let mut findings = Findings::default();
+    findings.add(
+        "mutual_exclusion",
+        check::mutual_exclusion(h, &who, &context),
+    );
+    findings.add("token_order", check::token_order(h, &who, &context));
+    findings.add(
+        "lock_token_monotonic",
+        check::lock_token_monotonic(h, &context),
+    );
+    findings.add(
+        "checkpoints_within_belief",
+        check::checkpoints_within_belief(h, &who, &context),
+    );
     let (fence_violations, late) = check::fencing(h, &context);
-    violations.extend(fence_violations);
+    findings.add("fencing", fence_violations);
 
     let ops = world.ops();
     let faults = world.faults();
@@ -390,7 +399,8 @@ fn report(
     PrimitiveReport {
         primitive,
         ops,
-        violations,
+        violations: findings.violations,
+        by_property: findings.by_property,
         digest,
         summary,
     }
