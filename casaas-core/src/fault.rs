@@ -255,6 +255,8 @@ impl<S: CasStore> FaultyStore<S> {
                     "response lost after the request was applied",
                 )
             }
+            // Nothing to outlive: a zero delay is a scripted "no fault".
+            Fault::Delay(delay) if delay.is_zero() => request().await,
             Fault::Delay(delay) => {
                 let (answer, answered) = tokio::sync::oneshot::channel();
                 let request = detached(self.inner.clone());
