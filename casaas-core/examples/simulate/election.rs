@@ -296,7 +296,7 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Primiti
     tokio::time::sleep(config.lease.ttl * 3).await;
     let end_of_run = world.time.now();
     let h = lock(&history);
-    let context = format!("seed {seed} election");
+    let context = format!("seed {} election", config.seed);
     let mut findings = Findings::default();
     findings.add(
         "work_never_overlaps",
@@ -322,7 +322,7 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Primiti
     let _ = writeln!(text, "ops {ops} faults {faults:?}");
     let digest = fnv(&text);
     let summary = format!(
-        "seed={seed} clients={} runs={} terms={} dropped={} aborted={} cancelled={} returned={} stopped_leading={} \
+        "world_seed={seed} clients={} runs={} terms={} dropped={} aborted={} cancelled={} returned={} stopped_leading={} \
          lock_writes={} leader_notices_after_stop={} {} faults: {faults:?} digest={digest:016x}",
         world.rates.len(),
         h.runs,

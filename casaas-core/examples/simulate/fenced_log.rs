@@ -243,7 +243,7 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Primiti
     tokio::time::sleep(config.lease.ttl * 3).await;
     let logs = stored_logs(&world).await?;
     let h = lock(&history);
-    let context = format!("seed {seed} fenced_log");
+    let context = format!("seed {} fenced_log", config.seed);
     let mut findings = Findings::default();
     findings.add("no_gaps", check::no_gaps(&logs, &context));
     findings.add(
@@ -290,7 +290,7 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Primiti
     let _ = writeln!(text, "ops {ops} faults {faults:?}");
     let digest = fnv(&text);
     let summary = format!(
-        "seed={seed} clients={} appends={} ok={} ambiguous={} fenced_out={} failed={} logs={} entries={} \
+        "world_seed={seed} clients={} appends={} ok={} ambiguous={} fenced_out={} failed={} logs={} entries={} \
          new_tokens={} freezes={freezes} {} faults: {faults:?} digest={digest:016x}",
         world.rates.len(),
         h.appends.len(),

@@ -271,7 +271,7 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Primiti
         .unwrap_or(0);
     let mut h = lock(&history);
     h.freezes = freezes;
-    let context = format!("seed {seed} fenced_resource");
+    let context = format!("seed {} fenced_resource", config.seed);
     let mut findings = Findings::default();
     findings.add(
         "ok_applied_exactly_once",
@@ -308,7 +308,7 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Primiti
     let _ = writeln!(text, "ops {ops} faults {faults:?}");
     let digest = fnv(&text);
     let summary = format!(
-        "seed={seed} clients={} updates={} ok={} ambiguous={} fenced_out={} failed={} applied={} final_value={final_value} \
+        "world_seed={seed} clients={} updates={} ok={} ambiguous={} fenced_out={} failed={} applied={} final_value={final_value} \
          new_tokens={} freezes={} {} faults: {faults:?} digest={digest:016x}",
         world.rates.len(),
         h.updates.len(),

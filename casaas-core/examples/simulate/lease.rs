@@ -317,10 +317,11 @@ pub async fn simulate(
     // watcher finish.
     tokio::time::sleep(config.lease.ttl * 3).await;
     let h = lock(&history);
-    Ok(report(primitive, seed, tasks, &world, &h))
+    Ok(report(config, primitive, seed, tasks, &world, &h))
 }
 
 fn report(
+    config: &SimConfig,
     primitive: Primitive,
     seed: u64,
     tasks: usize,
@@ -335,7 +336,7 @@ fn report(
             r.client, r.task, rates[r.client], r.token
         )
     };
-    let context = format!("seed {seed} {}", primitive.name());
+    let context = format!("seed {} {}", config.seed, primitive.name());
     let mut findings = Findings::default();
     findings.add(
         "mutual_exclusion",
@@ -370,7 +371,7 @@ fn report(
     let _ = writeln!(text, "ops {ops} faults {faults:?}");
     let digest = fnv(&text);
     let summary = format!(
-        "seed={seed} clients={} tasks_per_client={} rates=[{}] acquisitions={} takeovers={} min_handover_gap={} believed={} \
+        "world_seed={seed} clients={} tasks_per_client={} rates=[{}] acquisitions={} takeovers={} min_handover_gap={} believed={} \
          lock_writes={} checkpoints={} fenced_ok={} fenced_out={} fenced_failed={} late_fenced_writes={late} releases={} \
          crashes={} drops={} stalls={} freezes={} {} faults: {faults:?} digest={digest:016x}",
         rates.len(),

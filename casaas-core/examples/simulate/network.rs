@@ -264,9 +264,10 @@ impl Net {
                 if there > 0 {
                     tokio::time::sleep(Duration::from_millis(there)).await;
                 }
-                let gave_up = tx.is_closed();
                 let result = fut.await;
-                if gave_up && write && result.is_ok() {
+                // Applied as the request completed (a store-side delay
+                // included), after its sender stopped waiting.
+                if tx.is_closed() && write && result.is_ok() {
                     world.landed_after_give_up.fetch_add(1, Ordering::Relaxed);
                 }
                 if back > 0 {
