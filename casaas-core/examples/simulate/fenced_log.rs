@@ -102,7 +102,10 @@ impl Client {
         let mut token = self.epoch.load(Ordering::Relaxed);
         let mut op = 0u64;
         while !self.world.stop.is_cancelled() {
-            let idle = random_duration(&mut self.rng, ttl / 20);
+            // Mostly busy; now and then quiet, so that a write whose sender
+            // gave up can still find its expected version and land.
+            let quiet = self.rng.random_bool(0.2);
+            let idle = random_duration(&mut self.rng, if quiet { ttl } else { ttl / 20 });
             self.clock.pause(idle).await;
             if self.rng.random_bool(0.05) {
                 token = self.epoch.fetch_add(1, Ordering::Relaxed) + 1;
