@@ -554,3 +554,202 @@ pub mod fenced_log {
             .collect()
     }
 }
+
+/// Each checker, fed a history that breaks its property, reports it (and
+/// stays quiet on one that keeps it): the checkers can fail. These run with
+/// `cargo test -p casaas-core --test sim_smoke`, which includes the harness.
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use super::super::election::{History as ElectionHistory, NoticeAfterStop, WorkRec};
+    use super::super::fenced_log::{AppendRec, History as LogHistory, StoredEntry};
+    use super::super::fenced_resource::{History as CounterHistory, Outcome, UpdateRec};
+    use super::super::lease::{GuardRec, History as LeaseHistory, SimValue};
+    use super::{election, fenced_log, fenced_resource, lease};
+
+    fn s(secs: u64) -> Duration {
+        Duration::from_secs(secs)
+    }
+
+    fn guard(client: usize, token: u64, at: u64, beliefs: &[(u64, u64)]) -> GuardRec {
+        GuardRec {
+            client,
+            task: 0,
+            token,
+            acquired_at: s(at),
+            beliefs: beliefs.iter().map(|&(a, b)| (s(a), s(b))).collect(),
+        }
+    }
+
+    fn who(g: usize) -> String {
+        format!("guard {g}")
+    }
+
+    #[test]
+    fn lease_checkers_report_two_holders_and_equal_tokens() {
+        let mut h = LeaseHistory::default();
+        h.guards = vec![guard(0, 1, 0, &[(0, 10)]), guard(1, 2, 12, &[(12, 20)])];
+        assert!(lease::mutual_exclusion(&h, &who, "t").is_empty());
+        assert!(lease::token_order(&h, &who, "t").is_empty());
+        h.guards.push(guard(2, 2, 15, &[(15, 18)]));
+        assert_eq!(lease::mutual_exclusion(&h, &who, "t").len(), 1);
+        assert_eq!(lease::token_order(&h, &who, "t").len(), 1);
+    }
+
+    #[test]
+    fn lease_checkers_report_checkpoints_tokens_and_fencing() {
+        let mut h = LeaseHistory::default();
+        h.guards = vec![guard(0, 1, 0, &[(0, 10)]), guard(1, 2, 12, &[(12, 20)])];
+        h.checkpoints = vec![(0, s(5)), (0, s(11))];
+        assert_eq!(lease::checkpoints_within_belief(&h, &who, "t").len(), 1);
+        h.lock_writes = vec![
+            (s(0), "a".into(), 1, false),
+            (s(12), "b".into(), 2, false),
+            (s(13), "a".into(), 1, false),
+        ];
+        assert_eq!(lease::lock_token_monotonic(&h, "t").len(), 1);
+        let value = |client, token, checkpoint: u64| SimValue {
+            client,
+            token,
+            checkpoint_ns: checkpoint * 1_000_000_000,
+        };
+        h.fenced_writes = vec![(s(5), 1, value(0, 1, 4)), (s(14), 2, value(1, 2, 13))];
+        assert!(lease::fencing(&h, "t").0.is_empty());
+        // Token 1 accepted after token 2, from a checkpoint after token 2
+        // was granted.
+        h.fenced_writes.push((s(15), 1, value(0, 1, 13)));
+        assert_eq!(lease::fencing(&h, "t").0.len(), 2);
+    }
+
+    fn work(client: usize, token: u64, start: u64, end: Option<u64>) -> WorkRec {
+        WorkRec {
+            client,
+            token,
+            start: s(start),
+            end: end.map(s),
+            ended_by: "dropped",
+        }
+    }
+
+    #[test]
+    fn election_checkers_report_overlapping_work_and_late_notices() {
+        let mut h = ElectionHistory::default();
+        h.works = vec![work(0, 1, 0, Some(10)), work(1, 2, 10, Some(20))];
+        assert!(election::work_never_overlaps(&h, s(30), "t").is_empty());
+        assert!(election::term_tokens_increase(&h, "t").is_empty());
+        // Work still running at the end of the run counts until then.
+        h.works.push(work(2, 3, 25, None));
+        h.works.push(work(0, 3, 29, Some(30)));
+        assert_eq!(election::work_never_overlaps(&h, s(40), "t").len(), 1);
+        assert_eq!(election::term_tokens_increase(&h, "t").len(), 1);
+        h.notices_after_stop.push(NoticeAfterStop {
+            client: 0,
+            token: 1,
+            at: s(11),
+            stopped_at: s(10),
+        });
+        assert_eq!(election::no_leader_notice_after_stop(&h, "t").len(), 1);
+    }
+
+    fn update(op: u64, outcome: Outcome, applied: u32) -> UpdateRec {
+        UpdateRec {
+            client: 0,
+            op,
+            token: 1,
+            outcome,
+            error: String::new(),
+            applied,
+        }
+    }
+
+    #[test]
+    fn counter_checkers_report_double_missing_and_unexpected_applies() {
+        let mut h = CounterHistory::default();
+        h.updates = vec![
+            update(1, Outcome::Ok, 1),
+            update(2, Outcome::Ambiguous, 0),
+            update(3, Outcome::Ambiguous, 1),
+        ];
+        h.applied_writes = 2;
+        h.applied_tokens = vec![1, 1];
+        assert!(fenced_resource::ok_applied_exactly_once(&h, "t").is_empty());
+        assert!(fenced_resource::never_applied_twice(&h, "t").is_empty());
+        assert!(fenced_resource::failed_never_applied(&h, "t").is_empty());
+        assert!(fenced_resource::final_value_counts_updates(&h, 2, "t").is_empty());
+        assert!(fenced_resource::writes_known_and_fenced(&h, "t").is_empty());
+        h.updates = vec![
+            update(1, Outcome::Ok, 2),
+            update(2, Outcome::Ok, 0),
+            update(3, Outcome::FencedOut, 1),
+        ];
+        h.applied_writes = 3;
+        h.applied_tokens = vec![2, 1, 2];
+        h.unknown_writes = vec!["n".into()];
+        assert_eq!(fenced_resource::ok_applied_exactly_once(&h, "t").len(), 2);
+        assert_eq!(fenced_resource::never_applied_twice(&h, "t").len(), 1);
+        assert_eq!(fenced_resource::failed_never_applied(&h, "t").len(), 1);
+        // 2 reported applied and none ambiguous: 3 is out of [2, 2]; and the
+        // store applied 3 increments, not 4.
+        assert_eq!(
+            fenced_resource::final_value_counts_updates(&h, 4, "t").len(),
+            2
+        );
+        assert_eq!(fenced_resource::writes_known_and_fenced(&h, "t").len(), 2);
+    }
+
+    fn entry(key_seq: u64, token: u64, op: u64) -> StoredEntry {
+        StoredEntry {
+            key_seq,
+            seq: key_seq,
+            token,
+            client: 0,
+            op,
+        }
+    }
+
+    fn append(op: u64, outcome: Outcome, seq: u64) -> AppendRec {
+        AppendRec {
+            client: 0,
+            op,
+            token: 1,
+            log: 0,
+            outcome,
+            error: String::new(),
+            seq,
+        }
+    }
+
+    #[test]
+    fn log_checkers_report_gaps_regressions_duplicates_and_strays() {
+        let mut h = LogHistory::default();
+        h.appends = vec![
+            append(1, Outcome::Ok, 1),
+            append(2, Outcome::Ambiguous, 0),
+            append(3, Outcome::FencedOut, 0),
+        ];
+        let good = BTreeMap::from([(0, vec![entry(1, 1, 1), entry(2, 2, 2)])]);
+        assert!(fenced_log::no_gaps(&good, "t").is_empty());
+        assert!(fenced_log::tokens_never_decrease(&good, "t").is_empty());
+        assert!(fenced_log::ok_appended_exactly_once(&h, &good, "t").is_empty());
+        assert!(fenced_log::never_appended_twice(&h, &good, "t").is_empty());
+        assert!(fenced_log::failed_never_appended(&h, &good, "t").is_empty());
+        assert!(fenced_log::entries_from_appends(&h, &good, "t").is_empty());
+        let bad = BTreeMap::from([(
+            0,
+            vec![
+                entry(1, 2, 1),
+                entry(2, 1, 1),
+                entry(3, 1, 3),
+                entry(5, 1, 9),
+            ],
+        )]);
+        assert_eq!(fenced_log::no_gaps(&bad, "t").len(), 1);
+        assert_eq!(fenced_log::tokens_never_decrease(&bad, "t").len(), 1);
+        assert_eq!(fenced_log::ok_appended_exactly_once(&h, &bad, "t").len(), 1);
+        assert_eq!(fenced_log::never_appended_twice(&h, &bad, "t").len(), 1);
+        assert_eq!(fenced_log::failed_never_appended(&h, &bad, "t").len(), 1);
+        assert_eq!(fenced_log::entries_from_appends(&h, &bad, "t").len(), 1);
+    }
+}
