@@ -559,6 +559,7 @@ pub mod fenced_log {
 /// stays quiet on one that keeps it): the checkers can fail. These run with
 /// `cargo test -p casaas-core --test sim_smoke`, which includes the harness.
 #[cfg(test)]
+#[allow(clippy::field_reassign_with_default)] // histories built up step by step
 mod tests {
     use std::collections::BTreeMap;
     use std::time::Duration;
