@@ -88,6 +88,12 @@ struct LeaseModel {
     resolution: Resolution,
     release: ReleaseRule,
     expiry: ExpiryRule,
+    /// Mutation: clients 0 and 1 are two tasks sharing one `Lease` whose
+    /// memory of unresolved writes has no owner: a task that reads a record
+    /// carrying the other task's nonce (landed, its answer still in flight)
+    /// takes it as its own and renews it. The protocol keeps that memory per
+    /// task, and the rule never fires.
+    shared_task_memory: bool,
 }
 
 /// Converts the protocol's timing, measured on each client's own clock, to
@@ -144,11 +150,27 @@ impl LeaseModel {
             resolution: Resolution::Nonce,
             release: ReleaseRule::MarkReleased,
             expiry: ExpiryRule::Observed,
+            shared_task_memory: false,
         }
     }
 
     fn wall(&self, c: usize, now: u8) -> u8 {
         now + self.wall_offsets[c]
+    }
+
+    /// Is `nonce` one of the unresolved writes `c` remembers as its own?
+    /// Only the acquisitions in flight of the tasks sharing its memory can
+    /// be: its own is not in flight while it reads.
+    fn remembers(&self, s: &State, c: usize, nonce: u8) -> bool {
+        let sharing: &[usize] = if self.shared_task_memory && c < 2 {
+            &[0, 1]
+        } else {
+            &[]
+        };
+        sharing.iter().any(|&o| {
+            matches!(s.clients[o], Phase::Acquiring(req)
+                if req.op.body().is_some_and(|b| b.nonce == nonce))
+        })
     }
 
     fn believes(&self, s: &State, c: usize) -> bool {
@@ -464,6 +486,19 @@ impl Model for LeaseModel {
                     let op = Op::Create(self.body(&s, c, 1, false));
                     s.clients[c] = Phase::Acquiring(self.send(&mut s, op));
                 }
+                // A landed write of ours (as the shared memory claims):
+                // renew it, keeping its token, as `try_acquire` does.
+                (Some(rec), _) if !rec.body.released && self.remembers(&s, c, rec.body.nonce) => {
+                    if s.sends >= self.max_sends {
+                        return None;
+                    }
+                    let body = self.body(&s, c, rec.body.token, false);
+                    let op = Op::Replace {
+                        expected: rec.version,
+                        body,
+                    };
+                    s.clients[c] = Phase::Acquiring(self.send(&mut s, op));
+                }
                 (Some(rec), _) if rec.body.released => {
                     if s.sends >= self.max_sends {
                         return None;
@@ -698,6 +733,18 @@ fn drift_beyond_the_bound_breaks_mutual_exclusion() {
     // Client 0's clock runs at half speed: beyond the 25% the margins cover.
     let model = LeaseModel::with_timing(timing(f64::from(TTL), DRIFT, 0.0, [0.5, 1.25, 1.0]));
     expect_counterexample("drift beyond bound", model, "mutual exclusion");
+}
+
+#[test]
+fn nonce_memory_shared_by_two_tasks_breaks_mutual_exclusion() {
+    // Task 0's create lands, its answer still in flight; task 1 reads the
+    // record, finds task 0's nonce among "ours" and renews it; then task 0's
+    // answer arrives. Both hold.
+    let model = LeaseModel {
+        shared_task_memory: true,
+        ..LeaseModel::correct()
+    };
+    expect_counterexample("shared task memory", model, "mutual exclusion");
 }
 
 #[test]
