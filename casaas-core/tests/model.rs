@@ -758,7 +758,7 @@ fn no_holder_margin_breaks_mutual_exclusion() {
 // Write-and-resolve: exactly-once updates through ambiguous answers.
 //
 // The lease model above settles each ambiguous write at once. This model
-// checks the write-and-resolve rules every helper relies on, on the case
+// checks the write-and-resolve rules every primitive relies on, on the case
 // that needs them most: a non-idempotent update (`FencedResource::update`
 // with an increment), by two tasks of one participant, against a store that
 // keeps any write once sent. A write is sent with a fresh nonce and lands
