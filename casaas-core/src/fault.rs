@@ -26,7 +26,10 @@ pub enum Fault {
     /// Answer 5xx without applying: [`ErrorKind::Ambiguous`] although nothing
     /// was written (the other half of what an ambiguous answer can mean).
     ServerErrorNotApplied,
-    /// Hold the request this long before sending it on.
+    /// Hold the request this long before it reaches the store. The request
+    /// travels on a detached task, as on a real network: a caller that stops
+    /// waiting (a timeout, a dropped future) does not cancel it, so a write
+    /// whose caller gave up and was told "ambiguous" still lands later.
     Delay(Duration),
     /// Send the request twice, as an SDK's transport retry would, and answer
     /// with the second attempt's result (a won create comes back as
@@ -111,10 +114,19 @@ struct FaultState {
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct FaultyStore<S> {
-    inner: S,
+    inner: Arc<S>,
     state: Arc<Mutex<FaultState>>,
+}
+
+impl<S> Clone for FaultyStore<S> {
+    fn clone(&self) -> Self {
+        FaultyStore {
+            inner: self.inner.clone(),
+            state: self.state.clone(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -127,7 +139,7 @@ impl<S: CasStore> FaultyStore<S> {
     /// Wraps `inner`, drawing random faults from `config` with `seed`.
     pub fn new(inner: S, seed: u64, config: FaultConfig) -> Self {
         FaultyStore {
-            inner,
+            inner: Arc::new(inner),
             state: Arc::new(Mutex::new(FaultState {
                 rng: ChaCha8Rng::seed_from_u64(seed),
                 config,
@@ -208,11 +220,22 @@ impl<S: CasStore> FaultyStore<S> {
     }
 
     /// Runs `request` under the drawn fault. `request` may be called twice
-    /// (duplicate) and must send the same request each time.
-    async fn run<T, F, Fut>(&self, key: &str, op: Op, request: F) -> Result<T, CasError>
+    /// (duplicate) and must send the same request each time; `detached`
+    /// sends that same request from a task of its own (a delayed request
+    /// must outlive a caller that stops waiting for it).
+    async fn run<T, F, Fut, D, DFut>(
+        &self,
+        key: &str,
+        op: Op,
+        request: F,
+        detached: D,
+    ) -> Result<T, CasError>
     where
+        T: Send + 'static,
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, CasError>>,
+        D: FnOnce(Arc<S>) -> DFut,
+        DFut: std::future::Future<Output = Result<T, CasError>> + Send + 'static,
     {
         let Some(fault) = self.draw(op) else {
             return request().await;
@@ -232,9 +255,24 @@ impl<S: CasStore> FaultyStore<S> {
                     "response lost after the request was applied",
                 )
             }
+            // Nothing to outlive: a zero delay is a scripted "no fault".
+            Fault::Delay(delay) if delay.is_zero() => request().await,
             Fault::Delay(delay) => {
-                tokio::time::sleep(delay).await;
-                request().await
+                let (answer, answered) = tokio::sync::oneshot::channel();
+                let request = detached(self.inner.clone());
+                // Detached: once sent, the request is out of the caller's
+                // hands and lands even if the caller has given up.
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    let _ = answer.send(request.await);
+                });
+                match answered.await {
+                    Ok(result) => result,
+                    Err(_) => injected(
+                        ErrorKind::Ambiguous,
+                        "the delayed request ended without an answer",
+                    ),
+                }
             }
             Fault::Duplicate => {
                 let _first = request().await;
@@ -247,12 +285,25 @@ impl<S: CasStore> FaultyStore<S> {
 #[async_trait]
 impl<S: CasStore> CasStore for FaultyStore<S> {
     async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
-        self.run(key, Op::Read, || self.inner.get(key)).await
+        let owned = key.to_string();
+        self.run(
+            key,
+            Op::Read,
+            || self.inner.get(key),
+            |s| async move { s.get(&owned).await },
+        )
+        .await
     }
 
     async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
-        self.run(key, Op::Write, || self.inner.create(key, body.clone()))
-            .await
+        let (owned, owned_body) = (key.to_string(), body.clone());
+        self.run(
+            key,
+            Op::Write,
+            || self.inner.create(key, body.clone()),
+            |s| async move { s.create(&owned, owned_body).await },
+        )
+        .await
     }
 
     async fn replace(
@@ -261,19 +312,36 @@ impl<S: CasStore> CasStore for FaultyStore<S> {
         expected: &Version,
         body: Bytes,
     ) -> Result<Version, CasError> {
-        self.run(key, Op::Write, || {
-            self.inner.replace(key, expected, body.clone())
-        })
+        let (owned, owned_expected, owned_body) = (key.to_string(), expected.clone(), body.clone());
+        self.run(
+            key,
+            Op::Write,
+            || self.inner.replace(key, expected, body.clone()),
+            |s| async move { s.replace(&owned, &owned_expected, owned_body).await },
+        )
         .await
     }
 
     async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
-        self.run(key, Op::Write, || self.inner.delete(key, expected))
-            .await
+        let (owned, owned_expected) = (key.to_string(), expected.clone());
+        self.run(
+            key,
+            Op::Write,
+            || self.inner.delete(key, expected),
+            |s| async move { s.delete(&owned, &owned_expected).await },
+        )
+        .await
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
-        self.run(prefix, Op::Read, || self.inner.list(prefix)).await
+        let owned = prefix.to_string();
+        self.run(
+            prefix,
+            Op::Read,
+            || self.inner.list(prefix),
+            |s| async move { s.list(&owned).await },
+        )
+        .await
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -460,5 +528,31 @@ mod tests {
         };
         assert_eq!(run(7).await, run(7).await);
         assert_ne!(run(7).await.0, run(8).await.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delayed_write_lands_after_its_caller_gave_up() {
+        let store = FaultyStore::new(MemoryStore::new(), 1, FaultConfig::default());
+        store.inject(Fault::Delay(Duration::from_secs(5)));
+        let gave_up = tokio::time::timeout(
+            Duration::from_secs(1),
+            store.create("k", Bytes::from_static(b"late")),
+        )
+        .await;
+        assert!(gave_up.is_err(), "the caller should have timed out");
+        assert!(store.inner().get("k").await.unwrap().is_none());
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let landed = store.inner().get("k").await.unwrap().unwrap();
+        assert_eq!(landed.body, "late");
+        assert_eq!(store.counts().delayed, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delayed_request_answers_once_it_lands() {
+        let store = FaultyStore::new(MemoryStore::new(), 1, FaultConfig::default());
+        store.inject(Fault::Delay(Duration::from_millis(300)));
+        let started = tokio::time::Instant::now();
+        store.create("k", Bytes::from_static(b"v")).await.unwrap();
+        assert_eq!(started.elapsed(), Duration::from_millis(300));
     }
 }

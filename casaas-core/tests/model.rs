@@ -88,6 +88,12 @@ struct LeaseModel {
     resolution: Resolution,
     release: ReleaseRule,
     expiry: ExpiryRule,
+    /// Mutation: clients 0 and 1 are two tasks sharing one `Lease` whose
+    /// memory of unresolved writes has no owner: a task that reads a record
+    /// carrying the other task's nonce (landed, its answer still in flight)
+    /// takes it as its own and renews it. The protocol keeps that memory per
+    /// task, and the rule never fires.
+    shared_task_memory: bool,
 }
 
 /// Converts the protocol's timing, measured on each client's own clock, to
@@ -144,11 +150,27 @@ impl LeaseModel {
             resolution: Resolution::Nonce,
             release: ReleaseRule::MarkReleased,
             expiry: ExpiryRule::Observed,
+            shared_task_memory: false,
         }
     }
 
     fn wall(&self, c: usize, now: u8) -> u8 {
         now + self.wall_offsets[c]
+    }
+
+    /// Is `nonce` one of the unresolved writes `c` remembers as its own?
+    /// Only the acquisitions in flight of the tasks sharing its memory can
+    /// be: its own is not in flight while it reads.
+    fn remembers(&self, s: &State, c: usize, nonce: u8) -> bool {
+        let sharing: &[usize] = if self.shared_task_memory && c < 2 {
+            &[0, 1]
+        } else {
+            &[]
+        };
+        sharing.iter().any(|&o| {
+            matches!(s.clients[o], Phase::Acquiring(req)
+                if req.op.body().is_some_and(|b| b.nonce == nonce))
+        })
     }
 
     fn believes(&self, s: &State, c: usize) -> bool {
@@ -464,6 +486,19 @@ impl Model for LeaseModel {
                     let op = Op::Create(self.body(&s, c, 1, false));
                     s.clients[c] = Phase::Acquiring(self.send(&mut s, op));
                 }
+                // A landed write of ours (as the shared memory claims):
+                // renew it, keeping its token, as `try_acquire` does.
+                (Some(rec), _) if !rec.body.released && self.remembers(&s, c, rec.body.nonce) => {
+                    if s.sends >= self.max_sends {
+                        return None;
+                    }
+                    let body = self.body(&s, c, rec.body.token, false);
+                    let op = Op::Replace {
+                        expected: rec.version,
+                        body,
+                    };
+                    s.clients[c] = Phase::Acquiring(self.send(&mut s, op));
+                }
                 (Some(rec), _) if rec.body.released => {
                     if s.sends >= self.max_sends {
                         return None;
@@ -701,8 +736,582 @@ fn drift_beyond_the_bound_breaks_mutual_exclusion() {
 }
 
 #[test]
+fn nonce_memory_shared_by_two_tasks_breaks_mutual_exclusion() {
+    // Task 0's create lands, its answer still in flight; task 1 reads the
+    // record, finds task 0's nonce among "ours" and renews it; then task 0's
+    // answer arrives. Both hold.
+    let model = LeaseModel {
+        shared_task_memory: true,
+        ..LeaseModel::correct()
+    };
+    expect_counterexample("shared task memory", model, "mutual exclusion");
+}
+
+#[test]
 fn no_holder_margin_breaks_mutual_exclusion() {
     // Holders and contenders both count a bare TTL: no drift margin.
     let model = LeaseModel::with_timing(timing(f64::from(TTL), 0.0, 0.0, RATES));
     expect_counterexample("no holder margin", model, "mutual exclusion");
+}
+
+// ---------------------------------------------------------------------------
+// Write-and-resolve: exactly-once updates through ambiguous answers.
+//
+// The lease model above settles each ambiguous write at once. This model
+// checks the write-and-resolve rules every primitive relies on, on the case
+// that needs them most: a non-idempotent update (`FencedResource::update`
+// with an increment), by two tasks of one participant, against a store that
+// keeps any write once sent. A write is sent with a fresh nonce and lands
+// (or is refused by its precondition) at any later step — also after its
+// sender gave up on it. Its answer may arrive, be lost (ambiguous), come
+// back 412 although it landed (a transport duplicate of our own write), or
+// never come (a timeout: ambiguous, the write still in flight). After an
+// ambiguous or 412 answer the task reads back, and the read may fail.
+//
+// The rules (each removed by one mutation below):
+// - every nonce a task sent is remembered until the update returns, and an
+//   attempt first checks whether the stored nonce is one of them
+//   (`Memory::AllAttempts`);
+// - that memory is per task: one task never claims another's write
+//   (`Memory::PerTask`);
+// - a 412 is resolved by reading, like an ambiguous answer: a write of an
+//   earlier attempt may have landed;
+// - a failed read-back ends the update as ambiguous (never a blind retry);
+// - a new attempt, and a read-back that shows another writer's record (the
+//   version changed; a lost race), go on only if no write of this update
+//   may have landed: every earlier write was refused outright, or the
+//   record is still at the version they all expect. Otherwise it ends the
+//   update as ambiguous: ours may have landed and been overwritten since.
+//   Where a 412 can be our own write's transport duplicate, a 412 resolves
+//   nothing, and it is never taken as "not applied";
+// - an update that gives up reports "not applied" only if every write it
+//   sent was refused outright; otherwise ambiguous.
+//
+// Properties: no update is applied twice; an update reported applied was
+// applied (once); an update reported as not applied never lands.
+// ---------------------------------------------------------------------------
+
+const TASKS: usize = 2;
+
+/// Which of its nonces a task recognises as its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Memory {
+    /// The rule: every nonce this task sent during this update.
+    AllAttempts,
+    /// Mutation: only the current attempt's nonce.
+    CurrentAttempt,
+    /// Mutation: every nonce any task of the participant sent (a memory
+    /// shared by clones without ownership).
+    Shared,
+}
+
+#[derive(Clone, Debug)]
+struct UpdateModel {
+    memory: Memory,
+    /// A landed write may be answered 412 by its own transport duplicate.
+    duplicates: bool,
+    /// Mutation: a new attempt (or a lost race) goes on although an
+    /// unresolved write of ours may have landed and been overwritten.
+    retry_any_lost_race: bool,
+    /// Mutation: a 412 means "not applied": forget the nonce and retry.
+    precondition_is_definite: bool,
+    /// Mutation: a failed read-back is swallowed and the write taken as not
+    /// landed.
+    retry_after_failed_read: bool,
+    /// Mutation: after an ambiguous answer, a read-back showing another
+    /// writer's record is taken as "ours did not land".
+    retry_after_overwritten: bool,
+    max_sends: u8,
+    max_attempts: u8,
+}
+
+impl UpdateModel {
+    fn correct() -> Self {
+        UpdateModel {
+            memory: Memory::AllAttempts,
+            duplicates: false,
+            retry_any_lost_race: false,
+            precondition_is_definite: false,
+            retry_after_failed_read: false,
+            retry_after_overwritten: false,
+            max_sends: bound("MODEL_UPDATE_SENDS", 4),
+            max_attempts: 3,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Counter {
+    version: u8,
+    value: u8,
+    nonce: u8,
+}
+
+/// A write on the network: it lands (or is refused) at any later step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Sent {
+    task: u8,
+    nonce: u8,
+    /// `None`: create-if-absent.
+    expected: Option<u8>,
+    value: u8,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Told {
+    Ok,
+    Ambiguous,
+    /// Reported as not applied (gave up).
+    NotApplied,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Step {
+    /// About to start an attempt (read, then write).
+    Ready,
+    /// Waiting for the answer to the write with `nonce`; `landed` once the
+    /// store handled it (`Some(true)`: applied).
+    Waiting {
+        nonce: u8,
+        expected: Option<u8>,
+        landed: Option<bool>,
+    },
+    /// An ambiguous (`refused: false`) or 412 answer to the write with
+    /// `nonce`: read back.
+    Resolving {
+        nonce: u8,
+        expected: Option<u8>,
+        refused: bool,
+    },
+    Done(Told),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct TaskState {
+    step: Step,
+    attempts: u8,
+    /// Nonces this task recognises as its own (bit n = nonce n).
+    mine: u16,
+    /// Nonces of its writes whose fate it does not know.
+    unknown: u16,
+    /// The version its last write expected (`None`: absent). Every write of
+    /// `unknown` expects it: a new attempt is made only while it is current.
+    expected: Option<u8>,
+    /// How many of this task's writes the store applied.
+    applied: u8,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct UpdateState {
+    store: Option<Counter>,
+    next_version: u8,
+    sends: u8,
+    net: Vec<Sent>,
+    tasks: [TaskState; TASKS],
+    /// A write landed after its sender stopped waiting for it.
+    landed_late: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum UpdateAction {
+    /// Task reads and, unless the stored nonce is its own, sends a write.
+    Attempt(usize),
+    /// The write at this index of `net` reaches the store.
+    Land(usize),
+    /// The task's answer arrives as the store gave it.
+    Answer(usize),
+    /// The answer is lost, or never comes in time: ambiguous.
+    Ambiguous(usize),
+    /// The write landed but a duplicate of it answers 412.
+    Duplicate(usize),
+    /// The read-back succeeds.
+    ReadBack(usize),
+    /// The read-back fails.
+    ReadBackFails(usize),
+}
+
+impl UpdateModel {
+    fn recognises(&self, s: &UpdateState, task: usize, nonce: u8) -> bool {
+        let bit = 1u16 << nonce;
+        match self.memory {
+            Memory::Shared => s.tasks.iter().any(|t| t.mine & bit != 0),
+            Memory::AllAttempts | Memory::CurrentAttempt => s.tasks[task].mine & bit != 0,
+        }
+    }
+
+    fn stored_is_mine(&self, s: &UpdateState, task: usize) -> bool {
+        s.store.is_some_and(|r| self.recognises(s, task, r.nonce))
+    }
+
+    /// Another attempt, or give up once the attempts are spent (ambiguous
+    /// if a write of ours may still land, which the task cannot rule out
+    /// once it sent one).
+    fn retry(&self, s: &mut UpdateState, task: usize) {
+        let t = &mut s.tasks[task];
+        t.step = if t.attempts < self.max_attempts {
+            Step::Ready
+        } else if t.unknown != 0 {
+            Step::Done(Told::Ambiguous)
+        } else {
+            Step::Done(Told::NotApplied)
+        };
+    }
+}
+
+impl Model for UpdateModel {
+    type State = UpdateState;
+    type Action = UpdateAction;
+
+    fn init_states(&self) -> Vec<UpdateState> {
+        vec![UpdateState {
+            store: None,
+            next_version: 1,
+            sends: 0,
+            net: Vec::new(),
+            tasks: [TaskState {
+                step: Step::Ready,
+                attempts: 0,
+                mine: 0,
+                unknown: 0,
+                expected: None,
+                applied: 0,
+            }; TASKS],
+            landed_late: false,
+        }]
+    }
+
+    fn actions(&self, s: &UpdateState, actions: &mut Vec<UpdateAction>) {
+        for i in 0..s.net.len() {
+            actions.push(UpdateAction::Land(i));
+        }
+        for t in 0..TASKS {
+            match s.tasks[t].step {
+                Step::Ready => actions.push(UpdateAction::Attempt(t)),
+                Step::Waiting { landed, .. } => {
+                    actions.push(UpdateAction::Ambiguous(t));
+                    if landed.is_some() {
+                        actions.push(UpdateAction::Answer(t));
+                    }
+                    if landed == Some(true) && self.duplicates {
+                        actions.push(UpdateAction::Duplicate(t));
+                    }
+                }
+                Step::Resolving { .. } => {
+                    actions.push(UpdateAction::ReadBack(t));
+                    actions.push(UpdateAction::ReadBackFails(t));
+                }
+                Step::Done(_) => {}
+            }
+        }
+    }
+
+    fn next_state(&self, last: &UpdateState, action: UpdateAction) -> Option<UpdateState> {
+        let mut s = last.clone();
+        match action {
+            UpdateAction::Attempt(t) => {
+                if self.stored_is_mine(&s, t) {
+                    // An earlier write of ours landed after all.
+                    s.tasks[t].step = Step::Done(Told::Ok);
+                    return Some(s);
+                }
+                let current = s.store.map(|r| r.version);
+                if s.tasks[t].unknown != 0
+                    && current != s.tasks[t].expected
+                    && !self.retry_any_lost_race
+                {
+                    // Moved on, not to ours: an unresolved write of ours may
+                    // have landed and been overwritten.
+                    s.tasks[t].step = Step::Done(Told::Ambiguous);
+                    return Some(s);
+                }
+                if s.sends >= self.max_sends {
+                    return None;
+                }
+                s.sends += 1;
+                let nonce = s.sends;
+                let (expected, value) = match s.store {
+                    None => (None, 1),
+                    Some(r) => (Some(r.version), r.value + 1),
+                };
+                s.net.push(Sent {
+                    task: t as u8,
+                    nonce,
+                    expected,
+                    value,
+                });
+                let task = &mut s.tasks[t];
+                task.attempts += 1;
+                task.expected = expected;
+                (task.mine, task.unknown) = match self.memory {
+                    Memory::CurrentAttempt => (1 << nonce, 1 << nonce),
+                    Memory::AllAttempts | Memory::Shared => {
+                        (task.mine | 1 << nonce, task.unknown | 1 << nonce)
+                    }
+                };
+                task.step = Step::Waiting {
+                    nonce,
+                    expected,
+                    landed: None,
+                };
+            }
+            UpdateAction::Land(i) => {
+                let w = s.net.remove(i);
+                let applies = match (w.expected, s.store) {
+                    (None, None) => true,
+                    (Some(v), Some(r)) => r.version == v,
+                    _ => false,
+                };
+                if applies {
+                    s.store = Some(Counter {
+                        version: s.next_version,
+                        value: w.value,
+                        nonce: w.nonce,
+                    });
+                    s.next_version += 1;
+                    s.tasks[w.task as usize].applied += 1;
+                }
+                let task = &mut s.tasks[w.task as usize];
+                match &mut task.step {
+                    Step::Waiting { nonce, landed, .. } if *nonce == w.nonce => {
+                        *landed = Some(applies);
+                    }
+                    _ => s.landed_late |= applies,
+                }
+            }
+            UpdateAction::Answer(t) => {
+                let Step::Waiting {
+                    nonce,
+                    expected,
+                    landed: Some(applied),
+                } = s.tasks[t].step
+                else {
+                    return None;
+                };
+                if applied {
+                    s.tasks[t].step = Step::Done(Told::Ok);
+                    return Some(s);
+                }
+                if !self.duplicates {
+                    // The only copy was refused: it never lands.
+                    s.tasks[t].unknown &= !(1 << nonce);
+                }
+                if self.precondition_is_definite {
+                    s.tasks[t].mine &= !(1 << nonce);
+                    s.tasks[t].unknown &= !(1 << nonce);
+                    self.retry(&mut s, t);
+                } else {
+                    s.tasks[t].step = Step::Resolving {
+                        nonce,
+                        expected,
+                        refused: true,
+                    };
+                }
+            }
+            UpdateAction::Duplicate(t) => {
+                let Step::Waiting {
+                    nonce, expected, ..
+                } = s.tasks[t].step
+                else {
+                    return None;
+                };
+                if self.precondition_is_definite {
+                    s.tasks[t].mine &= !(1 << nonce);
+                    s.tasks[t].unknown &= !(1 << nonce);
+                    self.retry(&mut s, t);
+                } else {
+                    s.tasks[t].step = Step::Resolving {
+                        nonce,
+                        expected,
+                        refused: true,
+                    };
+                }
+            }
+            UpdateAction::Ambiguous(t) => {
+                let Step::Waiting {
+                    nonce, expected, ..
+                } = s.tasks[t].step
+                else {
+                    return None;
+                };
+                // The write, if still on the network, stays there.
+                s.tasks[t].step = Step::Resolving {
+                    nonce,
+                    expected,
+                    refused: false,
+                };
+            }
+            UpdateAction::ReadBack(t) => {
+                let Step::Resolving {
+                    nonce,
+                    expected,
+                    refused,
+                } = s.tasks[t].step
+                else {
+                    return None;
+                };
+                let unchanged = s.store.map(|r| r.version) == expected;
+                if self.stored_is_mine(&s, t) {
+                    s.tasks[t].step = Step::Done(Told::Ok);
+                } else if !refused && !unchanged && self.retry_after_overwritten {
+                    // Mutation: taken as "ours did not land".
+                    s.tasks[t].unknown &= !(1 << nonce);
+                    self.retry(&mut s, t);
+                } else if unchanged
+                    || (refused && (s.tasks[t].unknown == 0 || self.retry_any_lost_race))
+                {
+                    // Unchanged: ours has not landed; if it still does, the
+                    // next attempt (same expected version) finds it. Or a
+                    // lost race with nothing of ours unresolved: retried.
+                    self.retry(&mut s, t);
+                } else {
+                    s.tasks[t].step = Step::Done(Told::Ambiguous);
+                }
+            }
+            UpdateAction::ReadBackFails(t) => {
+                if self.retry_after_failed_read {
+                    // Mutation: the failure swallowed, the write taken as
+                    // not landed.
+                    if let Step::Resolving { nonce, .. } = s.tasks[t].step {
+                        s.tasks[t].unknown &= !(1 << nonce);
+                    }
+                    self.retry(&mut s, t);
+                } else {
+                    s.tasks[t].step = Step::Done(Told::Ambiguous);
+                }
+            }
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("never applied twice", |_, s: &UpdateState| {
+                s.tasks.iter().all(|t| t.applied <= 1)
+            }),
+            Property::always("reported applied was applied", |_, s: &UpdateState| {
+                s.tasks.iter().enumerate().all(|(i, t)| {
+                    t.step != Step::Done(Told::Ok)
+                        || t.applied == 1
+                        || s.net.iter().any(|w| w.task as usize == i)
+                })
+            }),
+            Property::always("reported not applied never lands", |_, s: &UpdateState| {
+                s.tasks
+                    .iter()
+                    .all(|t| t.step != Step::Done(Told::NotApplied) || t.applied == 0)
+            }),
+            // Not vacuous: a write lands after its sender gave up on it, and
+            // both tasks can finish with their increment applied.
+            Property::sometimes("a write lands late", |_, s: &UpdateState| s.landed_late),
+            Property::sometimes("both applied", |_, s: &UpdateState| {
+                s.tasks
+                    .iter()
+                    .all(|t| t.step == Step::Done(Told::Ok) && t.applied == 1)
+            }),
+        ]
+    }
+}
+
+fn check_update(
+    label: &str,
+    model: UpdateModel,
+    stop_at_failure: bool,
+) -> impl Checker<UpdateModel> {
+    let started = Instant::now();
+    let mut builder = model.checker();
+    if stop_at_failure {
+        builder = builder.finish_when(HasDiscoveries::AnyFailures);
+    }
+    let checker = builder.spawn_bfs().join();
+    eprintln!(
+        "update model {label}: {} states ({} unique), max depth {}, {:.2?}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    checker
+}
+
+fn expect_update_counterexample(label: &str, model: UpdateModel, property: &'static str) {
+    let checker = check_update(label, model, true);
+    let path = checker
+        .discovery(property)
+        .unwrap_or_else(|| panic!("{label}: no counterexample to {property:?} found"));
+    eprintln!("{label}: counterexample to {property:?}: {path}");
+}
+
+#[test]
+fn write_and_resolve_applies_each_update_at_most_once() {
+    let checker = check_update("correct", UpdateModel::correct(), false);
+    assert!(checker.is_done());
+    checker.assert_properties();
+}
+
+#[test]
+fn remembering_only_the_current_attempt_applies_twice() {
+    let model = UpdateModel {
+        memory: Memory::CurrentAttempt,
+        ..UpdateModel::correct()
+    };
+    expect_update_counterexample("current attempt only", model, "never applied twice");
+}
+
+#[test]
+fn nonce_memory_shared_between_tasks_claims_anothers_write() {
+    let model = UpdateModel {
+        memory: Memory::Shared,
+        ..UpdateModel::correct()
+    };
+    expect_update_counterexample("shared memory", model, "reported applied was applied");
+}
+
+#[test]
+fn write_and_resolve_is_exactly_once_when_412_can_be_our_duplicate() {
+    let model = UpdateModel {
+        duplicates: true,
+        ..UpdateModel::correct()
+    };
+    let checker = check_update("correct, duplicates", model, false);
+    assert!(checker.is_done());
+    checker.assert_properties();
+}
+
+#[test]
+fn retrying_a_lost_race_with_a_write_unresolved_applies_twice() {
+    // An earlier attempt's write lands late, the other task overwrites it,
+    // and the current attempt's 412 looks like a plain lost race.
+    let model = UpdateModel {
+        retry_any_lost_race: true,
+        ..UpdateModel::correct()
+    };
+    expect_update_counterexample("retry any lost race", model, "never applied twice");
+}
+
+#[test]
+fn a_412_taken_as_not_applied_applies_twice() {
+    let model = UpdateModel {
+        duplicates: true,
+        precondition_is_definite: true,
+        ..UpdateModel::correct()
+    };
+    expect_update_counterexample("412 is definite", model, "never applied twice");
+}
+
+#[test]
+fn retrying_after_a_failed_read_back_applies_twice() {
+    let model = UpdateModel {
+        retry_after_failed_read: true,
+        ..UpdateModel::correct()
+    };
+    expect_update_counterexample("retry after failed read", model, "never applied twice");
+}
+
+#[test]
+fn retrying_after_an_overwritten_read_back_applies_twice() {
+    let model = UpdateModel {
+        retry_after_overwritten: true,
+        ..UpdateModel::correct()
+    };
+    expect_update_counterexample("retry after overwrite", model, "never applied twice");
 }

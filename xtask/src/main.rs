@@ -3,7 +3,9 @@
 //! - `cargo xtask ci` — everything CI checks: format, clippy, real servers
 //!   up, all tests, the deterministic simulation, servers down.
 //! - `cargo xtask servers up|down|status [NAME…]` — real servers on loopback.
-//! - `cargo xtask sim --ops N --seed S` — the deterministic lease simulation.
+//! - `cargo xtask sim --ops N --seed S [--primitive NAME]…` — the
+//!   deterministic simulation of every public primitive (lease,
+//!   shared_lease, election, fenced_resource, fenced_log).
 //! - `cargo xtask vendor-matrix [--quick] [NAME…]` — the conformance binary
 //!   against every store that runs here; writes `docs/vendors.md`.
 
@@ -51,14 +53,19 @@ enum Task {
         #[arg(long)]
         keep_servers: bool,
     },
-    /// Run the deterministic lease simulation.
+    /// Run the deterministic simulation of every public primitive; prints
+    /// `primitive=NAME ops=N violations=V` per primitive, then the totals.
     Sim {
-        /// Number of store operations to simulate.
+        /// Number of store operations to simulate, split across primitives.
         #[arg(long, default_value_t = 100_000)]
         ops: u64,
         /// Seed of the run; the same seed replays the same run.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Only these primitives (lease, shared_lease, election,
+        /// fenced_resource, fenced_log), each with its share of a full run.
+        #[arg(long)]
+        primitive: Vec<String>,
     },
 }
 
@@ -96,24 +103,26 @@ fn cargo(root: &PathBuf, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-fn sim(root: &PathBuf, ops: u64, seed: u64) -> Result<()> {
-    cargo(
-        root,
-        &[
-            "run",
-            "--quiet",
-            "--release",
-            "-p",
-            "casaas-core",
-            "--example",
-            "simulate",
-            "--",
-            "--ops",
-            &ops.to_string(),
-            "--seed",
-            &seed.to_string(),
-        ],
-    )
+fn sim(root: &PathBuf, ops: u64, seed: u64, primitives: &[String]) -> Result<()> {
+    let (ops, seed) = (ops.to_string(), seed.to_string());
+    let mut args = vec![
+        "run",
+        "--quiet",
+        "--release",
+        "-p",
+        "casaas-core",
+        "--example",
+        "simulate",
+        "--",
+        "--ops",
+        &ops,
+        "--seed",
+        &seed,
+    ];
+    for primitive in primitives {
+        args.extend(["--primitive", primitive.as_str()]);
+    }
+    cargo(root, &args)
 }
 
 fn ci(root: &PathBuf, sim_ops: u64, keep_servers: bool) -> Result<()> {
@@ -133,7 +142,7 @@ fn ci(root: &PathBuf, sim_ops: u64, keep_servers: bool) -> Result<()> {
     let ctx = servers::Ctx::new(root.clone());
     let result = servers::up(&ctx, &[]).and_then(|()| {
         cargo(root, &["test", "--workspace", "--no-fail-fast"])?;
-        sim(root, sim_ops, 1)
+        sim(root, sim_ops, 1, &[])
     });
     if !keep_servers {
         servers::down(&ctx, &[])?;
@@ -157,7 +166,11 @@ fn main() -> Result<()> {
             ServersAction::Down { names } => servers::down(&ctx, &names),
             ServersAction::Status { names } => servers::status(&ctx, &names),
         },
-        Task::Sim { ops, seed } => sim(&root, ops, seed),
+        Task::Sim {
+            ops,
+            seed,
+            primitive,
+        } => sim(&root, ops, seed, &primitive),
         Task::VendorMatrix {
             names,
             quick,

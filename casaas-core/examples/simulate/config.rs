@@ -1,0 +1,269 @@
+//! What to simulate, and what a run reports.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use casaas_core::FaultConfig;
+use casaas_core::lease::{ExpiryMode, LeaseConfig};
+
+/// A public primitive the simulation drives, with a checker of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Primitive {
+    /// One `Lease` per client: never two believed holders at one true time.
+    Lease,
+    /// Several tasks per client share one `Lease` (clones): still never two
+    /// believed holders, across tasks and clients.
+    SharedLease,
+    /// `ElectionRunner`s dropped, aborted or cancelled mid-run: the work of
+    /// two terms never overlaps in true time.
+    Election,
+    /// `FencedResource<u64>` increments: every increment applied at most
+    /// once, and exactly once when reported applied.
+    FencedResource,
+    /// `FencedLog` appends: exactly once when reported, never twice, no
+    /// gaps, tokens never decrease along the log.
+    FencedLog,
+}
+
+impl Primitive {
+    /// Every primitive, in the order they run and report.
+    pub const ALL: [Primitive; 5] = [
+        Primitive::Lease,
+        Primitive::SharedLease,
+        Primitive::Election,
+        Primitive::FencedResource,
+        Primitive::FencedLog,
+    ];
+
+    /// The name printed in `primitive=NAME`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Primitive::Lease => "lease",
+            Primitive::SharedLease => "shared_lease",
+            Primitive::Election => "election",
+            Primitive::FencedResource => "fenced_resource",
+            Primitive::FencedLog => "fenced_log",
+        }
+    }
+
+    /// The primitive called `name`.
+    pub fn from_name(name: &str) -> Option<Primitive> {
+        Primitive::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// Its share of the operations, in percent: the lease-based primitives
+    /// get more, since handovers (where mutual exclusion is at stake) are
+    /// rarer per request than increments or appends.
+    fn share(self) -> u64 {
+        match self {
+            Primitive::Lease | Primitive::SharedLease | Primitive::Election => 24,
+            Primitive::FencedResource | Primitive::FencedLog => 14,
+        }
+    }
+}
+
+/// What to simulate.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// The store requests to simulate, over all primitives (each gets its
+    /// share and stops once its clients have sent that many).
+    pub ops: u64,
+    /// The seed of everything random: clocks, faults, delays, behaviour.
+    pub seed: u64,
+    /// The primitives to run (all by default). A primitive's share of
+    /// `ops` and its seed do not depend on which others run, so one can be
+    /// replayed alone.
+    pub primitives: Vec<Primitive>,
+    /// Number of clients of the `lease` primitive (`shared_lease` has half
+    /// as many, each with three tasks; the fenced primitives four).
+    pub clients: usize,
+    /// The lease timing every client uses (declares the drift bound).
+    pub lease: LeaseConfig,
+    /// The actual clock-rate deviation: clients' clocks run at rates spread
+    /// over `[1 - d, 1 + d]`, both ends included. Safe while `d` is at most
+    /// the declared `lease.drift_margin`.
+    pub rate_deviation: f64,
+    /// Store faults per request (drawn by `FaultyStore` from the seed).
+    pub faults: FaultConfig,
+    /// Probability that a request is slow (up to twice the request timeout
+    /// each way) rather than fast (up to 10 ms each way).
+    pub slow_request: f64,
+    /// Probability, before each side effect, that the holder's main task
+    /// stalls (its renewal keeps running) for up to `max_pause`.
+    pub stall: f64,
+    /// Probability, before each side effect, that the whole client freezes
+    /// (no timer fires, no request leaves, no answer arrives; a GC pause or
+    /// a stopped VM) for up to `max_pause`.
+    pub freeze: f64,
+    /// Probability that the holder stalls between passing its checkpoint
+    /// and writing (the gap only fencing closes), for up to `max_pause`.
+    pub stall_after_check: f64,
+    /// Longest stall or freeze.
+    pub max_pause: Duration,
+    /// Wall clocks are offset from true time by up to this much (exclusive).
+    pub wall_skew: Duration,
+}
+
+impl SimConfig {
+    /// The standard run: every primitive; 6 lease clients, TTL 10 s,
+    /// declared drift 5% and clocks drifting by exactly that much, 2% of
+    /// each fault (and 2% of requests delayed in the store by up to twice
+    /// the request timeout), pauses up to 10 TTL.
+    pub fn new(ops: u64, seed: u64) -> Self {
+        let ttl = Duration::from_secs(10);
+        let mut lease = LeaseConfig::with_ttl(ttl);
+        lease.drift_margin = 0.05;
+        SimConfig {
+            ops,
+            seed,
+            primitives: Primitive::ALL.to_vec(),
+            clients: 6,
+            rate_deviation: 0.05,
+            faults: FaultConfig {
+                fail_before_apply: 0.02,
+                lose_response: 0.02,
+                throttle: 0.02,
+                server_error: 0.02,
+                duplicate: 0.02,
+                delay: 0.02,
+                max_delay: lease.request_timeout * 2,
+            },
+            lease,
+            slow_request: 0.05,
+            stall: 0.08,
+            freeze: 0.05,
+            stall_after_check: 0.03,
+            max_pause: ttl * 10,
+            wall_skew: Duration::from_secs(1),
+        }
+    }
+
+    /// The opt-in wall-clock expiry: declared maximum skew 1 s (wall clocks
+    /// are offset by up to 999 ms), safety margin 2 * drift * TTL as the
+    /// configuration requires.
+    pub fn wall_clock(mut self) -> Self {
+        self.lease.expiry = ExpiryMode::WallClock {
+            max_skew: Duration::from_secs(1),
+        };
+        self.lease.safety_margin = self.lease.ttl.mul_f64(2.0 * self.lease.drift_margin);
+        self
+    }
+
+    /// A deliberately broken run: the wall-clock expiry declares 1 s of skew
+    /// while wall clocks are up to 8 s apart.
+    pub fn wall_clock_undeclared_skew(ops: u64, seed: u64) -> Self {
+        SimConfig {
+            wall_skew: Duration::from_secs(8),
+            ..Self::new(ops, seed).wall_clock()
+        }
+    }
+
+    /// A deliberately broken run: clocks drift by 30% while the lease
+    /// declares 5%. The checker must report violations.
+    pub fn drift_beyond_bound(ops: u64, seed: u64) -> Self {
+        SimConfig {
+            rate_deviation: 0.3,
+            ..Self::new(ops, seed)
+        }
+    }
+
+    /// Only `primitives` (their shares of `ops` stay as in a full run).
+    pub fn only(mut self, primitives: &[Primitive]) -> Self {
+        self.primitives = primitives.to_vec();
+        self
+    }
+
+    /// The operations `primitive` runs: its share of `ops` (the last one
+    /// takes the remainder, so the shares add up to `ops`).
+    pub fn ops_for(&self, primitive: Primitive) -> u64 {
+        let share = |p: Primitive| self.ops / 100 * p.share() + self.ops % 100 * p.share() / 100;
+        if primitive == Primitive::FencedLog {
+            let others: u64 = Primitive::ALL[..4].iter().map(|p| share(*p)).sum();
+            self.ops - others
+        } else {
+            share(primitive)
+        }
+    }
+
+    /// The seed of `primitive`'s world, derived from `seed`.
+    pub fn seed_for(&self, primitive: Primitive) -> u64 {
+        let index = Primitive::ALL
+            .iter()
+            .position(|p| *p == primitive)
+            .unwrap_or(0) as u64;
+        // Primitive 0 keeps the run's seed itself.
+        self.seed ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+}
+
+/// Violations found, with how many each property's checker found.
+#[derive(Debug, Clone, Default)]
+pub struct Findings {
+    /// Every violation, described for debugging.
+    pub violations: Vec<String>,
+    /// (property, violations) for every property checked, in check order.
+    pub by_property: Vec<(&'static str, usize)>,
+}
+
+impl Findings {
+    /// Adds what the checker of `property` found.
+    pub fn add(&mut self, property: &'static str, found: Vec<String>) {
+        self.by_property.push((property, found.len()));
+        self.violations.extend(found);
+    }
+}
+
+/// What one primitive's run found.
+#[derive(Debug, Clone)]
+pub struct PrimitiveReport {
+    /// Which primitive.
+    pub primitive: Primitive,
+    /// Store requests its clients sent.
+    pub ops: u64,
+    /// Every property violation found, described for debugging.
+    pub violations: Vec<String>,
+    /// (property, violations) for every property checked.
+    pub by_property: Vec<(&'static str, usize)>,
+    /// A digest of its whole history: equal digests mean replayed runs.
+    pub digest: u64,
+    /// Counts for people (one line).
+    pub summary: String,
+}
+
+/// The outcome of a run.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Store requests the clients sent, over all primitives.
+    pub ops: u64,
+    /// Every property violation found, over all primitives.
+    pub violations: Vec<String>,
+    /// A digest of every primitive's digest.
+    pub digest: u64,
+    /// Counts for people, one line per primitive.
+    pub summary: String,
+    /// Per primitive, in [`Primitive::ALL`] order.
+    pub primitives: Vec<PrimitiveReport>,
+}
+
+impl Report {
+    pub(super) fn combine(seed: u64, primitives: Vec<PrimitiveReport>) -> Report {
+        let mut summary = String::new();
+        let mut digests = String::new();
+        for p in &primitives {
+            let _ = writeln!(summary, "{}: {}", p.primitive.name(), p.summary);
+            let _ = write!(digests, "{}={:016x};", p.primitive.name(), p.digest);
+        }
+        let digest = super::fnv(&digests);
+        let _ = write!(summary, "seed={seed} digest={digest:016x}");
+        Report {
+            ops: primitives.iter().map(|p| p.ops).sum(),
+            violations: primitives
+                .iter()
+                .flat_map(|p| p.violations.iter().cloned())
+                .collect(),
+            digest,
+            summary,
+            primitives,
+        }
+    }
+}

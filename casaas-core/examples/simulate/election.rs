@@ -1,0 +1,347 @@
+//! The `election` primitive: `ElectionRunner`s whose `run` future is
+//! dropped inside a `select!`, whose task is aborted, or which are
+//! cancelled, at random moments; each term's work is recorded in true time.
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use casaas_core::lease::{Election, Entropy, Leader, Lease};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tokio_util::sync::CancellationToken;
+
+use super::checker::election as check;
+use super::clock::{SimClock, random_duration};
+use super::config::{Findings, Primitive, PrimitiveReport, SimConfig};
+use super::network::World;
+use super::{fnv, lock};
+
+/// The election's lock object.
+const ELECTION_KEY: &str = "sim/election";
+/// Election clients.
+const CLIENTS: usize = 4;
+
+/// The work of one term, in true time.
+#[derive(Debug, Clone)]
+pub struct WorkRec {
+    pub client: usize,
+    pub token: u64,
+    pub start: Duration,
+    /// `None` while the work runs.
+    pub end: Option<Duration>,
+    /// How the runner that started this work ended.
+    pub ended_by: &'static str,
+}
+
+/// `on_new_leader(Some(me))` for a term after `on_stopped_leading` for it.
+#[derive(Debug, Clone)]
+pub struct NoticeAfterStop {
+    pub client: usize,
+    pub token: u64,
+    pub at: Duration,
+    pub stopped_at: Duration,
+}
+
+/// Everything the election checkers look at.
+#[derive(Debug, Default)]
+pub struct History {
+    pub works: Vec<WorkRec>,
+    pub notices_after_stop: Vec<NoticeAfterStop>,
+    /// Lock-object writes the store applied (true time, body length), for
+    /// the digest.
+    pub lock_writes: Vec<(Duration, usize)>,
+    pub runs: u64,
+    pub dropped: u64,
+    pub aborted: u64,
+    pub cancelled: u64,
+    pub returned: u64,
+    pub stopped_leading: u64,
+}
+
+/// What one runner's callbacks share.
+#[derive(Debug, Default)]
+struct RunState {
+    /// Works this runner started (indices into `History::works`), latest last.
+    works: Vec<usize>,
+    /// Terms `on_stopped_leading` was called for, with the true time.
+    stopped: Vec<(u64, Duration)>,
+}
+
+struct Client {
+    id: usize,
+    world: Arc<World>,
+    history: Arc<Mutex<History>>,
+    clock: SimClock,
+    lease: Lease,
+    /// Shared with the work futures, which draw their durations from it.
+    rng: Arc<Mutex<ChaCha8Rng>>,
+    config: SimConfig,
+}
+
+impl Client {
+    fn draw(&self, max: Duration) -> Duration {
+        random_duration(&mut lock(&self.rng), max)
+    }
+
+    /// Waits `d` on our clock, or until the run stops.
+    async fn wait(&self, d: Duration) {
+        tokio::select! {
+            biased;
+            () = self.world.stop.cancelled() => {}
+            () = self.clock.pause(d) => {}
+        }
+    }
+
+    async fn run(self) {
+        let ttl = self.config.lease.ttl;
+        let stop = self.world.stop.clone();
+        while !stop.is_cancelled() {
+            self.wait(self.draw(ttl / 2)).await;
+            if stop.is_cancelled() {
+                break;
+            }
+            let state = Arc::new(Mutex::new(RunState::default()));
+            let runner = self.runner(&state);
+            let life = self.draw(ttl * 3);
+            let cancel = CancellationToken::new();
+            lock(&self.history).runs += 1;
+            let how = lock(&self.rng).random_range(0..100);
+            let fate = match how {
+                0..40 => {
+                    // Dropped inside a select! (as by a timeout).
+                    tokio::select! {
+                        biased;
+                        _ = runner.run(cancel.clone()) => "returned",
+                        () = self.wait(life) => "dropped",
+                    }
+                }
+                40..70 => {
+                    let handle = tokio::spawn(runner.run(cancel.clone()));
+                    self.wait(life).await;
+                    let fate = if handle.is_finished() {
+                        "returned"
+                    } else {
+                        handle.abort();
+                        "aborted"
+                    };
+                    let _ = handle.await;
+                    fate
+                }
+                _ => {
+                    let handle = tokio::spawn(runner.run(cancel.clone()));
+                    self.wait(life).await;
+                    let fate = if handle.is_finished() {
+                        "returned"
+                    } else {
+                        cancel.cancel();
+                        "cancelled"
+                    };
+                    let _ = handle.await;
+                    fate
+                }
+            };
+            let mut h = lock(&self.history);
+            match fate {
+                "dropped" => h.dropped += 1,
+                "aborted" => h.aborted += 1,
+                "cancelled" => h.cancelled += 1,
+                _ => h.returned += 1,
+            }
+            for &w in &lock(&state).works {
+                h.works[w].ended_by = fate;
+            }
+        }
+    }
+
+    /// A runner whose work records its term in true time, loops until
+    /// cancelled (or ends on its own now and then), then cleans up for up
+    /// to TTL/10 — well within the validity left when the runner cancels it.
+    fn runner(&self, state: &Arc<Mutex<RunState>>) -> casaas_core::lease::ElectionRunner {
+        let ttl = self.config.lease.ttl;
+        let election = Election::new(self.lease.clone());
+        let me = self.lease.owner().to_string();
+        let started = {
+            let (history, state, rng) = (self.history.clone(), state.clone(), self.rng.clone());
+            let (clock, client) = (self.clock.clone(), self.id);
+            move |token: u64, cancel: CancellationToken| {
+                let time = clock.time;
+                let id = {
+                    let mut h = lock(&history);
+                    h.works.push(WorkRec {
+                        client,
+                        token,
+                        start: time.now(),
+                        end: None,
+                        ended_by: "running",
+                    });
+                    h.works.len() - 1
+                };
+                lock(&state).works.push(id);
+                let (history, rng, clock) = (history.clone(), rng.clone(), clock.clone());
+                async move {
+                    loop {
+                        let (step, ends) = {
+                            let mut rng = lock(&rng);
+                            (random_duration(&mut rng, ttl / 5), rng.random_bool(0.02))
+                        };
+                        if ends {
+                            break;
+                        }
+                        tokio::select! {
+                            biased;
+                            () = cancel.cancelled() => break,
+                            () = clock.pause(step) => {}
+                        }
+                    }
+                    let cleanup = random_duration(&mut lock(&rng), ttl / 10);
+                    clock.pause(cleanup).await;
+                    lock(&history).works[id].end = Some(time.now());
+                }
+            }
+        };
+        let stopped = {
+            let (history, state, time) = (self.history.clone(), state.clone(), self.clock.time);
+            move |_reason| {
+                let mut s = lock(&state);
+                let h = &mut *lock(&history);
+                h.stopped_leading += 1;
+                if let Some(&w) = s.works.last() {
+                    s.stopped.push((h.works[w].token, time.now()));
+                }
+            }
+        };
+        let new_leader = {
+            let (history, state, time, client) = (
+                self.history.clone(),
+                state.clone(),
+                self.clock.time,
+                self.id,
+            );
+            move |leader: Option<Leader>| {
+                let Some(leader) = leader.filter(|l| l.owner == me) else {
+                    return;
+                };
+                let stopped_at = lock(&state)
+                    .stopped
+                    .iter()
+                    .find(|(t, _)| *t == leader.token)
+                    .map(|(_, at)| *at);
+                if let Some(stopped_at) = stopped_at {
+                    lock(&history).notices_after_stop.push(NoticeAfterStop {
+                        client,
+                        token: leader.token,
+                        at: time.now(),
+                        stopped_at,
+                    });
+                }
+            }
+        };
+        election
+            .runner()
+            .on_started_leading(started)
+            .on_stopped_leading(stopped)
+            .on_new_leader(new_leader)
+    }
+}
+
+/// Runs the election clients until they have sent `ops` requests, and
+/// checks the history.
+pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<PrimitiveReport, String> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let history = Arc::new(Mutex::new(History::default()));
+    let recorded = history.clone();
+    let world = World::new(
+        config,
+        &mut rng,
+        CLIENTS,
+        ops,
+        Arc::new(move |at, key: &str, body: &Bytes| {
+            if key == ELECTION_KEY {
+                lock(&recorded).lock_writes.push((at, body.len()));
+            }
+        }),
+        None,
+    );
+    let mut handles = Vec::new();
+    for id in 0..world.rates.len() {
+        let (clock, net) = world.client(id, config, &mut rng);
+        let lease = Lease::new(
+            net,
+            ELECTION_KEY,
+            format!("client-{id}"),
+            config.lease.clone(),
+        )
+        .map_err(|e| format!("invalid lease configuration: {e}"))?
+        .with_clock(Arc::new(clock.clone()))
+        .with_entropy(Entropy::seeded(rng.random()));
+        let client = Client {
+            id,
+            world: world.clone(),
+            history: history.clone(),
+            clock,
+            lease,
+            rng: Arc::new(Mutex::new(ChaCha8Rng::seed_from_u64(rng.random()))),
+            config: config.clone(),
+        };
+        handles.push(tokio::spawn(client.run()));
+    }
+    for handle in handles {
+        handle
+            .await
+            .map_err(|e| format!("an election client failed: {e}"))?;
+    }
+    // Let detached work finish and dropped leases be released or expire.
+    tokio::time::sleep(config.lease.ttl * 3).await;
+    let end_of_run = world.time.now();
+    let h = lock(&history);
+    let context = format!("seed {} election", config.seed);
+    let mut findings = Findings::default();
+    findings.add(
+        "work_never_overlaps",
+        check::work_never_overlaps(&h, end_of_run, &context),
+    );
+    findings.add(
+        "term_tokens_increase",
+        check::term_tokens_increase(&h, &context),
+    );
+    findings.add(
+        "no_leader_notice_after_stop",
+        check::no_leader_notice_after_stop(&h, &context),
+    );
+
+    let ops = world.ops();
+    let faults = world.faults();
+    let mut text = String::new();
+    for w in &h.works {
+        let _ = writeln!(text, "{w:?}");
+    }
+    let _ = writeln!(text, "{:?}", h.notices_after_stop);
+    let _ = writeln!(text, "{:?}", h.lock_writes);
+    let _ = writeln!(text, "ops {ops} faults {faults:?}");
+    let digest = fnv(&text);
+    let summary = format!(
+        "world_seed={seed} clients={} runs={} terms={} dropped={} aborted={} cancelled={} returned={} stopped_leading={} \
+         lock_writes={} leader_notices_after_stop={} {} faults: {faults:?} digest={digest:016x}",
+        world.rates.len(),
+        h.runs,
+        h.works.len(),
+        h.dropped,
+        h.aborted,
+        h.cancelled,
+        h.returned,
+        h.stopped_leading,
+        h.lock_writes.len(),
+        h.notices_after_stop.len(),
+        world.late_summary(),
+    );
+    Ok(PrimitiveReport {
+        primitive: Primitive::Election,
+        ops,
+        violations: findings.violations,
+        by_property: findings.by_property,
+        digest,
+        summary,
+    })
+}

@@ -1,0 +1,317 @@
+//! The `fenced_log` primitive: clients append to `FencedLog`s with tokens
+//! that a new "holder" raises now and then, through the faulty network,
+//! while freezes stop clients mid-append. At the end the checker reads what
+//! the store really holds, directly (not through `FencedLog`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use casaas_core::CasStore;
+use casaas_core::lease::{Entropy, FencedLog};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use super::checker::fenced_log as check;
+use super::clock::{SimClock, random_duration};
+use super::config::{Findings, Primitive, PrimitiveReport, SimConfig};
+pub use super::fenced_resource::Outcome;
+use super::fenced_resource::{freezer, outcome};
+use super::network::World;
+use super::{fnv, lock};
+
+/// Logs live under this prefix, one per `ENTRIES_PER_LOG` appends started,
+/// so that no log grows long enough for listing it to dominate the run.
+const LOG_PREFIX: &str = "sim/log";
+const ENTRIES_PER_LOG: u64 = 200;
+/// Clients.
+const CLIENTS: usize = 4;
+
+/// An entry's value: which append wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogOp {
+    pub client: u32,
+    pub op: u64,
+}
+
+/// One `append` call.
+#[derive(Debug, Clone)]
+pub struct AppendRec {
+    pub client: u32,
+    pub op: u64,
+    pub token: u64,
+    pub log: u64,
+    pub outcome: Outcome,
+    pub error: String,
+    /// The sequence number reported with `Ok`.
+    pub seq: u64,
+}
+
+/// Everything the fenced-log checkers look at, besides the store itself.
+#[derive(Debug, Default)]
+pub struct History {
+    pub appends: Vec<AppendRec>,
+    pub new_tokens: u64,
+}
+
+impl History {
+    /// Appends told `outcome`.
+    pub fn count(&self, outcome: Outcome) -> u64 {
+        self.appends.iter().filter(|a| a.outcome == outcome).count() as u64
+    }
+}
+
+/// An entry as the store holds it.
+#[derive(Debug, Clone)]
+pub struct StoredEntry {
+    /// The sequence number in the entry's key.
+    pub key_seq: u64,
+    /// The sequence number recorded in the entry.
+    pub seq: u64,
+    pub token: u64,
+    pub client: u32,
+    pub op: u64,
+}
+
+fn log_prefix(log: u64) -> String {
+    format!("{LOG_PREFIX}/{log:06}")
+}
+
+struct Client {
+    id: u32,
+    world: Arc<World>,
+    history: Arc<Mutex<History>>,
+    clock: SimClock,
+    net: Arc<dyn CasStore>,
+    entropy: Entropy,
+    /// The highest token handed out so far (by any client).
+    epoch: Arc<AtomicU64>,
+    /// Appends started (by any client): picks the log.
+    started: Arc<AtomicU64>,
+    rng: ChaCha8Rng,
+    config: SimConfig,
+}
+
+impl Client {
+    async fn run(mut self) -> Result<(), String> {
+        let ttl = self.config.lease.ttl;
+        let timeout = self.config.lease.request_timeout;
+        let mut token = self.epoch.load(Ordering::Relaxed);
+        let mut op = 0u64;
+        while !self.world.stop.is_cancelled() {
+            // Mostly busy; now and then quiet, so that a write whose sender
+            // gave up can still find its expected version and land.
+            let quiet = self.rng.random_bool(0.2);
+            let idle = random_duration(&mut self.rng, if quiet { ttl } else { ttl / 20 });
+            self.clock.pause(idle).await;
+            if self.rng.random_bool(0.05) {
+                token = self.epoch.fetch_add(1, Ordering::Relaxed) + 1;
+                lock(&self.history).new_tokens += 1;
+            }
+            op += 1;
+            let log = self.started.fetch_add(1, Ordering::Relaxed) / ENTRIES_PER_LOG;
+            let writer = FencedLog::<LogOp>::new(self.net.clone(), log_prefix(log))
+                .map_err(|e| e.to_string())?
+                .with_clock(Arc::new(self.clock.clone()))
+                .with_entropy(self.entropy.clone())
+                .with_retries(timeout, self.config.lease.retry_period, 8);
+            let result = writer
+                .append(
+                    token,
+                    LogOp {
+                        client: self.id,
+                        op,
+                    },
+                )
+                .await;
+            let (told, error) = outcome(&result);
+            lock(&self.history).appends.push(AppendRec {
+                client: self.id,
+                op,
+                token,
+                log,
+                outcome: told,
+                error,
+                seq: result.as_ref().map_or(0, |e| e.seq),
+            });
+            if told == Outcome::FencedOut {
+                token = self.epoch.load(Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads every log straight from the store (no faults, no `FencedLog`).
+async fn stored_logs(world: &World) -> Result<BTreeMap<u64, Vec<StoredEntry>>, String> {
+    let truth = world.truth();
+    let listed = truth
+        .list(&format!("{LOG_PREFIX}/"))
+        .await
+        .map_err(|e| format!("cannot list the logs: {e}"))?;
+    let mut logs: BTreeMap<u64, Vec<StoredEntry>> = BTreeMap::new();
+    for entry in listed {
+        let mut parts = entry.key[LOG_PREFIX.len() + 1..].split('/');
+        let (Some(log), Some(seq)) = (parts.next(), parts.next()) else {
+            return Err(format!("unexpected key {}", entry.key));
+        };
+        let (Ok(log), Ok(key_seq)) = (log.parse::<u64>(), seq.parse::<u64>()) else {
+            return Err(format!("unexpected key {}", entry.key));
+        };
+        let object = truth
+            .get(&entry.key)
+            .await
+            .map_err(|e| format!("cannot read {}: {e}", entry.key))?
+            .ok_or_else(|| format!("{} vanished", entry.key))?;
+        let v: serde_json::Value = serde_json::from_slice(&object.body)
+            .map_err(|e| format!("{} is not JSON: {e}", entry.key))?;
+        let field = |name: &str| v.get(name).and_then(serde_json::Value::as_u64);
+        let value: Option<LogOp> = v
+            .get("value")
+            .and_then(|v| serde_json::from_value(v.clone()).ok());
+        let (Some(seq), Some(token), Some(value)) = (field("seq"), field("token"), value) else {
+            return Err(format!("{} is not a log entry of this run", entry.key));
+        };
+        logs.entry(log).or_default().push(StoredEntry {
+            key_seq,
+            seq,
+            token,
+            client: value.client,
+            op: value.op,
+        });
+    }
+    for entries in logs.values_mut() {
+        entries.sort_by_key(|e| e.key_seq);
+    }
+    Ok(logs)
+}
+
+/// Runs the appending clients until they have sent `ops` requests, lets
+/// late writes land, and checks the stored logs against what each append
+/// was told.
+pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<PrimitiveReport, String> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let history = Arc::new(Mutex::new(History::default()));
+    let applied = Arc::new(AtomicU64::new(0));
+    let counted = applied.clone();
+    let world = World::new(
+        config,
+        &mut rng,
+        CLIENTS,
+        ops,
+        Arc::new(move |_at, _key: &str, _body: &Bytes| {
+            counted.fetch_add(1, Ordering::Relaxed);
+        }),
+        None,
+    );
+    let epoch = Arc::new(AtomicU64::new(1));
+    let started = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    let mut freezers = Vec::new();
+    for id in 0..world.rates.len() {
+        let (clock, net) = world.client(id, config, &mut rng);
+        freezers.push(tokio::spawn(freezer(
+            world.clone(),
+            clock.clone(),
+            ChaCha8Rng::seed_from_u64(rng.random()),
+            config.lease.ttl,
+        )));
+        let client = Client {
+            id: id as u32,
+            world: world.clone(),
+            history: history.clone(),
+            clock,
+            net,
+            entropy: Entropy::seeded(rng.random()),
+            epoch: epoch.clone(),
+            started: started.clone(),
+            rng: ChaCha8Rng::seed_from_u64(rng.random()),
+            config: config.clone(),
+        };
+        handles.push(tokio::spawn(client.run()));
+    }
+    for handle in handles {
+        handle
+            .await
+            .map_err(|e| format!("a fenced-log client failed: {e}"))??;
+    }
+    let mut freezes = 0;
+    for f in freezers {
+        freezes += f.await.unwrap_or(0);
+    }
+    // Let every write still in flight land.
+    tokio::time::sleep(config.lease.ttl * 3).await;
+    let logs = stored_logs(&world).await?;
+    let h = lock(&history);
+    let context = format!("seed {} fenced_log", config.seed);
+    let mut findings = Findings::default();
+    findings.add("no_gaps", check::no_gaps(&logs, &context));
+    findings.add(
+        "tokens_never_decrease",
+        check::tokens_never_decrease(&logs, &context),
+    );
+    findings.add(
+        "ok_appended_exactly_once",
+        check::ok_appended_exactly_once(&h, &logs, &context),
+    );
+    findings.add(
+        "never_appended_twice",
+        check::never_appended_twice(&h, &logs, &context),
+    );
+    findings.add(
+        "failed_never_appended",
+        check::failed_never_appended(&h, &logs, &context),
+    );
+    findings.add(
+        "entries_from_appends",
+        check::entries_from_appends(&h, &logs, &context),
+    );
+
+    let ops = world.ops();
+    let faults = world.faults();
+    let mut text = String::new();
+    for a in &h.appends {
+        let _ = writeln!(
+            text,
+            "{} {} {} {} {:?} {}",
+            a.client, a.op, a.token, a.log, a.outcome, a.seq
+        );
+    }
+    for (log, entries) in &logs {
+        let _ = writeln!(
+            text,
+            "log {log}: {:?}",
+            entries
+                .iter()
+                .map(|e| (e.key_seq, e.token, e.client, e.op))
+                .collect::<Vec<_>>()
+        );
+    }
+    let _ = writeln!(text, "ops {ops} faults {faults:?}");
+    let digest = fnv(&text);
+    let summary = format!(
+        "world_seed={seed} clients={} appends={} ok={} ambiguous={} fenced_out={} failed={} logs={} entries={} \
+         new_tokens={} freezes={freezes} {} faults: {faults:?} digest={digest:016x}",
+        world.rates.len(),
+        h.appends.len(),
+        h.count(Outcome::Ok),
+        h.count(Outcome::Ambiguous),
+        h.count(Outcome::FencedOut),
+        h.count(Outcome::Failed),
+        logs.len(),
+        applied.load(Ordering::Relaxed),
+        h.new_tokens,
+        world.late_summary(),
+    );
+    Ok(PrimitiveReport {
+        primitive: Primitive::FencedLog,
+        ops,
+        violations: findings.violations,
+        by_property: findings.by_property,
+        digest,
+        summary,
+    })
+}

@@ -1,0 +1,352 @@
+//! The store as the clients reach it: a recorder of applied writes inside a
+//! faulty store, and one delaying network path per client.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use casaas_core::{
+    Capabilities, CasError, CasStore, ErrorKind, FaultCounts, FaultyStore, ListEntry, MemoryStore,
+    StoredObject, Version,
+};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tokio_util::sync::CancellationToken;
+
+use super::clock::{Freeze, SimClock, TrueTime, spread_rates};
+use super::config::SimConfig;
+use super::lock;
+
+/// Called with (true time, key, body) for every write the store applied.
+pub type ApplyHook = Arc<dyn Fn(Duration, &str, &Bytes) + Send + Sync>;
+/// Called with (client, key, body) for every write a client sends.
+pub type SendHook = Arc<dyn Fn(usize, &str, &Bytes) + Send + Sync>;
+
+/// The store under test, seen from inside: reports every write the store
+/// applied, at the true time it applied.
+#[derive(Clone)]
+pub struct Recorder {
+    inner: MemoryStore,
+    time: TrueTime,
+    on_apply: ApplyHook,
+}
+
+impl fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Recorder").finish_non_exhaustive()
+    }
+}
+
+impl Recorder {
+    /// The store itself, without faults or recording: the truth a checker
+    /// reads at the end.
+    pub fn truth(&self) -> &MemoryStore {
+        &self.inner
+    }
+}
+
+#[async_trait]
+impl CasStore for Recorder {
+    async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
+        self.inner.get(key).await
+    }
+
+    async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
+        let v = self.inner.create(key, body.clone()).await?;
+        (self.on_apply)(self.time.now(), key, &body);
+        Ok(v)
+    }
+
+    async fn replace(
+        &self,
+        key: &str,
+        expected: &Version,
+        body: Bytes,
+    ) -> Result<Version, CasError> {
+        let v = self.inner.replace(key, expected, body.clone()).await?;
+        (self.on_apply)(self.time.now(), key, &body);
+        Ok(v)
+    }
+
+    async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
+        self.inner.delete(key, expected).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
+        self.inner.list(prefix).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn describe(&self) -> String {
+        format!("recorded({})", self.inner.describe())
+    }
+}
+
+/// What all clients of one primitive's run share.
+pub struct World {
+    pub time: TrueTime,
+    pub store: FaultyStore<Recorder>,
+    /// Network delays, drawn in request order.
+    net_rng: Mutex<ChaCha8Rng>,
+    ops: AtomicU64,
+    limit: u64,
+    stopped: AtomicBool,
+    /// Cancelled once the clients have sent `limit` requests.
+    pub stop: CancellationToken,
+    slow_request: f64,
+    /// The request timeout, in true milliseconds, as each client's clock
+    /// measures it; network delays avoid landing on the same millisecond
+    /// tick as a timeout, where the outcome would depend on which of two
+    /// timers tokio fires first.
+    timeout_ms: Vec<u64>,
+    /// Each client's clock rate.
+    pub rates: Vec<f64>,
+    on_send: Option<SendHook>,
+    /// Writes applied after their sender had stopped waiting for them.
+    pub landed_after_give_up: AtomicU64,
+    /// Answers that arrived after their sender had stopped waiting.
+    pub answers_after_give_up: AtomicU64,
+}
+
+impl fmt::Debug for World {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("World").finish_non_exhaustive()
+    }
+}
+
+impl World {
+    /// A world for `clients` clients whose clocks drift as `config` says,
+    /// stopping after `limit` requests. `rng` is the primitive's seeded
+    /// generator.
+    pub fn new(
+        config: &SimConfig,
+        rng: &mut ChaCha8Rng,
+        clients: usize,
+        limit: u64,
+        on_apply: ApplyHook,
+        on_send: Option<SendHook>,
+    ) -> Arc<World> {
+        let time = TrueTime::start();
+        let recorder = Recorder {
+            inner: MemoryStore::new(),
+            time,
+            on_apply,
+        };
+        let store = FaultyStore::new(recorder, rng.random(), config.faults.clone());
+        let rates = spread_rates(clients, config.rate_deviation, rng);
+        let timeout = config.lease.request_timeout;
+        Arc::new(World {
+            time,
+            store,
+            net_rng: Mutex::new(ChaCha8Rng::seed_from_u64(rng.random())),
+            ops: AtomicU64::new(0),
+            limit,
+            stopped: AtomicBool::new(false),
+            stop: CancellationToken::new(),
+            slow_request: config.slow_request,
+            timeout_ms: rates
+                .iter()
+                .map(|r| timeout.div_f64(*r).as_millis() as u64 + 1)
+                .collect(),
+            rates,
+            on_send,
+            landed_after_give_up: AtomicU64::new(0),
+            answers_after_give_up: AtomicU64::new(0),
+        })
+    }
+
+    /// Client `id`'s clock (wall offset drawn from `rng`) and network path.
+    pub fn client(
+        self: &Arc<Self>,
+        id: usize,
+        config: &SimConfig,
+        rng: &mut ChaCha8Rng,
+    ) -> (SimClock, Arc<dyn CasStore>) {
+        let freeze = Arc::new(Freeze::default());
+        let clock = SimClock {
+            time: self.time,
+            rate: self.rates[id],
+            wall_offset: Duration::from_millis(
+                rng.random_range(0..config.wall_skew.as_millis().max(1) as u64),
+            ),
+            freeze: freeze.clone(),
+        };
+        let net = Arc::new(Net {
+            world: self.clone(),
+            client: id,
+            freeze,
+        });
+        (clock, net)
+    }
+
+    /// Store requests sent so far.
+    pub fn ops(&self) -> u64 {
+        self.ops.load(Ordering::Relaxed)
+    }
+
+    /// The faults injected so far.
+    pub fn faults(&self) -> FaultCounts {
+        self.store.counts()
+    }
+
+    /// The store without faults: what is really stored.
+    pub fn truth(&self) -> &MemoryStore {
+        self.store.inner().truth()
+    }
+
+    /// Late writes and answers, for summaries.
+    pub fn late_summary(&self) -> String {
+        format!(
+            "landed_after_give_up={} answers_after_give_up={}",
+            self.landed_after_give_up.load(Ordering::Relaxed),
+            self.answers_after_give_up.load(Ordering::Relaxed)
+        )
+    }
+
+    fn count_op(&self) {
+        let n = self.ops.fetch_add(1, Ordering::Relaxed) + 1;
+        if n >= self.limit && !self.stopped.swap(true, Ordering::Relaxed) {
+            self.stop.cancel();
+        }
+    }
+
+    /// Request and response delays in whole milliseconds.
+    fn delays(&self, client: usize) -> (u64, u64) {
+        let mut rng = lock(&self.net_rng);
+        let avoid = self.timeout_ms[client];
+        loop {
+            let slow = rng.random_bool(self.slow_request);
+            let max = if slow { avoid * 2 } else { 10 };
+            let (a, b) = (rng.random_range(0..=max), rng.random_range(0..=max));
+            if (a + b).abs_diff(avoid) > 2 {
+                return (a, b);
+            }
+        }
+    }
+}
+
+/// One client's network path to the store: counts requests, delays them
+/// each way, lets a request that its sender gave up on still land, and
+/// holds traffic while the client is frozen.
+#[derive(Debug, Clone)]
+struct Net {
+    world: Arc<World>,
+    client: usize,
+    freeze: Arc<Freeze>,
+}
+
+impl Net {
+    async fn call<T, F, Fut>(&self, write: bool, request: F) -> Result<T, CasError>
+    where
+        T: Send + 'static,
+        F: FnOnce(FaultyStore<Recorder>) -> Fut,
+        Fut: Future<Output = Result<T, CasError>> + Send + 'static,
+    {
+        let time = self.world.time;
+        self.freeze.gate(time, Duration::ZERO).await;
+        self.world.count_op();
+        let (there, back) = self.world.delays(self.client);
+        let fut = request(self.world.store.clone());
+        let result = if there == 0 && back == 0 {
+            fut.await
+        } else {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let world = self.world.clone();
+            // Spawned: once sent, a request is out of the sender's hands.
+            tokio::spawn(async move {
+                if there > 0 {
+                    tokio::time::sleep(Duration::from_millis(there)).await;
+                }
+                let result = fut.await;
+                // Applied as the request completed (a store-side delay
+                // included), after its sender stopped waiting.
+                if tx.is_closed() && write && result.is_ok() {
+                    world.landed_after_give_up.fetch_add(1, Ordering::Relaxed);
+                }
+                if back > 0 {
+                    tokio::time::sleep(Duration::from_millis(back)).await;
+                }
+                if tx.send(result).is_err() {
+                    world.answers_after_give_up.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            rx.await.unwrap_or_else(|_| {
+                Err(CasError::new(
+                    ErrorKind::Ambiguous,
+                    "simulated connection dropped",
+                ))
+            })
+        };
+        self.freeze.gate(time, Duration::ZERO).await;
+        result
+    }
+
+    fn sending(&self, key: &str, body: &Bytes) {
+        if let Some(hook) = &self.world.on_send {
+            hook(self.client, key, body);
+        }
+    }
+}
+
+#[async_trait]
+impl CasStore for Net {
+    async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
+        let key = key.to_string();
+        self.call(false, |s| async move { s.get(&key).await }).await
+    }
+
+    async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
+        self.sending(key, &body);
+        let key = key.to_string();
+        self.call(true, |s| async move { s.create(&key, body).await })
+            .await
+    }
+
+    async fn replace(
+        &self,
+        key: &str,
+        expected: &Version,
+        body: Bytes,
+    ) -> Result<Version, CasError> {
+        self.sending(key, &body);
+        let key = key.to_string();
+        let expected = expected.clone();
+        self.call(
+            true,
+            |s| async move { s.replace(&key, &expected, body).await },
+        )
+        .await
+    }
+
+    async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
+        let key = key.to_string();
+        let expected = expected.clone();
+        self.call(true, |s| async move { s.delete(&key, &expected).await })
+            .await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
+        let prefix = prefix.to_string();
+        self.call(false, |s| async move { s.list(&prefix).await })
+            .await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.world.store.capabilities()
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "net(client {}) -> {}",
+            self.client,
+            self.world.store.describe()
+        )
+    }
+}
