@@ -158,6 +158,10 @@ async fn stored_logs(world: &World) -> Result<BTreeMap<u64, Vec<StoredEntry>>, S
         let (Some(log), Some(seq)) = (parts.next(), parts.next()) else {
             return Err(format!("unexpected key {}", entry.key));
         };
+        // The log's head hint: an advisory pointer, not an entry.
+        if seq == "_head" {
+            continue;
+        }
         let (Ok(log), Ok(key_seq)) = (log.parse::<u64>(), seq.parse::<u64>()) else {
             return Err(format!("unexpected key {}", entry.key));
         };
