@@ -34,9 +34,7 @@ fn parse() -> Result<Args, String> {
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        let value = it
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value"))?;
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--entries" => args.entries = value.parse().map_err(|e| format!("--entries: {e}"))?,
             "--appends" => args.appends = value.parse().map_err(|e| format!("--appends: {e}"))?,

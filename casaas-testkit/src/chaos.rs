@@ -282,9 +282,9 @@ fn check_counter(events: &[Event], observed: &Observed, verdict: &mut Verdict) {
         .unwrap_or(0);
     if value < ok {
         verdict.lost_updates += (ok - value) as usize;
-        verdict
-            .details
-            .push(format!("counter is {value}, but {ok} increments were reported applied"));
+        verdict.details.push(format!(
+            "counter is {value}, but {ok} increments were reported applied"
+        ));
     }
     if value > ok + unknown {
         verdict.duplicate_updates += (value - ok - unknown) as usize;
@@ -317,7 +317,9 @@ fn check_log(events: &[Event], observed: &Observed, verdict: &mut Verdict) {
                 by_seq.insert(seq, (token, u32::try_from(w).unwrap_or(u32::MAX), op));
             }
             _ => {
-                verdict.details.push(format!("log entry {key} lacks fields"));
+                verdict
+                    .details
+                    .push(format!("log entry {key} lacks fields"));
                 verdict.duplicate_updates += 1;
             }
         }
@@ -342,9 +344,9 @@ fn check_log(events: &[Event], observed: &Observed, verdict: &mut Verdict) {
         max_token = max_token.max(*token);
         if !seen.insert((*worker, *op)) {
             verdict.duplicate_updates += 1;
-            verdict
-                .details
-                .push(format!("append {op} of worker {worker} appears twice (again at {seq})"));
+            verdict.details.push(format!(
+                "append {op} of worker {worker} appears twice (again at {seq})"
+            ));
         }
     }
     for ((worker, op), result) in &told {
@@ -482,7 +484,11 @@ mod tests {
         assert_eq!(check(&events, &good).violations(), 0);
         let lost = log(vec![entry(1, 1, 1, 1)]);
         assert_eq!(check(&events, &lost).lost_updates, 1);
-        let twice = log(vec![entry(1, 1, 1, 1), entry(2, 1, 1, 1), entry(3, 1, 1, 2)]);
+        let twice = log(vec![
+            entry(1, 1, 1, 1),
+            entry(2, 1, 1, 1),
+            entry(3, 1, 1, 2),
+        ]);
         assert_eq!(check(&events, &twice).duplicate_updates, 1);
         let stale = log(vec![entry(1, 2, 1, 1), entry(2, 1, 1, 2)]);
         assert_eq!(check(&events, &stale).stale_writes_accepted, 1);

@@ -168,7 +168,9 @@ impl ChaosProxy {
         let host = upstream
             .strip_prefix("http://")
             .map(|h| h.trim_end_matches('/'))
-            .filter(|h| h.starts_with("127.") || h.starts_with("localhost") || h.starts_with("[::1]"))
+            .filter(|h| {
+                h.starts_with("127.") || h.starts_with("localhost") || h.starts_with("[::1]")
+            })
             .ok_or_else(|| ProxyError::BadUpstream(upstream.to_string()))?;
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -394,7 +396,9 @@ async fn forward(shared: &Shared, index: usize, req: &Forwardable) -> Result<Ans
 }
 
 fn full(body: Bytes) -> ProxyBody {
-    Full::new(body).map_err(|never: Infallible| match never {}).boxed()
+    Full::new(body)
+        .map_err(|never: Infallible| match never {})
+        .boxed()
 }
 
 fn respond(answer: Answer) -> Response<ProxyBody> {

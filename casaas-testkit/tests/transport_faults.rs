@@ -56,7 +56,10 @@ async fn s3(label: &str) -> (ChaosProxy, Arc<dyn CasStore>) {
 async fn gcs(label: &str) -> (ChaosProxy, Arc<dyn CasStore>) {
     let server = test_server("fake-gcs");
     let (proxy, url) = proxied(&server, label).await;
-    (proxy, Arc::new(casaas_gcs::GcsStore::open(&url).await.unwrap()))
+    (
+        proxy,
+        Arc::new(casaas_gcs::GcsStore::open(&url).await.unwrap()),
+    )
 }
 
 async fn azure(label: &str) -> (ChaosProxy, Arc<dyn CasStore>) {
@@ -202,7 +205,9 @@ async fn duplicate_is_resolved_by_the_lease(store: Arc<dyn CasStore>, proxy: &Ch
             assert_eq!(guard.token(), 1);
             guard.release().await.unwrap();
         }
-        AcquireOutcome::Held(held) => panic!("our own duplicated create was not recognised: {held:?}"),
+        AcquireOutcome::Held(held) => {
+            panic!("our own duplicated create was not recognised: {held:?}")
+        }
     }
 }
 
@@ -263,7 +268,8 @@ macro_rules! provider_faults {
 
             #[tokio::test]
             async fn duplicated_lease_create_is_resolved_as_ours() {
-                let (proxy, store) = super::$provider(concat!(stringify!($provider), "-lease")).await;
+                let (proxy, store) =
+                    super::$provider(concat!(stringify!($provider), "-lease")).await;
                 duplicate_is_resolved_by_the_lease(store, &proxy).await;
             }
         }

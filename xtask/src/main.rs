@@ -8,6 +8,9 @@
 //!   shared_lease, election, fenced_resource, fenced_log).
 //! - `cargo xtask vendor-matrix [--quick] [NAME…]` — the conformance binary
 //!   against every store that runs here; writes `docs/vendors.md`.
+//! - `cargo xtask chaos --server NAME [--minutes M] [--seed S]` — worker
+//!   processes under kills, pauses and proxy faults against a real server,
+//!   judged by an independent checker.
 
 mod servers;
 mod vendor_matrix;
@@ -50,6 +53,22 @@ enum Task {
         #[arg(long)]
         quick: bool,
         /// Leave servers it started running afterwards.
+        #[arg(long)]
+        keep_servers: bool,
+    },
+    /// Chaos against a real server: lease workers killed and frozen while a
+    /// proxy injects transport faults, then an independent checker.
+    Chaos {
+        /// The server (moto, azurite, fake-gcs, ...).
+        #[arg(long)]
+        server: String,
+        /// How long to run.
+        #[arg(long, default_value_t = 1.0)]
+        minutes: f64,
+        /// Seed of the faults, kills and pauses.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Leave the server running afterwards.
         #[arg(long)]
         keep_servers: bool,
     },
@@ -125,6 +144,44 @@ fn sim(root: &PathBuf, ops: u64, seed: u64, primitives: &[String]) -> Result<()>
     cargo(root, &args)
 }
 
+/// Servers the chaos run covers in CI, one minute each.
+const CHAOS_SERVERS: [&str; 3] = ["moto", "azurite", "fake-gcs"];
+
+fn chaos(ctx: &servers::Ctx, root: &PathBuf, server: &str, minutes: f64, seed: u64) -> Result<()> {
+    if !(minutes > 0.0 && minutes <= 24.0 * 60.0) {
+        bail!("--minutes must be between 0 and 1440");
+    }
+    servers::up(ctx, &[server.to_string()])?;
+    let env_file = ctx.server_dir(server).join("env");
+    let url = std::fs::read_to_string(&env_file)?
+        .lines()
+        .find_map(|l| l.strip_prefix("CASAAS_TEST_URL=").map(str::to_string))
+        .with_context(|| format!("{} has no CASAAS_TEST_URL", env_file.display()))?;
+    let seconds = (minutes * 60.0).round().max(1.0) as u64;
+    eprintln!("xtask: chaos against {server} for {seconds}s (seed {seed})");
+    cargo(
+        root,
+        &[
+            "run",
+            "--quiet",
+            "-p",
+            "casaas-testkit",
+            "--bin",
+            "chaos",
+            "--",
+            "run",
+            "--url",
+            &url,
+            "--env-file",
+            &env_file.to_string_lossy(),
+            "--seconds",
+            &seconds.to_string(),
+            "--seed",
+            &seed.to_string(),
+        ],
+    )
+}
+
 fn ci(root: &PathBuf, sim_ops: u64, keep_servers: bool) -> Result<()> {
     let started = std::time::Instant::now();
     cargo(root, &["fmt", "--all", "--check"])?;
@@ -142,7 +199,11 @@ fn ci(root: &PathBuf, sim_ops: u64, keep_servers: bool) -> Result<()> {
     let ctx = servers::Ctx::new(root.clone());
     let result = servers::up(&ctx, &[]).and_then(|()| {
         cargo(root, &["test", "--workspace", "--no-fail-fast"])?;
-        sim(root, sim_ops, 1, &[])
+        sim(root, sim_ops, 1, &[])?;
+        for server in CHAOS_SERVERS {
+            chaos(&ctx, root, server, 1.0, 1)?;
+        }
+        Ok(())
     });
     if !keep_servers {
         servers::down(&ctx, &[])?;
@@ -171,6 +232,18 @@ fn main() -> Result<()> {
             seed,
             primitive,
         } => sim(&root, ops, seed, &primitive),
+        Task::Chaos {
+            server,
+            minutes,
+            seed,
+            keep_servers,
+        } => {
+            let result = chaos(&ctx, &root, &server, minutes, seed);
+            if !keep_servers {
+                servers::down(&ctx, &[server])?;
+            }
+            result
+        }
         Task::VendorMatrix {
             names,
             quick,

@@ -45,22 +45,22 @@ fn arg_map(args: &[String]) -> Result<HashMap<String, String>> {
         let name = flag
             .strip_prefix("--")
             .with_context(|| format!("unexpected argument '{flag}'"))?;
-        let value = it
-            .next()
-            .with_context(|| format!("{flag} needs a value"))?;
+        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
         map.insert(name.to_string(), value.clone());
     }
     Ok(map)
 }
 
-fn get<T: std::str::FromStr>(map: &HashMap<String, String>, name: &str, default: Option<T>) -> Result<T>
+fn get<T: std::str::FromStr>(
+    map: &HashMap<String, String>,
+    name: &str,
+    default: Option<T>,
+) -> Result<T>
 where
     T::Err: std::fmt::Display,
 {
     match map.get(name) {
-        Some(v) => v
-            .parse()
-            .map_err(|e| anyhow::anyhow!("--{name} {v}: {e}")),
+        Some(v) => v.parse().map_err(|e| anyhow::anyhow!("--{name} {v}: {e}")),
         None => default.with_context(|| format!("--{name} is required")),
     }
 }
@@ -131,8 +131,13 @@ fn worker(args: &[String]) -> Result<()> {
         let store = open_store(&url).await?;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let config = LeaseConfig::with_ttl(ttl);
-        let lease = Lease::new(store.clone(), LOCK_KEY, format!("worker-{id}"), config.clone())?
-            .with_entropy(Entropy::seeded(seed));
+        let lease = Lease::new(
+            store.clone(),
+            LOCK_KEY,
+            format!("worker-{id}"),
+            config.clone(),
+        )?
+        .with_entropy(Entropy::seeded(seed));
         let counter = FencedResource::<u64>::new(store.clone(), COUNTER_KEY)?
             .with_entropy(Entropy::seeded(seed ^ 1))
             .with_retries(config.request_timeout, config.retry_period, 8);
@@ -155,7 +160,7 @@ fn worker(args: &[String]) -> Result<()> {
                 token,
                 at: monotonic_ns(),
             });
-            let hold_until = Instant::now() + ttl.mul_f64(rng.random_range(0.1..1.0));
+            let hold_until = Instant::now() + ttl.mul_f64(rng.random_range(0.05..0.6));
             while Instant::now() < hold_until {
                 if guard.checkpoint(ttl / 10).is_err() {
                     break;
@@ -172,9 +177,7 @@ fn worker(args: &[String]) -> Result<()> {
                     kind: "inc".into(),
                     op,
                 });
-                let r = counter
-                    .update(token, |v| v.copied().unwrap_or(0) + 1)
-                    .await;
+                let r = counter.update(token, |v| v.copied().unwrap_or(0) + 1).await;
                 log.event(Event::WriteResult {
                     worker: id,
                     kind: "inc".into(),
@@ -237,7 +240,10 @@ impl Workers {
             .arg("worker")
             .args(["--url", &self.url])
             .args(["--id", &id.to_string()])
-            .args(["--seed", &(self.seed.wrapping_mul(1000) + u64::from(id)).to_string()])
+            .args([
+                "--seed",
+                &(self.seed.wrapping_mul(1000) + u64::from(id)).to_string(),
+            ])
             .args(["--ttl-ms", &self.ttl_ms.to_string()])
             .arg("--log")
             .arg(&log)
@@ -314,6 +320,12 @@ fn run(args: &[String]) -> Result<bool> {
                 .map_err(anyhow::Error::msg)?;
         let direct_url =
             rewrite_store_url(&url, None, None, &prefix).map_err(anyhow::Error::msg)?;
+        let store = open_direct(&direct_url, &env).await?;
+        // Renewals every ttl/3 must respect the store's write rate per key.
+        let ttl_ms = match store.capabilities().min_write_interval {
+            Some(min) => ttl_ms.max(u64::try_from((min * 7 / 2).as_millis()).unwrap_or(u64::MAX)),
+            None => ttl_ms,
+        };
         let dir = std::env::temp_dir().join(&prefix);
         std::fs::create_dir_all(&dir)?;
         let mut pool = Workers {
@@ -387,7 +399,6 @@ fn run(args: &[String]) -> Result<bool> {
             }
         }
         let events = parse_logs(texts.iter().map(String::as_str));
-        let store = open_direct(&direct_url, &env).await?;
         let observed = observe(store.as_ref()).await?;
         let verdict = check(&events, &observed);
         for detail in verdict.details.iter().take(20) {
@@ -417,9 +428,13 @@ fn run(args: &[String]) -> Result<bool> {
 /// A store straight on the server (no proxy), with the run's credentials.
 async fn open_direct(url: &str, env: &BTreeMap<String, String>) -> Result<Arc<dyn CasStore>> {
     if url.starts_with("s3://") {
-        let (Some(key), Some(secret)) = (env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY"))
-        else {
-            bail!("the env file gives no AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY for the checker");
+        let (Some(key), Some(secret)) = (
+            env.get("AWS_ACCESS_KEY_ID"),
+            env.get("AWS_SECRET_ACCESS_KEY"),
+        ) else {
+            bail!(
+                "the env file gives no AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY for the checker"
+            );
         };
         let store = casaas_s3::S3Store::builder()
             .url(url)?
