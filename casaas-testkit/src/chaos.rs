@@ -238,8 +238,11 @@ fn check_beliefs(events: &[Event], verdict: &mut Verdict) {
     }
 }
 
-/// Results of the writes of one kind: (worker, op) -> last result.
-fn results(events: &[Event], kind: &str) -> (HashSet<(u32, u64)>, HashMap<(u32, u64), String>) {
+/// A write: (worker, op).
+type WriteId = (u32, u64);
+
+/// The writes of one kind that were started, and what each was told.
+fn results(events: &[Event], kind: &str) -> (HashSet<WriteId>, HashMap<WriteId, String>) {
     let mut started = HashSet::new();
     let mut told = HashMap::new();
     for event in events {
