@@ -1,7 +1,7 @@
 //! The torture run (`cargo xtask chaos` starts the server and calls this).
 //!
 //! ```text
-//! chaos run --url STORE_URL [--env-file FILE] [--seconds 60] [--seed 1] [--workers 5] [--ttl-ms 2000]
+//! chaos run --url STORE_URL [--env-file FILE] [--seconds 60] [--seed 1] [--workers 5] [--ttl-ms 2000] [--work-dir DIR]
 //! chaos worker --url STORE_URL --id N --seed S --ttl-ms T --log FILE
 //! ```
 //!
@@ -66,6 +66,13 @@ where
 }
 
 fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("run") => run(&args[1..]),
@@ -326,7 +333,10 @@ fn run(args: &[String]) -> Result<bool> {
             Some(min) => ttl_ms.max(u64::try_from((min * 7 / 2).as_millis()).unwrap_or(u64::MAX)),
             None => ttl_ms,
         };
-        let dir = std::env::temp_dir().join(&prefix);
+        let keep_dir = map.get("work-dir").map(PathBuf::from);
+        let dir = keep_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join(&prefix));
         std::fs::create_dir_all(&dir)?;
         let mut pool = Workers {
             exe: std::env::current_exe()?,
@@ -416,7 +426,7 @@ fn run(args: &[String]) -> Result<bool> {
             eprintln!("chaos: no worker ever acquired the lease; a run where nothing happened is not a pass (worker stderr in {})", dir.display());
             return Ok(false);
         }
-        if verdict.violations() == 0 {
+        if verdict.violations() == 0 && keep_dir.is_none() {
             let _ = std::fs::remove_dir_all(&dir);
         } else {
             eprintln!("chaos: worker logs kept in {}", dir.display());
