@@ -77,12 +77,16 @@ fn usage_error(err: &clap::Error) -> ExitCode {
         return ExitCode::from(if err.use_stderr() { exit::USAGE } else { 0 });
     }
     let rendered = err.render().to_string();
+    // The first paragraph (e.g. "required arguments were not provided:"
+    // and the list that follows), as one line.
     let line = rendered
         .lines()
         .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or("invalid arguments");
-    let line = line.strip_prefix("error: ").unwrap_or(line);
+        .skip_while(|l| l.is_empty())
+        .take_while(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let line = line.strip_prefix("error: ").unwrap_or(&line);
     let tip = rendered
         .lines()
         .map(str::trim)

@@ -43,6 +43,7 @@ struct StatusReport {
     /// could take over, if the holder stopped renewing (0: now).
     takeover_possible_in_ms: Option<u64>,
     /// What a foreign object starts with.
+    #[serde(skip_serializing_if = "Option::is_none")]
     found: Option<String>,
 }
 
