@@ -13,10 +13,10 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
 use crate::{
     ConformanceError, Probe, ProbeResult, Progress, Report, Settings, Suite, Target, redact_url,
 };
+use anyhow::{Context, Result};
 use casaas_core::{CasStore, ErrorKind, FileStore};
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};

@@ -25,7 +25,9 @@ async fn main() -> ExitCode {
     let token = match std::env::var("CASAAS_FENCING_TOKEN").map(|t| t.parse::<u64>()) {
         Ok(Ok(token)) => token,
         _ => {
-            eprintln!("fenced_append: CASAAS_FENCING_TOKEN is missing or not a number: run under `casaas lock`");
+            eprintln!(
+                "fenced_append: CASAAS_FENCING_TOKEN is missing or not a number: run under `casaas lock`"
+            );
             return ExitCode::from(2);
         }
     };
@@ -49,7 +51,10 @@ async fn main() -> ExitCode {
     };
     match result {
         Ok(written) => {
-            println!("appended with token {token} ({} lines)", written.value.len());
+            println!(
+                "appended with token {token} ({} lines)",
+                written.value.len()
+            );
             ExitCode::SUCCESS
         }
         Err(LeaseError::FencedOut {

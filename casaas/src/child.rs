@@ -27,7 +27,8 @@ impl Signals {
     /// Starts catching the signals.
     pub fn catch() -> Result<Self, Failure> {
         let make = |kind: SignalKind| {
-            signal(kind).map_err(|e| Failure::usage(format!("cannot install a signal handler: {e}")))
+            signal(kind)
+                .map_err(|e| Failure::usage(format!("cannot install a signal handler: {e}")))
         };
         Ok(Signals {
             interrupt: make(SignalKind::interrupt())?,
@@ -174,7 +175,9 @@ async fn stop(
 fn send(group: Pid, signal: Signal) {
     match killpg(group, signal) {
         Ok(()) | Err(Errno::ESRCH) => {}
-        Err(e) => tracing::warn!(%signal, error = %e, "could not signal the command's process group"),
+        Err(e) => {
+            tracing::warn!(%signal, error = %e, "could not signal the command's process group")
+        }
     }
 }
 

@@ -65,7 +65,9 @@ pub enum Command {
         args: Vec<OsString>,
     },
     /// Print a shell completion script.
-    #[command(after_long_help = "Example:\n  casaas completions bash > /etc/bash_completion.d/casaas")]
+    #[command(
+        after_long_help = "Example:\n  casaas completions bash > /etc/bash_completion.d/casaas"
+    )]
     Completions {
         /// The shell.
         shell: clap_complete::Shell,

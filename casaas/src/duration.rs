@@ -84,7 +84,11 @@ mod tests {
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("-1s").is_err());
         assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("5 days").unwrap_err().contains("unknown unit"));
+        assert!(
+            parse_duration("5 days")
+                .unwrap_err()
+                .contains("unknown unit")
+        );
         assert_eq!(parse_wait("forever"), Ok(Wait::Forever));
         assert_eq!(parse_wait("3s"), Ok(Wait::AtMost(Duration::from_secs(3))));
     }

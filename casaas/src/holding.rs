@@ -28,7 +28,9 @@ pub fn lease_config(ttl: Duration) -> LeaseConfig {
 /// Time from the moment casaas gives up renewing to the end of its
 /// validity (before which no contender can take over).
 pub fn stop_budget(config: &LeaseConfig) -> Duration {
-    config.holder_validity().saturating_sub(config.renew_deadline)
+    config
+        .holder_validity()
+        .saturating_sub(config.renew_deadline)
 }
 
 /// The grace period: as given if it fits in the stop budget, else refused;
@@ -60,7 +62,9 @@ pub fn lease(
 ) -> Result<Lease, Failure> {
     let ttl = config.ttl;
     Lease::new(store, target.key.clone(), owner, config).map_err(|e| match e {
-        LeaseError::InvalidConfig(message) if message.contains("minimum interval between writes") => {
+        LeaseError::InvalidConfig(message)
+            if message.contains("minimum interval between writes") =>
+        {
             Failure::usage(format!(
                 "--ttl {} is too short for {}: casaas renews every TTL/5, and {message}",
                 human(ttl),
@@ -123,7 +127,10 @@ mod tests {
             let config = lease_config(Duration::from_millis(ms));
             config.validate().unwrap();
             let budget = stop_budget(&config);
-            assert!(budget > config.ttl / 3 && budget < config.ttl / 2, "{budget:?}");
+            assert!(
+                budget > config.ttl / 3 && budget < config.ttl / 2,
+                "{budget:?}"
+            );
         }
     }
 
@@ -138,7 +145,11 @@ mod tests {
         assert_eq!(default, stop_budget(&config) / 2);
         assert!(grace(&args(Some(Duration::from_secs(5))), &config).is_ok());
         let err = grace(&args(Some(Duration::from_secs(10))), &config).unwrap_err();
-        assert!(err.message().contains("--grace 10s is not shorter"), "{}", err.message());
+        assert!(
+            err.message().contains("--grace 10s is not shorter"),
+            "{}",
+            err.message()
+        );
         let long = lease_config(Duration::from_secs(120));
         assert_eq!(grace(&args(None), &long).unwrap(), MAX_DEFAULT_GRACE);
     }

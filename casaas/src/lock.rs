@@ -129,7 +129,10 @@ async fn acquire(
         )
     };
     if args.no_wait {
-        return Ok(Acquired::Conflict(format!("{}; not waiting (-n)", held_message(&held))));
+        return Ok(Acquired::Conflict(format!(
+            "{}; not waiting (-n)",
+            held_message(&held)
+        )));
     }
     let deadline = match args.wait {
         Some(Wait::AtMost(limit)) => Some(limit),

@@ -34,7 +34,10 @@ pub async fn run(args: ReleaseArgs) -> Result<u8, Failure> {
     )?;
     let explain = |e: LeaseError| Failure::usage(format!("{}: {e}", target.display));
     let Some((record, version)) = reader.read().await.map_err(explain)? else {
-        logging::notice(&format!("{}: no lock object; nothing to release", target.display));
+        logging::notice(&format!(
+            "{}: no lock object; nothing to release",
+            target.display
+        ));
         return Ok(FREE);
     };
     if record.released {

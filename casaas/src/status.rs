@@ -86,7 +86,10 @@ pub async fn run(args: StatusArgs) -> Result<u8, Failure> {
         }
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
     } else {
         print!("{}", report.table(args.observe_for.is_some()));
     }
@@ -138,7 +141,10 @@ fn foreign(
     if args.json {
         let mut report = StatusReport::empty(target, "foreign", start.elapsed());
         report.found = Some(found.clone());
-        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
     }
     Err(Failure::with_code(
         USAGE,
@@ -176,10 +182,15 @@ impl StatusReport {
     fn table(&self, watched: bool) -> String {
         let mut out = format!("lock       {}\nstate      {}\n", self.url, self.state);
         let (Some(holder), Some(token), Some(ttl)) = (&self.holder, self.token, self.ttl_ms) else {
-            out.push_str("           no lock object: the first `casaas lock` creates it with token 1\n");
+            out.push_str(
+                "           no lock object: the first `casaas lock` creates it with token 1\n",
+            );
             return out;
         };
-        out.push_str(&format!("holder     {holder}\ntoken      {token}\nttl        {}\n", human(Duration::from_millis(ttl))));
+        out.push_str(&format!(
+            "holder     {holder}\ntoken      {token}\nttl        {}\n",
+            human(Duration::from_millis(ttl))
+        ));
         if let (Some(acquired), Some(renewed)) = (&self.acquired_at, &self.renewed_at) {
             out.push_str(&format!(
                 "acquired   {acquired} (holder's clock, advisory)\nwritten    {renewed} (holder's clock, advisory)\n"

@@ -28,8 +28,11 @@ az://account/container/locks/NAME or file:///var/lib/app/locks/NAME";
 pub fn parse(url: &str) -> Result<LockTarget, Failure> {
     register_userinfo(url);
     let shown = logging::redact(&strip_userinfo_text(url));
-    let parsed = Url::parse(url)
-        .map_err(|e| Failure::usage(format!("{shown:?} is not a valid lock URL ({e}); {EXAMPLES}")))?;
+    let parsed = Url::parse(url).map_err(|e| {
+        Failure::usage(format!(
+            "{shown:?} is not a valid lock URL ({e}); {EXAMPLES}"
+        ))
+    })?;
     if parsed.cannot_be_a_base() {
         return Err(Failure::usage(format!(
             "{shown:?} is not a valid lock URL; {EXAMPLES}"
@@ -108,12 +111,21 @@ mod tests {
         assert_eq!(t.store_url, "file:///var/lib/app/locks");
         assert_eq!(t.key, "x");
         let t = parse("s3://bucket/my%20lock").unwrap();
-        assert_eq!((t.store_url.as_str(), t.key.as_str()), ("s3://bucket/", "my lock"));
+        assert_eq!(
+            (t.store_url.as_str(), t.key.as_str()),
+            ("s3://bucket/", "my lock")
+        );
     }
 
     #[test]
     fn rejects_what_names_no_object() {
-        for url in ["not a url", "s3://bucket/", "s3://bucket", "file:///var/locks/", "mailto:x"] {
+        for url in [
+            "not a url",
+            "s3://bucket/",
+            "s3://bucket",
+            "file:///var/locks/",
+            "mailto:x",
+        ] {
             assert!(parse(url).is_err(), "{url}");
         }
     }

@@ -37,7 +37,17 @@ fn four_lockers_never_overlap_and_every_child_runs() {
             std::thread::spawn(move || {
                 for run in 0..count {
                     let out = casaas()
-                        .args(["lock", "--ttl", "1s", "--wait=60s", &url, "--", "sh", "-c", &script])
+                        .args([
+                            "lock",
+                            "--ttl",
+                            "1s",
+                            "--wait=60s",
+                            &url,
+                            "--",
+                            "sh",
+                            "-c",
+                            &script,
+                        ])
                         .env("ID", format!("w{worker}r{run}"))
                         .output()
                         .unwrap();
@@ -54,7 +64,11 @@ fn four_lockers_never_overlap_and_every_child_runs() {
         .lines()
         .map(|l| {
             let parts: Vec<&str> = l.split_whitespace().collect();
-            (parts[0].to_string(), parts[1].to_string(), parts[2].parse().unwrap())
+            (
+                parts[0].to_string(),
+                parts[1].to_string(),
+                parts[2].parse().unwrap(),
+            )
         })
         .collect();
     assert_eq!(lines.len(), 100, "{text}");
@@ -64,7 +78,10 @@ fn four_lockers_never_overlap_and_every_child_runs() {
         assert_eq!(start.0, "start", "two intervals overlap:\n{text}");
         assert_eq!(end.0, "end", "two intervals overlap:\n{text}");
         assert_eq!(start.1, end.1, "two intervals overlap:\n{text}");
-        assert!(start.2 >= last_end && end.2 >= start.2, "times go back:\n{text}");
+        assert!(
+            start.2 >= last_end && end.2 >= start.2,
+            "times go back:\n{text}"
+        );
         last_end = end.2;
     }
     for (worker, &count) in runs.iter().enumerate() {
@@ -95,7 +112,16 @@ fn a_paused_holder_is_fenced_out_then_stopped_within_grace() {
         refused = refused.display(),
     );
     let mut old = spawn(&[
-        "lock", "--ttl", "1s", "--grace", "300ms", &url, "--", "sh", "-c", &old_script,
+        "lock",
+        "--ttl",
+        "1s",
+        "--grace",
+        "300ms",
+        &url,
+        "--",
+        "sh",
+        "-c",
+        &old_script,
     ]);
     wait_until(Duration::from_secs(20), "the first fenced write", || {
         child_pid.exists() && status_code(&url) == 0
@@ -106,16 +132,33 @@ fn a_paused_holder_is_fenced_out_then_stopped_within_grace() {
     // A contender takes over once the record is unchanged for a TTL.
     let started = Instant::now();
     let new = run(&[
-        "lock", "--ttl", "1s", "--wait=20s", &url, "--",
-        append.to_str().unwrap(), &data, "journal", "new-1",
+        "lock",
+        "--ttl",
+        "1s",
+        "--wait=20s",
+        &url,
+        "--",
+        append.to_str().unwrap(),
+        &data,
+        "journal",
+        "new-1",
     ]);
     assert!(new.status.success(), "{}", text(&new.stderr));
-    assert!(text(&new.stdout).contains("token 2"), "{}", text(&new.stdout));
-    assert!(started.elapsed() >= Duration::from_millis(900), "took over too early");
+    assert!(
+        text(&new.stdout).contains("token 2"),
+        "{}",
+        text(&new.stdout)
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "took over too early"
+    );
 
     // The old command, still running, writes with token 1: refused.
     std::fs::write(dir.path().join("go"), "").unwrap();
-    wait_until(Duration::from_secs(10), "the stale write", || refused.exists());
+    wait_until(Duration::from_secs(10), "the stale write", || {
+        refused.exists()
+    });
     assert_eq!(std::fs::read_to_string(&refused).unwrap().trim(), "3");
 
     // On SIGCONT the old casaas notices, stops its command, exits 76.
@@ -132,8 +175,14 @@ fn a_paused_holder_is_fenced_out_then_stopped_within_grace() {
     assert_eq!(status.code(), Some(76), "{stderr}");
     assert!(took < Duration::from_secs(2), "stopping took {took:?}");
     assert!(stderr.contains("lost the lock"), "{stderr}");
-    let pid: i32 = std::fs::read_to_string(&child_pid).unwrap().trim().parse().unwrap();
-    wait_until(Duration::from_secs(2), "the old command to be gone", || !alive(pid));
+    let pid: i32 = std::fs::read_to_string(&child_pid)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    wait_until(Duration::from_secs(2), "the old command to be gone", || {
+        !alive(pid)
+    });
 
     let journal = read_journal(dir.path());
     assert_eq!(journal, ["old-1", "new-1"]);
@@ -162,9 +211,19 @@ fn read_journal(dir: &Path) -> Vec<String> {
 fn the_commands_exit_status_propagates() {
     let dir = tempfile::tempdir().unwrap();
     let url = lock_url(dir.path(), "status");
-    for (script, code) in [("exit 0", 0), ("exit 7", 7), ("kill -KILL $$", 137), ("kill -TERM $$", 143)] {
+    for (script, code) in [
+        ("exit 0", 0),
+        ("exit 7", 7),
+        ("kill -KILL $$", 137),
+        ("kill -TERM $$", 143),
+    ] {
         let out = run(&["lock", "--ttl", "1s", &url, "--", "sh", "-c", script]);
-        assert_eq!(out.status.code(), Some(code), "{script}: {}", text(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{script}: {}",
+            text(&out.stderr)
+        );
         // Released each time: the next run does not wait.
         assert_eq!(status_code(&url), 3);
     }
@@ -194,12 +253,24 @@ fn no_wait_on_a_held_lock_exits_with_the_conflict_code_at_once() {
     wait_held(&url);
     let start = Instant::now();
     let out = run(&["lock", "-n", &url, "--", "true"]);
-    assert!(start.elapsed() < Duration::from_secs(1), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
     assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
     let stderr = text(&out.stderr);
     assert!(stderr.contains("held by \"holder\" (token 1)"), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    let out = run(&["lock", "-n", "--conflict-exit-code", "9", &url, "--", "true"]);
+    let out = run(&[
+        "lock",
+        "-n",
+        "--conflict-exit-code",
+        "9",
+        &url,
+        "--",
+        "true",
+    ]);
     assert_eq!(out.status.code(), Some(9));
     let out = run(&["lock", "--wait=300ms", &url, "--", "true"]);
     assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
@@ -242,7 +313,11 @@ fn a_daemon_forked_by_the_command_does_not_keep_the_lease() {
     let out = run(&["lock", "--ttl", "1s", &url, "--", "sh", "-c", &script]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(start.elapsed() < Duration::from_secs(5));
-    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     assert!(alive(pid), "the daemon should outlive the command");
     // It inherited nothing of casaas: besides its own stdin, stdout and
     // stderr, only what this test process itself passes on to children
@@ -261,7 +336,11 @@ fn a_daemon_forked_by_the_command_does_not_keep_the_lease() {
     // The lock is released at once, and nothing renews it afterwards.
     let out = run(&["status", "--json", &url]);
     assert_eq!(out.status.code(), Some(3));
-    assert!(text(&out.stdout).contains("\"released\""), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("\"released\""),
+        "{}",
+        text(&out.stdout)
+    );
     let out = run(&["lock", "-n", &url, "--", "true"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL).unwrap();
@@ -301,7 +380,17 @@ fn status_json_reports_held_released_and_free() {
     assert_eq!(free["url"].as_str(), Some(url.as_str()));
     insta::assert_json_snapshot!("status_free", free, {".url" => "[url]", ".observed_for_ms" => "[ms]"});
 
-    let mut holder = spawn(&["lock", "--ttl", "2s", "--owner", "snapshot-holder", &url, "--", "sleep", "30"]);
+    let mut holder = spawn(&[
+        "lock",
+        "--ttl",
+        "2s",
+        "--owner",
+        "snapshot-holder",
+        &url,
+        "--",
+        "sleep",
+        "30",
+    ]);
     wait_held(&url);
     let (code, held) = status_json(&url);
     assert_eq!(code, 0);
@@ -326,13 +415,29 @@ fn status_json_reports_held_released_and_free() {
     redactions("status_released", released);
 
     // Watching a record nobody renews shows it expire.
-    let out = run(&["lock", "--ttl", "500ms", &url, "--", "sh", "-c", "kill -KILL $PPID"]);
+    let out = run(&[
+        "lock",
+        "--ttl",
+        "500ms",
+        &url,
+        "--",
+        "sh",
+        "-c",
+        "kill -KILL $PPID",
+    ]);
     assert_eq!(out.status.code(), None, "casaas itself was killed");
     let (code, report) = {
         let out = run(&["status", "--json", "--observe-for", "1s", &url]);
-        (out.status.code().unwrap(), serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap())
+        (
+            out.status.code().unwrap(),
+            serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap(),
+        )
     };
-    assert_eq!((code, report["state"].as_str()), (3, Some("expired")), "{report}");
+    assert_eq!(
+        (code, report["state"].as_str()),
+        (3, Some("expired")),
+        "{report}"
+    );
 }
 
 #[test]
@@ -340,8 +445,17 @@ fn elect_observe_prints_leader_changes_as_json_lines() {
     let dir = tempfile::tempdir().unwrap();
     let url = lock_url(dir.path(), "election");
     let out = run(&[
-        "elect", &url, "--id", "node-a", "--ttl", "1s", "--observe", "--",
-        "sh", "-c", "echo \"leading with $CASAAS_FENCING_TOKEN\" >&2",
+        "elect",
+        &url,
+        "--id",
+        "node-a",
+        "--ttl",
+        "1s",
+        "--observe",
+        "--",
+        "sh",
+        "-c",
+        "echo \"leading with $CASAAS_FENCING_TOKEN\" >&2",
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("leading with 1"));
@@ -350,14 +464,21 @@ fn elect_observe_prints_leader_changes_as_json_lines() {
     // An observer sees another candidate's term start and end.
     let mut observer = spawn(&["elect", &url, "--observe", "--ttl", "1s"]);
     std::thread::sleep(Duration::from_millis(300));
-    let out = run(&["elect", &url, "--id", "node-b", "--ttl", "1s", "--", "sleep", "0.5"]);
+    let out = run(&[
+        "elect", &url, "--id", "node-b", "--ttl", "1s", "--", "sleep", "0.5",
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     std::thread::sleep(Duration::from_millis(500));
     signal(observer.id(), Signal::SIGTERM);
     wait_with_limit(&mut observer, Duration::from_secs(5));
     let mut stdout = String::new();
     use std::io::Read;
-    observer.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+    observer
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
     insta::assert_snapshot!("elect_observe_watcher", stdout);
 }
 
@@ -366,25 +487,57 @@ fn release_force_breaks_a_stale_lock_keeping_its_token() {
     let dir = tempfile::tempdir().unwrap();
     let url = lock_url(dir.path(), "stale");
     // A holder killed outright leaves its lock held.
-    let out = run(&["lock", "--ttl", "30s", "--owner", "crashed", &url, "--", "sh", "-c", "kill -KILL $PPID"]);
+    let out = run(&[
+        "lock",
+        "--ttl",
+        "30s",
+        "--owner",
+        "crashed",
+        &url,
+        "--",
+        "sh",
+        "-c",
+        "kill -KILL $PPID",
+    ]);
     assert_eq!(out.status.code(), None);
     assert_eq!(status_code(&url), 0);
     // Without --yes, and no terminal to ask on: refused, nothing written.
     let before = std::fs::read(dir.path().join("locks/stale~obj")).unwrap();
     let out = run(&["release", "--force", &url]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("pass --yes"), "{}", text(&out.stderr));
-    assert_eq!(std::fs::read(dir.path().join("locks/stale~obj")).unwrap(), before);
+    assert!(
+        text(&out.stderr).contains("pass --yes"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("locks/stale~obj")).unwrap(),
+        before
+    );
     // Without --force: a usage error.
     assert_eq!(run(&["release", &url]).status.code(), Some(2));
 
     let out = run(&["release", "--force", "--yes", &url]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let shown = text(&out.stderr);
-    assert!(shown.contains("crashed") && shown.contains("token    1"), "{shown}");
+    assert!(
+        shown.contains("crashed") && shown.contains("token    1"),
+        "{shown}"
+    );
     let (code, report) = status_json(&url);
-    assert_eq!((code, report["state"].as_str(), report["token"].as_u64()), (3, Some("released"), Some(1)));
-    let out = run(&["lock", "-n", &url, "--", "sh", "-c", "echo $CASAAS_FENCING_TOKEN"]);
+    assert_eq!(
+        (code, report["state"].as_str(), report["token"].as_u64()),
+        (3, Some("released"), Some(1))
+    );
+    let out = run(&[
+        "lock",
+        "-n",
+        &url,
+        "--",
+        "sh",
+        "-c",
+        "echo $CASAAS_FENCING_TOKEN",
+    ]);
     assert_eq!(text(&out.stdout).trim(), "2", "the token must not restart");
 }
 
@@ -394,15 +547,81 @@ fn bad_input_gets_one_line_and_exit_2_and_nothing_is_written() {
     let root = dir.path().join("untouched");
     let base = format!("file://{}", root.display());
     let cases: Vec<(Vec<String>, &str)> = vec![
-        (vec!["lock".into(), "not a url".into(), "--".into(), "true".into()], "not a valid lock URL"),
-        (vec!["lock".into(), format!("{base}/locks/"), "--".into(), "true".into()], "names a directory"),
-        (vec!["lock".into(), format!("{base}/x?bogus=1"), "--".into(), "true".into()], "unknown option 'bogus'"),
-        (vec!["lock".into(), "--bogus".into(), format!("{base}/x"), "--".into(), "true".into()], "--bogus"),
-        (vec!["lock".into(), "--ttl".into(), "soon".into(), format!("{base}/x"), "--".into(), "true".into()], "invalid value 'soon' for '--ttl"),
-        (vec!["lock".into(), "--ttl".into(), "1s".into(), "--grace".into(), "1s".into(), format!("{base}/x"), "--".into(), "true".into()], "--grace 1s is not shorter"),
+        (
+            vec![
+                "lock".into(),
+                "not a url".into(),
+                "--".into(),
+                "true".into(),
+            ],
+            "not a valid lock URL",
+        ),
+        (
+            vec![
+                "lock".into(),
+                format!("{base}/locks/"),
+                "--".into(),
+                "true".into(),
+            ],
+            "names a directory",
+        ),
+        (
+            vec![
+                "lock".into(),
+                format!("{base}/x?bogus=1"),
+                "--".into(),
+                "true".into(),
+            ],
+            "unknown option 'bogus'",
+        ),
+        (
+            vec![
+                "lock".into(),
+                "--bogus".into(),
+                format!("{base}/x"),
+                "--".into(),
+                "true".into(),
+            ],
+            "--bogus",
+        ),
+        (
+            vec![
+                "lock".into(),
+                "--ttl".into(),
+                "soon".into(),
+                format!("{base}/x"),
+                "--".into(),
+                "true".into(),
+            ],
+            "invalid value 'soon' for '--ttl",
+        ),
+        (
+            vec![
+                "lock".into(),
+                "--ttl".into(),
+                "1s".into(),
+                "--grace".into(),
+                "1s".into(),
+                format!("{base}/x"),
+                "--".into(),
+                "true".into(),
+            ],
+            "--grace 1s is not shorter",
+        ),
         (vec!["lock".into(), format!("{base}/x")], "CMD"),
-        (vec!["status".into(), "ftp://host/x".into()], "no backend for scheme 'ftp'"),
-        (vec!["elect".into(), format!("{base}/x"), "--".into(), "true".into()], "--id is required"),
+        (
+            vec!["status".into(), "ftp://host/x".into()],
+            "no backend for scheme 'ftp'",
+        ),
+        (
+            vec![
+                "elect".into(),
+                format!("{base}/x"),
+                "--".into(),
+                "true".into(),
+            ],
+            "--id is required",
+        ),
     ];
     for (args, says) in cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -420,10 +639,18 @@ fn bad_input_gets_one_line_and_exit_2_and_nothing_is_written() {
 fn a_foreign_object_at_the_key_is_reported_and_never_touched() {
     let dir = tempfile::tempdir().unwrap();
     let url = lock_url(dir.path(), "foreign");
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let store = runtime.block_on(async {
-        let store = casaas_core::open_store(&format!("file://{}/locks", dir.path().display())).await.unwrap();
-        store.create("foreign", bytes_of("not a lock")).await.unwrap();
+        let store = casaas_core::open_store(&format!("file://{}/locks", dir.path().display()))
+            .await
+            .unwrap();
+        store
+            .create("foreign", bytes_of("not a lock"))
+            .await
+            .unwrap();
         store
     });
     let before = runtime.block_on(store.get("foreign")).unwrap().unwrap();
@@ -458,7 +685,11 @@ fn help_has_examples_and_completions_are_generated() {
     let out = run(&["completions", "bash"]);
     assert!(out.status.success());
     assert!(text(&out.stdout).contains("casaas"));
-    let out = casaas().args(["conformance", "--list-probes"]).stdout(Stdio::piped()).output().unwrap();
+    let out = casaas()
+        .args(["conformance", "--list-probes"])
+        .stdout(Stdio::piped())
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).lines().count() > 5);
 }

@@ -56,7 +56,10 @@ fn a_lock_on_s3_runs_releases_and_keeps_its_token() {
     let out = run(&["status", "--json", &url]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!((report["state"].as_str(), report["token"].as_u64()), (Some("released"), Some(2)));
+    assert_eq!(
+        (report["state"].as_str(), report["token"].as_u64()),
+        (Some("released"), Some(2))
+    );
 
     // Held elsewhere: -n answers at once with the conflict code.
     let mut holder = with_env(&server, casaas());
@@ -71,7 +74,11 @@ fn a_lock_on_s3_runs_releases_and_keeps_its_token() {
     let start = Instant::now();
     let out = run(&["lock", "-n", &url, "--", "true"]);
     assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
-    assert!(start.elapsed() < Duration::from_secs(2), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
     signal(holder.id(), Signal::SIGTERM);
     let status = wait_with_limit(&mut holder, Duration::from_secs(10));
     assert_eq!(status.code(), Some(143));
@@ -89,7 +96,16 @@ fn secrets_never_appear_in_any_output() {
         .env("AWS_SECRET_ACCESS_KEY", SECRET)
         .env("AWS_SESSION_TOKEN", SESSION_TOKEN)
         .env("RUST_LOG", "trace")
-        .args(["lock", "--ttl", "2s", &url, "--", "sh", "-c", "echo $CASAAS_LOCK_URL"])
+        .args([
+            "lock",
+            "--ttl",
+            "2s",
+            &url,
+            "--",
+            "sh",
+            "-c",
+            "echo $CASAAS_LOCK_URL",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -123,9 +139,22 @@ fn a_ttl_below_the_stores_write_interval_is_refused_and_nothing_written() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("--ttl 2s is too short"), "{stderr}");
-    assert_eq!(run(&["status", &url]).status.code(), Some(3), "something was written");
+    assert_eq!(
+        run(&["status", &url]).status.code(),
+        Some(3),
+        "something was written"
+    );
     // A TTL the store can sustain works.
-    let out = run(&["lock", "--ttl", "6s", &url, "--", "sh", "-c", "echo $CASAAS_FENCING_TOKEN"]);
+    let out = run(&[
+        "lock",
+        "--ttl",
+        "6s",
+        &url,
+        "--",
+        "sh",
+        "-c",
+        "echo $CASAAS_FENCING_TOKEN",
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).trim(), "1");
 }

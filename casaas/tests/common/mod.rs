@@ -54,7 +54,10 @@ pub fn text(bytes: &[u8]) -> String {
 pub fn wait_until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
     let start = Instant::now();
     while !check() {
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -66,7 +69,9 @@ pub fn status_code(url: &str) -> i32 {
 
 /// Waits until `url` is held (status exits 0).
 pub fn wait_held(url: &str) {
-    wait_until(Duration::from_secs(20), "the lock to be held", || status_code(url) == 0);
+    wait_until(Duration::from_secs(20), "the lock to be held", || {
+        status_code(url) == 0
+    });
 }
 
 /// Waits for `child` with a time limit, killing it on timeout.
