@@ -9,7 +9,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use casaas_core::lease::{Entropy, LeaseError, LeaseRecord};
-use casaas_core::{CasError, ErrorKind, Version};
+use casaas_core::{CasStore, ErrorKind, Version};
 
 use crate::cli::ReleaseArgs;
 use crate::duration::human;
@@ -53,59 +53,89 @@ pub async fn run(args: ReleaseArgs) -> Result<u8, Failure> {
         return Ok(NOT_RELEASED);
     }
 
-    let mut broken = record.clone();
-    broken.nonce = Entropy::from_os().nonce();
-    broken.released = true;
-    broken.renewed_at_ms = now_ms();
-    match store.replace(&target.key, &version, broken.encode()).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == ErrorKind::PreconditionFailed || e.may_have_taken_effect() => {
-            return resolve(&reader, &target, &broken, e).await;
-        }
-        Err(e) => return Err(Failure::usage(format!("{}: {e}", target.display))),
-    }
-    logging::notice(&format!(
-        "released {} (token {} kept; the next holder gets {})",
-        target.display,
-        record.token,
-        record.token + 1
-    ));
-    Ok(0)
-}
-
-/// After a refused or ambiguous write: did ours land?
-async fn resolve(
-    reader: &casaas_core::lease::Lease,
-    target: &LockTarget,
-    ours: &LeaseRecord,
-    err: CasError,
-) -> Result<u8, Failure> {
-    let current = reader
-        .read()
+    let outcome = break_observed(store.as_ref(), &target.key, &record, &version)
         .await
-        .map_err(|e| Failure::usage(format!("{}: {e}", target.display)))?;
-    match current {
-        Some((record, _)) if record.nonce == ours.nonce => {
+        .map_err(|e| {
+            Failure::usage(format!(
+                "{}: {e}; nothing is known to have been written: run again",
+                target.display
+            ))
+        })?;
+    match outcome {
+        Broken::Released(stored) => {
             logging::notice(&format!(
-                "released {} (token {} kept)",
-                target.display, record.token
+                "released {} (token {} kept; the next holder gets {})",
+                target.display,
+                stored.token,
+                stored.token + 1
             ));
             Ok(0)
         }
-        Some((record, _)) => Err(Failure::with_code(
+        Broken::Changed(None) => Err(Failure::with_code(
+            NOT_RELEASED,
+            format!(
+                "{}: the lock object disappeared; nothing was written",
+                target.display
+            ),
+        )),
+        Broken::Changed(Some(now)) => Err(Failure::with_code(
             NOT_RELEASED,
             format!(
                 "{} changed since it was shown (now {} by {:?}, token {}); nothing was written: run again to see it",
                 target.display,
-                if record.released { "released" } else { "held" },
-                record.owner,
-                record.token
+                if now.released { "released" } else { "held" },
+                now.owner,
+                now.token
             ),
         )),
-        None => Err(Failure::usage(format!(
-            "{}: the lock object disappeared ({err}); nothing was written",
-            target.display
-        ))),
+    }
+}
+
+/// What breaking an observed record did.
+#[derive(Debug)]
+enum Broken {
+    /// Our released record is stored.
+    Released(LeaseRecord),
+    /// The record changed since it was observed (or disappeared); nothing
+    /// of ours was written.
+    Changed(Option<LeaseRecord>),
+}
+
+/// Replaces the `observed` record at `version` (and nothing else) with the
+/// same record marked released, with a fresh nonce and the same token. A
+/// refused or ambiguous write is resolved by reading the nonce back.
+async fn break_observed(
+    store: &dyn CasStore,
+    key: &str,
+    observed: &LeaseRecord,
+    version: &Version,
+) -> Result<Broken, LeaseError> {
+    let mut broken = observed.clone();
+    broken.nonce = Entropy::from_os().nonce();
+    broken.released = true;
+    broken.renewed_at_ms = now_ms();
+    let err = match store.replace(key, version, broken.encode()).await {
+        Ok(_) => return Ok(Broken::Released(broken)),
+        Err(err) => err,
+    };
+    let refused = matches!(
+        err.kind(),
+        ErrorKind::PreconditionFailed | ErrorKind::NotFound
+    );
+    if !refused && !err.may_have_taken_effect() {
+        return Err(err.into());
+    }
+    let Some(object) = store.get(key).await? else {
+        return Ok(Broken::Changed(None));
+    };
+    let current = LeaseRecord::decode(key, &object.body)?;
+    if current.nonce == broken.nonce {
+        Ok(Broken::Released(current))
+    } else if current.nonce == observed.nonce && !refused {
+        // The ambiguous write did not land; the record is as shown.
+        Err(err.into())
+    } else {
+        Ok(Broken::Changed(Some(current)))
     }
 }
 
@@ -148,4 +178,52 @@ fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use casaas_core::MemoryStore;
+
+    fn held(nonce: &str) -> LeaseRecord {
+        LeaseRecord::new("crashed-host/1", nonce, 4, 15_000, 1_700_000_000_000)
+    }
+
+    #[tokio::test]
+    async fn breaking_keeps_the_token_and_the_object() {
+        let store = MemoryStore::new();
+        let version = store.create("lock", held("n1").encode()).await.unwrap();
+        let Broken::Released(stored) = break_observed(&store, "lock", &held("n1"), &version)
+            .await
+            .unwrap()
+        else {
+            panic!("not released")
+        };
+        let object = store.get("lock").await.unwrap().unwrap();
+        let now = LeaseRecord::decode("lock", &object.body).unwrap();
+        assert_eq!(now, stored);
+        assert!(now.released);
+        assert_eq!((now.token, now.owner.as_str()), (4, "crashed-host/1"));
+        assert_ne!(now.nonce, "n1");
+    }
+
+    #[tokio::test]
+    async fn a_record_changed_since_shown_is_not_broken() {
+        let store = MemoryStore::new();
+        let shown = store.create("lock", held("n1").encode()).await.unwrap();
+        // The holder renews after the record was shown.
+        let renewed = store
+            .replace("lock", &shown, held("n2").encode())
+            .await
+            .unwrap();
+        let outcome = break_observed(&store, "lock", &held("n1"), &shown)
+            .await
+            .unwrap();
+        let Broken::Changed(Some(now)) = outcome else {
+            panic!("{outcome:?}")
+        };
+        assert_eq!(now.nonce, "n2");
+        let object = store.get("lock").await.unwrap().unwrap();
+        assert_eq!(object.version, renewed, "something was written");
+    }
 }
