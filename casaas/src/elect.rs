@@ -31,7 +31,10 @@ pub async fn run(args: ElectArgs) -> Result<u8, Failure> {
     let config = holding::lease_config(args.lease.ttl);
     let grace = holding::grace(&args.lease, &config)?;
     let id = args.id.clone().unwrap_or_else(default_owner_id);
-    let store = target::open(&target).await?;
+    let store = tokio::select! {
+        store = target::open(&target) => store?,
+        received = signals.recv() => return Ok(child::signal_exit(received)),
+    };
     let lease = holding::lease(store, &target, &id, config)?;
     let election = Election::new(lease.clone());
     let explain = |e: LeaseError| Failure::usage(format!("{}: {e}", target.display));

@@ -127,7 +127,7 @@ fn a_paused_holder_is_fenced_out_then_stopped_within_grace() {
         child_pid.exists() && status_code(&url) == 0
     });
     std::thread::sleep(Duration::from_millis(200));
-    signal(old.id(), Signal::SIGSTOP);
+    pause_outside_writes(old.id());
 
     // A contender takes over once the record is unchanged for a TTL.
     let started = Instant::now();
@@ -692,4 +692,54 @@ fn help_has_examples_and_completions_are_generated() {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).lines().count() > 5);
+}
+
+#[test]
+fn a_leader_that_loses_its_term_stops_its_command_and_exits_76() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = lock_url(dir.path(), "term");
+    let mut old = spawn(&[
+        "elect", &url, "--id", "node-a", "--ttl", "1s", "--grace", "200ms", "--", "sleep", "60",
+    ]);
+    wait_held(&url);
+    pause_outside_writes(old.id());
+    let out = run(&[
+        "elect",
+        &url,
+        "--id",
+        "node-b",
+        "--ttl",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        "echo $CASAAS_FENCING_TOKEN",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "2");
+    let resumed = Instant::now();
+    signal(old.id(), Signal::SIGCONT);
+    let status = wait_with_limit(&mut old, Duration::from_secs(5));
+    assert_eq!(status.code(), Some(76));
+    assert!(
+        resumed.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        resumed.elapsed()
+    );
+}
+
+#[test]
+fn json_logs_carry_errors_as_json_lines() {
+    let out = run(&["--log-format", "json", "lock", "not a url", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    let line: serde_json::Value = serde_json::from_slice(&out.stderr)
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stderr)));
+    assert_eq!(line["level"], "ERROR");
+    assert!(
+        line["fields"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not a valid lock URL"),
+        "{line}"
+    );
 }

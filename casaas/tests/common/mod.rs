@@ -103,3 +103,39 @@ pub fn alive(pid: i32) -> bool {
         Err(_) => false,
     }
 }
+
+/// Does process `pid` hold a `flock` (the file backend holds one per key
+/// only while it writes)?
+pub fn holds_flock(pid: u32) -> bool {
+    std::fs::read_to_string("/proc/locks")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            fields.get(1) == Some(&"FLOCK") && fields.get(4) == Some(&pid.to_string().as_str())
+        })
+}
+
+/// SIGSTOPs `pid` at a moment it is not inside a file-backend write: a
+/// process paused mid-write keeps the key's flock and stalls every other
+/// writer of that key until it resumes, which is not the pause under test.
+pub fn pause_outside_writes(pid: u32) {
+    for _ in 0..100 {
+        signal(pid, nix::sys::signal::Signal::SIGSTOP);
+        wait_until(Duration::from_secs(2), "the process to stop", || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(')')
+                        .map(|(_, r)| r.trim_start().starts_with('T'))
+                })
+                .unwrap_or(false)
+        });
+        if !holds_flock(pid) {
+            return;
+        }
+        signal(pid, nix::sys::signal::Signal::SIGCONT);
+        std::thread::sleep(Duration::from_millis(17));
+    }
+    panic!("process {pid} always holds a flock");
+}
