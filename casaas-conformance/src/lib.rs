@@ -30,6 +30,7 @@
 //! # }
 //! ```
 
+pub mod cli;
 mod model;
 mod prefixed;
 mod probe;

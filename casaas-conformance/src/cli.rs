@@ -1,20 +1,22 @@
-//! `casaas-conformance [URL]`: tells whether an object store is safe to
-//! build leases on.
+//! The command line of `casaas-conformance [URL]` (also `casaas
+//! conformance [URL]`): tells whether an object store is safe to build
+//! leases on. Both binaries call [`run_cli`].
 //!
 //! Without a URL it probes the embedded file backend in a temporary
 //! directory. Exit status: 0 safe, 1 not safe, 2 usage, configuration or
 //! connection error.
 
+use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-use casaas_conformance::{
+use crate::{
     ConformanceError, Probe, ProbeResult, Progress, Report, Settings, Suite, Target, redact_url,
 };
+use anyhow::{Context, Result};
 use casaas_core::{CasStore, ErrorKind, FileStore};
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -74,8 +76,15 @@ enum Format {
 /// Failures that end the run with exit status 2.
 struct Usage(anyhow::Error);
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
+/// Runs the command line `args` (the first item is the program name) and
+/// returns the exit status. Installs a global `tracing` subscriber if none
+/// is set yet.
+pub fn run_cli<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = Cli::parse_from(args);
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -83,7 +92,8 @@ fn main() -> ExitCode {
                 tracing_subscriber::EnvFilter::new("warn,casaas_core::lease=error")
             }),
         )
-        .init();
+        .try_init()
+        .ok();
     register_providers();
     match run(cli) {
         Ok(true) => ExitCode::SUCCESS,
@@ -275,7 +285,7 @@ fn open_error(url: &str, e: &casaas_core::CasError, create_bucket: bool) -> Usag
 /// S3: the store, its server clock, the S3-only probes, and bucket creation.
 #[cfg(feature = "s3")]
 async fn open_s3(cli: &Cli, url: &str) -> Result<Opened, Usage> {
-    use casaas_conformance::s3::{S3Clock, create_bucket, s3_probes};
+    use crate::s3::{S3Clock, create_bucket, s3_probes};
     let store = casaas_s3::S3Store::open(url)
         .await
         .map_err(|e| open_error(url, &e, cli.create_bucket))?;

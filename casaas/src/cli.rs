@@ -1,0 +1,216 @@
+//! The command line: options, help texts and examples.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::duration::{Wait, parse_duration, parse_wait};
+use crate::exit::CONFLICT_DEFAULT;
+
+/// Flock for a bucket: run a command while holding a lease on an object in
+/// S3, GCS, Azure Blob Storage or a local directory.
+#[derive(Parser, Debug)]
+#[command(
+    name = "casaas",
+    version,
+    propagate_version = true,
+    after_help = "Lock URLs name the lock object: s3://bucket/locks/NAME, gs://bucket/locks/NAME, \
+az://account/container/locks/NAME, file:///var/lib/app/locks/NAME. Store options go in the query \
+(e.g. s3://bucket/locks/NAME?endpoint=http://127.0.0.1:9000&path_style=true). Credentials come \
+from the environment (AWS_*, GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_*), never from the URL.\n\n\
+Run `casaas help COMMAND` for examples. docs/cli.md explains exit codes and what a lock cannot promise."
+)]
+pub struct Cli {
+    /// Log format on stderr: text for people, json (one object a line) for services.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+    /// More log output (-v: what casaas does; -vv: every request). RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The commands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a command while holding a lock; stop it if the lock is lost.
+    #[command(after_long_help = LOCK_HELP)]
+    Lock(LockArgs),
+    /// Show who holds a lock, its fencing token, and when a takeover could happen.
+    #[command(after_long_help = STATUS_HELP)]
+    Status(StatusArgs),
+    /// Campaign for leadership and run a command only while leading.
+    #[command(after_long_help = ELECT_HELP)]
+    Elect(ElectArgs),
+    /// Break a stale lock: mark the observed record released, keeping its token.
+    #[command(after_long_help = RELEASE_HELP)]
+    Release(ReleaseArgs),
+    /// Check whether a store honours conditional writes (same as casaas-conformance).
+    #[command(disable_help_flag = true)]
+    Conformance {
+        /// Arguments of casaas-conformance (see `casaas conformance --help`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+    /// Print a shell completion script.
+    #[command(
+        after_long_help = "Example:\n  casaas completions bash > /etc/bash_completion.d/casaas"
+    )]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// Options shared by the commands that hold a lease.
+#[derive(Args, Debug, Clone)]
+pub struct LeaseArgs {
+    /// How long the lease lasts without renewal (e.g. 15s, 500ms, 2m). casaas
+    /// renews every TTL/5 and stops the command if no renewal succeeded for
+    /// TTL/2. A crashed holder's lock can be taken over after about one TTL.
+    #[arg(long, default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
+    pub ttl: Duration,
+    /// Time between SIGTERM and SIGKILL to the command's process group when
+    /// the lease is lost. It must be shorter than the time left before
+    /// anyone can take over after casaas gives up on renewing (about
+    /// 0.44×TTL); a longer one is refused. Default: half of that, at most 10s.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub grace: Option<Duration>,
+}
+
+/// `casaas lock`.
+#[derive(Args, Debug)]
+pub struct LockArgs {
+    /// The lock object, e.g. s3://bucket/locks/nightly-backup or file:///var/lib/app/locks/x.
+    pub url: String,
+    #[command(flatten)]
+    pub lease: LeaseArgs,
+    /// Wait for the lock: forever (--wait, the default) or at most DURATION (--wait=5m).
+    #[arg(
+        long,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "forever",
+        value_parser = parse_wait,
+        value_name = "DURATION"
+    )]
+    pub wait: Option<Wait>,
+    /// Do not wait: if the lock is held, exit at once with the conflict code.
+    #[arg(short = 'n', long, conflicts_with = "wait")]
+    pub no_wait: bool,
+    /// Exit status when the lock was not acquired (held, or --wait ran out).
+    #[arg(long, default_value_t = CONFLICT_DEFAULT, value_name = "N")]
+    pub conflict_exit_code: u8,
+    /// Owner id written into the lock (default: HOSTNAME/PID).
+    #[arg(long, value_name = "ID")]
+    pub owner: Option<String>,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// `casaas status`.
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The lock object.
+    pub url: String,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Watch the record this long (e.g. 20s) to see whether its holder still
+    /// renews: a version unchanged for a full TTL means it can be taken over.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub observe_for: Option<Duration>,
+}
+
+/// `casaas elect`.
+#[derive(Args, Debug)]
+pub struct ElectArgs {
+    /// The election's lock object.
+    pub url: String,
+    /// This candidate's id (required to campaign, i.e. with a command).
+    #[arg(long, value_name = "ID")]
+    pub id: Option<String>,
+    #[command(flatten)]
+    pub lease: LeaseArgs,
+    /// Print who leads as JSON lines on stdout, at start and at every change.
+    #[arg(long)]
+    pub observe: bool,
+    /// Print this candidate's own transitions (elected, stopped leading) as
+    /// JSON lines on stderr instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// The command to run while leading, after `--`. Without one, --observe
+    /// only watches.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// `casaas release`.
+#[derive(Args, Debug)]
+pub struct ReleaseArgs {
+    /// The lock object.
+    pub url: String,
+    /// Required: this breaks someone else's lock.
+    #[arg(long, required = true)]
+    pub force: bool,
+    /// Do not ask for confirmation.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+}
+
+const LOCK_HELP: &str = "Examples:\n\
+  # Nightly backup from cron on three hosts; only one runs, the others skip (exit 75):\n\
+  casaas lock -n s3://ops-bucket/locks/nightly-backup -- /usr/local/bin/backup.sh\n\n\
+  # Wait up to 10 minutes for a migration lock held elsewhere:\n\
+  casaas lock --wait=10m --ttl 30s gs://ops/locks/migrate -- ./migrate up\n\n\
+  # On one machine, with the embedded file backend:\n\
+  casaas lock file:///var/lib/app/locks/reindex -- ./reindex\n\n\
+The command runs in its own process group with CASAAS_FENCING_TOKEN, CASAAS_LOCK_URL and\n\
+CASAAS_OWNER in its environment. SIGINT, SIGTERM and SIGHUP are forwarded to its group.\n\
+When it exits, the lock is released and casaas exits with its status (128+N if killed by\n\
+signal N). If the lease is lost, the group gets SIGTERM at once and SIGKILL after --grace,\n\
+and casaas exits with 76.\n\n\
+Exit status: the command's; 75 (--conflict-exit-code) not acquired; 76 lease lost;\n\
+2 bad input or store error (nothing was run); 126/127 the command could not be run.\n\n\
+A lock cannot stop a paused holder from writing late: pass CASAAS_FENCING_TOKEN to whatever\n\
+the command writes, and have it refuse lower tokens (see docs/cli.md).";
+
+const STATUS_HELP: &str = "Examples:\n\
+  casaas status s3://ops-bucket/locks/nightly-backup\n\
+  casaas status --json --observe-for 20s file:///var/lib/app/locks/reindex\n\n\
+The holder's times are advisory (its own wall clock). Whether a holder has stopped renewing\n\
+can only be seen by watching the record: --observe-for watches it (one read per second).\n\
+An object that is not a casaas lock is reported and never touched.\n\n\
+Exit status: 0 held; 3 free (absent, released, or unchanged for a full TTL while watched);\n\
+2 error or foreign object.";
+
+const ELECT_HELP: &str = "Examples:\n\
+  # A singleton service on several hosts, restarted by systemd (Restart=always):\n\
+  casaas elect s3://ops-bucket/elections/scheduler --id \"$(hostname)\" -- /usr/local/bin/scheduler\n\n\
+  # Watch who leads (JSON lines, for scripts and dashboards):\n\
+  casaas elect s3://ops-bucket/elections/scheduler --observe\n\n\
+The command runs only while this candidate leads, with the same child handling as `lock`.\n\
+When it exits, leadership is resigned and casaas exits with its status; if leadership is\n\
+lost, the command is stopped and casaas exits with 76.";
+
+const RELEASE_HELP: &str = "Example:\n\
+  casaas release --force s3://ops-bucket/locks/nightly-backup\n\n\
+Shows the record it will break and asks (unless --yes). The write is conditional on the\n\
+version shown: if the lock changed meanwhile, nothing is written. The record is marked\n\
+released and keeps its fencing token, so the next holder gets a higher one; it is never\n\
+deleted. A holder that is still running loses its lease at its next renewal.\n\n\
+Exit status: 0 released (or already released); 3 no lock object; 1 declined or changed;\n\
+2 error or foreign object.";

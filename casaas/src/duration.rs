@@ -1,0 +1,104 @@
+//! Durations on the command line: `500ms`, `15s`, `1.5s`, `2m`, `1h`.
+
+use std::time::Duration;
+
+/// `--wait`'s value: forever, or at most a duration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Wait until acquired.
+    Forever,
+    /// Give up after this long.
+    AtMost(Duration),
+}
+
+/// Parses a positive duration: a number with a unit `ms`, `s`, `m` or `h`
+/// (a bare number means seconds).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let scale = match unit.trim() {
+        "ms" => 0.001,
+        "" | "s" | "sec" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?}; use ms, s, m or h (e.g. 500ms, 15s, 2m)"
+            ));
+        }
+    };
+    number
+        .parse::<f64>()
+        .ok()
+        .map(|n| n * scale)
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| format!("{text:?} is not a positive duration (e.g. 500ms, 15s, 2m)"))
+}
+
+/// Parses `--wait`'s value: `forever` or a duration.
+pub fn parse_wait(text: &str) -> Result<Wait, String> {
+    match text {
+        "forever" | "inf" => Ok(Wait::Forever),
+        other => parse_duration(other).map(Wait::AtMost),
+    }
+}
+
+/// A duration for people: `1.5s`, `250ms`, `2m30s`.
+pub fn human(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        let tenths = ms / 100;
+        if tenths.is_multiple_of(10) {
+            format!("{}s", tenths / 10)
+        } else {
+            format!("{}.{}s", tenths / 10, tenths % 10)
+        }
+    } else {
+        let s = ms / 1000;
+        if s.is_multiple_of(60) {
+            format!("{}m", s / 60)
+        } else {
+            format!("{}m{}s", s / 60, s % 60)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_and_errors() {
+        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("soon").is_err());
+        assert!(
+            parse_duration("5 days")
+                .unwrap_err()
+                .contains("unknown unit")
+        );
+        assert_eq!(parse_wait("forever"), Ok(Wait::Forever));
+        assert_eq!(parse_wait("3s"), Ok(Wait::AtMost(Duration::from_secs(3))));
+    }
+
+    #[test]
+    fn human_readable() {
+        assert_eq!(human(Duration::from_millis(250)), "250ms");
+        assert_eq!(human(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(human(Duration::from_secs(15)), "15s");
+        assert_eq!(human(Duration::from_secs(150)), "2m30s");
+        assert_eq!(human(Duration::from_secs(120)), "2m");
+    }
+}

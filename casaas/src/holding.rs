@@ -1,0 +1,156 @@
+//! What `lock` and `elect` share: lease timing, the grace check, the
+//! child's environment, and the watch that says when the lease ended.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use casaas_core::CasStore;
+use casaas_core::lease::{Clock, Lease, LeaseConfig, LeaseError, LeaseGuard, LeaseStatus};
+
+use crate::cli::LeaseArgs;
+use crate::duration::human;
+use crate::exit::Failure;
+use crate::target::LockTarget;
+
+/// The longest default grace period.
+const MAX_DEFAULT_GRACE: Duration = Duration::from_secs(10);
+
+/// The lease timing for a TTL: renew every TTL/5, give up (and stop the
+/// command) when no renewal succeeded for TTL/2, which leaves about
+/// 0.44·TTL before anyone can take over for the stop sequence.
+pub fn lease_config(ttl: Duration) -> LeaseConfig {
+    let mut config = LeaseConfig::with_ttl(ttl);
+    config.renew_interval = ttl / 5;
+    config.renew_deadline = ttl / 2;
+    config
+}
+
+/// Time from the moment casaas gives up renewing to the end of its
+/// validity (before which no contender can take over).
+pub fn stop_budget(config: &LeaseConfig) -> Duration {
+    config
+        .holder_validity()
+        .saturating_sub(config.renew_deadline)
+}
+
+/// The grace period: as given if it fits in the stop budget, else refused;
+/// by default half the budget, at most 10s.
+pub fn grace(args: &LeaseArgs, config: &LeaseConfig) -> Result<Duration, Failure> {
+    let budget = stop_budget(config);
+    match args.grace {
+        None => Ok((budget / 2).min(MAX_DEFAULT_GRACE)),
+        Some(grace) if grace < budget => Ok(grace),
+        Some(grace) => Err(Failure::usage(format!(
+            "--grace {} is not shorter than the {} left between giving up renewal and a possible takeover with --ttl {}: \
+             lower --grace below {} or raise --ttl (to about {} or more)",
+            human(grace),
+            human(budget),
+            human(config.ttl),
+            human(budget),
+            human(grace.mul_f64(2.5)),
+        ))),
+    }
+}
+
+/// The lease on `target`'s key, with the configuration checked against the
+/// store (e.g. a TTL too short for its write rate limit).
+pub fn lease(
+    store: Arc<dyn CasStore>,
+    target: &LockTarget,
+    owner: &str,
+    config: LeaseConfig,
+) -> Result<Lease, Failure> {
+    let ttl = config.ttl;
+    Lease::new(store, target.key.clone(), owner, config).map_err(|e| match e {
+        LeaseError::InvalidConfig(message)
+            if message.contains("minimum interval between writes") =>
+        {
+            Failure::usage(format!(
+                "--ttl {} is too short for {}: casaas renews every TTL/5, and {message}",
+                human(ttl),
+                target.display
+            ))
+        }
+        LeaseError::InvalidConfig(message) => {
+            Failure::usage(format!("--ttl {} cannot be used: {message}", human(ttl)))
+        }
+        other => Failure::usage(format!("{}: {other}", target.display)),
+    })
+}
+
+/// The environment of the command run under `guard`.
+pub fn child_env(guard: &LeaseGuard, target: &LockTarget) -> Vec<(&'static str, String)> {
+    vec![
+        ("CASAAS_FENCING_TOKEN", guard.token().to_string()),
+        ("CASAAS_LOCK_URL", target.display.clone()),
+        ("CASAAS_OWNER", guard.owner().to_string()),
+    ]
+}
+
+/// Resolves with a reason once the lease is lost, or once its validity
+/// ends without a renewal (a watchdog independent of the renewal task).
+pub fn lease_end(
+    guard: &LeaseGuard,
+    clock: Arc<dyn Clock>,
+) -> impl std::future::Future<Output = String> + Send + 'static {
+    let mut status = guard.subscribe();
+    async move {
+        loop {
+            let current = status.borrow_and_update().clone();
+            let valid_until = match current {
+                LeaseStatus::Lost(reason) => return reason.to_string(),
+                LeaseStatus::Held { valid_until, .. } => valid_until,
+            };
+            let now = clock.now();
+            if now >= valid_until {
+                return "its validity ended without a successful renewal".to_string();
+            }
+            tokio::select! {
+                changed = status.changed() => {
+                    if changed.is_err() {
+                        return "the lease handle was dropped".to_string();
+                    }
+                }
+                () = clock.sleep(valid_until - now) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_timing_is_valid_and_leaves_a_stop_budget() {
+        for ms in [200, 1_000, 15_000, 600_000] {
+            let config = lease_config(Duration::from_millis(ms));
+            config.validate().unwrap();
+            let budget = stop_budget(&config);
+            assert!(
+                budget > config.ttl / 3 && budget < config.ttl / 2,
+                "{budget:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn grace_must_fit_in_the_budget() {
+        let config = lease_config(Duration::from_secs(15));
+        let args = |grace| LeaseArgs {
+            ttl: config.ttl,
+            grace,
+        };
+        let default = grace(&args(None), &config).unwrap();
+        assert_eq!(default, stop_budget(&config) / 2);
+        assert!(grace(&args(Some(Duration::from_secs(5))), &config).is_ok());
+        let err = grace(&args(Some(Duration::from_secs(10))), &config).unwrap_err();
+        assert!(
+            err.message().contains("--grace 10s is not shorter"),
+            "{}",
+            err.message()
+        );
+        let long = lease_config(Duration::from_secs(120));
+        assert_eq!(grace(&args(None), &long).unwrap(), MAX_DEFAULT_GRACE);
+    }
+}

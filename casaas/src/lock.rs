@@ -1,0 +1,184 @@
+//! `casaas lock URL -- CMD`: run a command while holding a lock.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use casaas_core::lease::{
+    AcquireOptions, AcquireOutcome, HeldBy, Lease, LeaseError, LeaseGuard, default_owner_id,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::child::{self, Signals};
+use crate::cli::LockArgs;
+use crate::duration::{Wait, human};
+use crate::exit::{Failure, LOST};
+use crate::logging;
+use crate::{holding, target};
+
+/// Runs `casaas lock`.
+pub async fn run(args: LockArgs) -> Result<u8, Failure> {
+    let mut signals = Signals::catch()?;
+    let target = target::parse(&args.url)?;
+    let config = holding::lease_config(args.lease.ttl);
+    let grace = holding::grace(&args.lease, &config)?;
+    let owner = args.owner.clone().unwrap_or_else(default_owner_id);
+    let store = tokio::select! {
+        store = target::open(&target) => store?,
+        received = signals.recv() => return Ok(child::signal_exit(received)),
+    };
+    let lease = holding::lease(store, &target, &owner, config)?;
+
+    let cancel = CancellationToken::new();
+    let acquiring = acquire(&lease, &args, &target.display, cancel.clone());
+    tokio::pin!(acquiring);
+    let acquired = tokio::select! {
+        acquired = &mut acquiring => acquired?,
+        received = signals.recv() => {
+            tracing::info!(signal = %received, "interrupted while acquiring");
+            // Let an attempt in flight finish, and give back what it won.
+            cancel.cancel();
+            if let Ok(Acquired::Guard(guard)) = acquiring.await {
+                release(guard, &target.display).await;
+            }
+            return Ok(child::signal_exit(received));
+        }
+    };
+    let guard = match acquired {
+        Acquired::Guard(guard) => guard,
+        Acquired::Conflict(message) => {
+            logging::notice(&message);
+            return Ok(args.conflict_exit_code);
+        }
+    };
+    tracing::info!(url = %target.display, token = guard.token(), owner = %owner, "lock acquired");
+
+    let env = holding::child_env(&guard, &target);
+    let lease_end = holding::lease_end(&guard, lease.clock().clone());
+    let end = child::supervise(&args.command, &env, lease_end, grace, &mut signals).await;
+    finish(guard, end, &target.display).await
+}
+
+/// The end of a holding: release, and the exit status.
+pub async fn finish(
+    guard: LeaseGuard,
+    end: Result<child::ChildEnd, Failure>,
+    display: &str,
+) -> Result<u8, Failure> {
+    let end = match end {
+        Ok(end) => end,
+        Err(failure) => {
+            release(guard, display).await;
+            return Err(failure);
+        }
+    };
+    if let Some(reason) = end.lost {
+        drop(guard);
+        logging::report_error(&format!(
+            "lost the lock {display} ({reason}); the command was stopped (its status was {})",
+            end.code
+        ));
+        return Ok(LOST);
+    }
+    release(guard, display).await;
+    Ok(end.code)
+}
+
+async fn release(guard: LeaseGuard, display: &str) {
+    let token = guard.token();
+    match guard.release().await {
+        Ok(()) => {
+            let url = display.to_string();
+            tracing::info!(%url, token, "lock released")
+        }
+        Err(LeaseError::Lost(reason)) => logging::notice(&format!(
+            "the lock {display} was lost as the command ended ({reason})"
+        )),
+        Err(e) => logging::notice(&format!(
+            "could not release {display} ({e}); it can be taken over once its TTL has passed"
+        )),
+    }
+}
+
+enum Acquired {
+    Guard(LeaseGuard),
+    Conflict(String),
+}
+
+async fn acquire(
+    lease: &Lease,
+    args: &LockArgs,
+    display: &str,
+    cancel: CancellationToken,
+) -> Result<Acquired, Failure> {
+    let explain = |e: LeaseError| Failure::usage(format!("{display}: {e}"));
+    // The first attempt tells who holds it (and costs no extra request:
+    // a waiting acquisition would start with the same read).
+    let held = match lease.try_acquire().await {
+        Ok(AcquireOutcome::Acquired(guard)) => return Ok(Acquired::Guard(guard)),
+        Ok(AcquireOutcome::Held(held)) => held,
+        Err(e) if retryable(&e) && !args.no_wait => HeldBy {
+            owner: "?".to_string(),
+            token: 0,
+            takeover_in: Duration::ZERO,
+        },
+        Err(e) => return Err(explain(e)),
+    };
+    let held_message = |held: &HeldBy| {
+        format!(
+            "{display} is held by {:?} (token {}); a takeover is possible in {} at the earliest if it stops renewing",
+            held.owner,
+            held.token,
+            human(held.takeover_in)
+        )
+    };
+    if args.no_wait {
+        return Ok(Acquired::Conflict(format!(
+            "{}; not waiting (-n)",
+            held_message(&held)
+        )));
+    }
+    let deadline = match args.wait {
+        Some(Wait::AtMost(limit)) => Some(limit),
+        Some(Wait::Forever) | None => None,
+    };
+    let bar = progress(display, &held, held.token > 0);
+    if cancel.is_cancelled() {
+        return Err(Failure::usage("cancelled"));
+    }
+    let mut options = AcquireOptions::default().cancel(cancel);
+    options.deadline = deadline;
+    let result = lease.acquire(options).await;
+    bar.finish_and_clear();
+    match result {
+        Ok(guard) => Ok(Acquired::Guard(guard)),
+        Err(LeaseError::DeadlineExceeded(waited)) => Ok(Acquired::Conflict(format!(
+            "{display} is still held after waiting {} (--wait)",
+            human(waited)
+        ))),
+        Err(e) => Err(explain(e)),
+    }
+}
+
+fn retryable(e: &LeaseError) -> bool {
+    matches!(e, LeaseError::Store(err) if err.is_retryable())
+}
+
+/// A spinner on stderr while waiting, only on a terminal.
+fn progress(display: &str, held: &HeldBy, known: bool) -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() || logging::json_logs() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {elapsed} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    let holder = if known {
+        format!(" held by {:?} (token {})", held.owner, held.token)
+    } else {
+        String::new()
+    };
+    bar.set_message(format!("waiting for {display}{holder}"));
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
+}

@@ -1,0 +1,168 @@
+//! Logs on stderr (text or JSON), with every known secret masked.
+//!
+//! Secrets are the values of the credential variables of every provider and
+//! the user-info part of any URL given on the command line; whatever
+//! prints them (an SDK at trace level, an error message quoting a URL),
+//! they are replaced by `***` before reaching stderr.
+
+use std::io::Write;
+use std::sync::{Mutex, OnceLock};
+
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::MakeWriter;
+
+use crate::cli::LogFormat;
+
+/// Variables whose values are secrets.
+const SECRET_VARIABLES: &[&str] = &[
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AZURE_STORAGE_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "AZURE_CLIENT_SECRET",
+    "GOOGLE_OAUTH_ACCESS_TOKEN",
+];
+
+/// Shorter values are not masked (they would mangle ordinary words).
+const MIN_SECRET_LEN: usize = 6;
+
+fn secrets() -> &'static Mutex<Vec<String>> {
+    static SECRETS: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
+    SECRETS.get_or_init(|| {
+        let mut found = Vec::new();
+        for name in SECRET_VARIABLES {
+            if let Ok(value) = std::env::var(name) {
+                found.push(value);
+            }
+        }
+        Mutex::new(found)
+    })
+}
+
+/// Adds `secret` to the values masked in all output.
+pub fn add_secret(secret: &str) {
+    let decoded = percent_encoding::percent_decode_str(secret)
+        .decode_utf8_lossy()
+        .to_string();
+    let mut list = secrets().lock().unwrap_or_else(|p| p.into_inner());
+    for value in [secret.to_string(), decoded] {
+        if !list.contains(&value) {
+            list.push(value);
+        }
+    }
+}
+
+/// `text` with every known secret replaced by `***`.
+pub fn redact(text: &str) -> String {
+    let list = secrets().lock().unwrap_or_else(|p| p.into_inner());
+    let mut out = text.to_string();
+    for secret in list.iter().filter(|s| s.len() >= MIN_SECRET_LEN) {
+        if out.contains(secret.as_str()) {
+            out = out.replace(secret.as_str(), "***");
+        }
+    }
+    out
+}
+
+static FORMAT: OnceLock<LogFormat> = OnceLock::new();
+
+/// Installs the stderr logger. Default level: warnings (`-v` info for
+/// casaas, `-vv` debug everywhere); `RUST_LOG` overrides.
+pub fn init(format: LogFormat, verbose: u8) {
+    let _ = FORMAT.set(format);
+    // Read the secret variables now, before anything could print them.
+    drop(secrets().lock());
+    let default = match verbose {
+        0 => "warn",
+        1 => "warn,casaas=info,casaas_core=info",
+        _ => "debug",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(RedactingStderr);
+    let installed = match format {
+        LogFormat::Text => builder.with_target(false).try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+    // A second installation attempt (never expected) keeps the first.
+    let _ = installed;
+}
+
+/// Prints a one-line error on stderr: `casaas: MESSAGE`, or a JSON log
+/// object with --log-format json.
+pub fn report_error(message: &str) {
+    let message = redact(message);
+    match FORMAT.get() {
+        Some(LogFormat::Json) => tracing::error!("{message}"),
+        _ => {
+            let _ = writeln!(std::io::stderr(), "casaas: {message}");
+        }
+    }
+}
+
+/// Prints a one-line notice on stderr (text), or an info event (JSON).
+pub fn notice(message: &str) {
+    let message = redact(message);
+    match FORMAT.get() {
+        Some(LogFormat::Json) => tracing::warn!("{message}"),
+        _ => {
+            let _ = writeln!(std::io::stderr(), "casaas: {message}");
+        }
+    }
+}
+
+/// Is the log format JSON?
+pub fn json_logs() -> bool {
+    FORMAT.get() == Some(&LogFormat::Json)
+}
+
+/// Writes each log event to stderr at once, secrets masked.
+struct RedactingStderr;
+
+impl<'a> MakeWriter<'a> for RedactingStderr {
+    type Writer = EventBuffer;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        EventBuffer(Vec::new())
+    }
+}
+
+/// One event's bytes, written (redacted) when dropped.
+struct EventBuffer(Vec<u8>);
+
+impl Write for EventBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for EventBuffer {
+    fn drop(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        let text = redact(&String::from_utf8_lossy(&self.0));
+        let _ = std::io::stderr().write_all(text.as_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_masked_also_when_percent_encoded() {
+        add_secret("p%40ss-w0rd");
+        assert_eq!(redact("url s3://u:p%40ss-w0rd@b/x"), "url s3://u:***@b/x");
+        assert_eq!(redact("said p@ss-w0rd"), "said ***");
+        assert_eq!(redact("nothing here"), "nothing here");
+    }
+}

@@ -1,0 +1,143 @@
+//! `casaas`: flock for a bucket.
+//!
+//! Runs a command only while holding a lease on an object in S3, GCS, Azure
+//! Blob Storage, an S3-compatible store or a local directory; shows who
+//! holds a lock; runs a command only while elected leader; breaks a stale
+//! lock without ever resetting its fencing token; and checks whether a
+//! store can be trusted with any of this (`casaas conformance`).
+//!
+//! See `docs/cli.md` for examples, exit codes and what a lock cannot
+//! promise.
+
+mod child;
+mod cli;
+mod duration;
+mod elect;
+mod exit;
+mod holding;
+mod lock;
+mod logging;
+mod release;
+mod status;
+mod target;
+mod time;
+
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser};
+
+use crate::cli::{Cli, Command};
+use crate::exit::Failure;
+
+fn main() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // `casaas conformance …` hands its arguments, untouched, to the
+    // conformance command line (which parses its own --help).
+    if let Some(position) = conformance_position(&args) {
+        let forwarded = std::iter::once(std::ffi::OsString::from("casaas conformance"))
+            .chain(args[position + 1..].iter().cloned());
+        return casaas_conformance::cli::run_cli(forwarded);
+    }
+    // Secrets in any URL argument are masked from the first message on.
+    for arg in &args {
+        target::register_userinfo(&arg.to_string_lossy());
+    }
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(err) => return usage_error(&err),
+    };
+    logging::init(cli.log_format, cli.verbose);
+    register_providers();
+    let outcome = match cli.command {
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "casaas", &mut std::io::stdout());
+            Ok(0)
+        }
+        Command::Conformance { .. } => Ok(0),
+        command => run_async(command),
+    };
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            logging::report_error(&failure.message());
+            ExitCode::from(failure.code())
+        }
+    }
+}
+
+/// Help and version go out as clap renders them; a usage error becomes one
+/// line saying what was wrong, and exit status 2.
+fn usage_error(err: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        err.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = err.print();
+        return ExitCode::from(if err.use_stderr() { exit::USAGE } else { 0 });
+    }
+    let rendered = err.render().to_string();
+    // The first paragraph (e.g. "required arguments were not provided:"
+    // and the list that follows), as one line.
+    let line = rendered
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| l.is_empty())
+        .take_while(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let line = line.strip_prefix("error: ").unwrap_or(&line);
+    let tip = rendered
+        .lines()
+        .map(str::trim)
+        .find_map(|l| l.strip_prefix("tip: "))
+        .map(|t| format!("; {t}"))
+        .unwrap_or_default();
+    logging::report_error(&format!("{line}{tip} (see casaas --help)"));
+    ExitCode::from(exit::USAGE)
+}
+
+/// Where `conformance` is, if it is the subcommand (only global options may
+/// precede it).
+fn conformance_position(args: &[std::ffi::OsString]) -> Option<usize> {
+    let mut index = 1;
+    while let Some(arg) = args.get(index) {
+        let text = arg.to_string_lossy();
+        match text.as_ref() {
+            "conformance" => return Some(index),
+            "--log-format" => index += 2,
+            "-v" | "--verbose" | "-vv" => index += 1,
+            t if t.starts_with("--log-format=") => index += 1,
+            _ => return None,
+        }
+    }
+    None
+}
+
+fn run_async(command: Command) -> Result<u8, Failure> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::usage(format!("cannot start the async runtime: {e}")))?;
+    runtime.block_on(async move {
+        match command {
+            Command::Lock(args) => lock::run(args).await,
+            Command::Status(args) => status::run(args).await,
+            Command::Elect(args) => elect::run(args).await,
+            Command::Release(args) => release::run(args).await,
+            Command::Completions { .. } | Command::Conformance { .. } => Ok(0),
+        }
+    })
+}
+
+/// Makes s3://, gs:// and az:// URLs openable, as the features allow.
+fn register_providers() {
+    #[cfg(feature = "s3")]
+    casaas_s3::register();
+    #[cfg(feature = "gcs")]
+    casaas_gcs::register();
+    #[cfg(feature = "azure")]
+    casaas_azure::register();
+}
