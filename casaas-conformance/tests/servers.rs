@@ -56,7 +56,8 @@ const CORE: &str =
 fn moto_is_safe() {
     let (code, report) = probe("moto", &format!("{CORE},s3_etag_forms,clock_skew"));
     assert_eq!(code, 0, "{report:#}");
-    assert_eq!(report["verdict"], "SAFE FOR LEASES");
+    assert_eq!(report["verdict"], "safe");
+    assert_eq!(report["summary"], "SAFE FOR LEASES");
     assert_eq!(verdict(&report, "s3_etag_forms"), "pass");
     // The S3 backend exposes the Date header.
     assert_eq!(verdict(&report, "clock_skew"), "pass");
@@ -85,14 +86,16 @@ fn s3rver_ignores_conditions_and_is_not_safe() {
 fn azurite_is_safe() {
     let (code, report) = probe("azurite", CORE);
     assert_eq!(code, 0, "{report:#}");
-    assert_eq!(report["verdict"], "SAFE FOR LEASES");
+    assert_eq!(report["verdict"], "safe");
+    assert_eq!(report["summary"], "SAFE FOR LEASES");
 }
 
 #[test]
 fn fake_gcs_is_safe() {
     let (code, report) = probe("fake-gcs", CORE);
     assert_eq!(code, 0, "{report:#}");
-    assert_eq!(report["verdict"], "SAFE FOR LEASES");
+    assert_eq!(report["verdict"], "safe");
+    assert_eq!(report["summary"], "SAFE FOR LEASES");
 }
 
 #[test]
