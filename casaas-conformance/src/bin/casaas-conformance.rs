@@ -44,8 +44,9 @@ struct Cli {
     /// Write the report to FILE (the table is then also printed).
     #[arg(long, short, value_name = "FILE")]
     output: Option<PathBuf>,
-    /// A quick first look (under a minute on a loopback server) instead of
-    /// the thorough default.
+    /// A quick first look (under a minute on a loopback server, under two on
+    /// a store that allows one write per second per key) instead of the
+    /// thorough default.
     #[arg(long)]
     quick: bool,
     /// Run only these probes (ids, separated by spaces or commas; see
