@@ -51,6 +51,9 @@ pub struct PacingReport {
     /// Time writers spent waiting for their pace or backing off after a
     /// throttled answer, in milliseconds, summed over concurrent writers.
     pub waited_ms: u64,
+    /// Wall time during which at least one writer was waiting for its pace
+    /// or backing off, in milliseconds: about what pacing added to the run.
+    pub wall_waited_ms: u64,
     /// Throttled answers (429, 503 SlowDown, …) seen by the probes' writes.
     pub throttled_answers: u64,
     /// What those answers were, e.g. `{"503 SlowDown": 12}`.
@@ -61,8 +64,25 @@ pub struct PacingReport {
     pub ambiguous_resolved: u64,
 }
 
+/// Ends a wait when dropped (also when the waiting future is cancelled).
+struct WaitDone<'a>(&'a Pacer);
+
+impl Drop for WaitDone<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.waiting = state.waiting.saturating_sub(1);
+        if state.waiting == 0
+            && let Some(since) = state.waiting_since.take()
+        {
+            state.report.wall_waited_ms += since.elapsed().as_millis() as u64;
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct PacerState {
+    waiting: usize,
+    waiting_since: Option<Instant>,
     interval: Option<Duration>,
     source: Option<IntervalSource>,
     no_conditional_delete: Option<String>,
@@ -149,8 +169,19 @@ impl Pacer {
         report
     }
 
-    fn waited(&self, d: Duration) {
-        self.lock().report.waited_ms += d.as_millis() as u64;
+    /// Sleeps `d` for pacing or backoff, counting it: per writer, and as
+    /// wall time during which at least one writer waited.
+    async fn wait(&self, d: Duration) {
+        {
+            let mut state = self.lock();
+            state.report.waited_ms += d.as_millis() as u64;
+            if state.waiting == 0 {
+                state.waiting_since = Some(Instant::now());
+            }
+            state.waiting += 1;
+        }
+        let _done = WaitDone(self);
+        tokio::time::sleep(d).await;
     }
 
     /// Counts a throttled answer; raises the interval when the write had
@@ -286,8 +317,7 @@ impl PacedStore {
             match self.clock.try_take(key, interval) {
                 Ok(known) => return known.then_some(interval),
                 Err(wait) => {
-                    tokio::time::sleep(wait).await;
-                    self.pacer.waited(wait);
+                    self.pacer.wait(wait).await;
                 }
             }
         }
@@ -338,8 +368,7 @@ impl PacedStore {
                     }
                     let wait = e.retry_after().unwrap_or(backoff).min(MAX_BACKOFF);
                     backoff = (backoff * 2).min(MAX_BACKOFF);
-                    tokio::time::sleep(wait).await;
-                    self.pacer.waited(wait);
+                    self.pacer.wait(wait).await;
                 }
                 // Never sent: nothing was written, so sending again is safe.
                 Err(e) if e.kind() == ErrorKind::Transport && unsent < 3 => {
@@ -383,8 +412,7 @@ impl CasStore for PacedStore {
                     }
                     let wait = e.retry_after().unwrap_or(backoff).min(MAX_BACKOFF);
                     backoff = (backoff * 2).min(MAX_BACKOFF);
-                    tokio::time::sleep(wait).await;
-                    self.pacer.waited(wait);
+                    self.pacer.wait(wait).await;
                 }
                 other => return other,
             }
@@ -479,8 +507,7 @@ impl CasStore for PacedStore {
                 Err(e) if e.is_retryable() => {
                     let wait = e.retry_after().unwrap_or(backoff).min(MAX_BACKOFF);
                     backoff = (backoff * 2).min(MAX_BACKOFF);
-                    tokio::time::sleep(wait).await;
-                    self.pacer.waited(wait);
+                    self.pacer.wait(wait).await;
                 }
                 other => return other,
             }

@@ -205,22 +205,23 @@ impl Report {
         if let Some(ms) = self.pacing.min_write_interval_ms {
             let _ = writeln!(
                 out,
-                "pacing:   writes to one key at most every {ms} ms ({}); waiting and backing off added {:.1} s over all writers, {} throttled answers",
+                "pacing:   writes to one key at most every {ms} ms ({}); pacing and backing off added about {:.1} s to the run ({:.1} s over all writers), {} throttled answers",
                 self.pacing.interval_source.map_or("declared", |s| match s {
                     crate::paced::IntervalSource::Option => "--min-write-interval",
                     crate::paced::IntervalSource::Measured => "measured by the throttle probe",
                     crate::paced::IntervalSource::Declared => "declared by the backend",
                     crate::paced::IntervalSource::Adapted => "raised after throttled answers",
                 }),
+                self.pacing.wall_waited_ms as f64 / 1000.0,
                 self.pacing.waited_ms as f64 / 1000.0,
                 self.pacing.throttled_answers
             );
         } else if self.pacing.throttled_answers > 0 {
             let _ = writeln!(
                 out,
-                "pacing:   {} throttled answers retried; backing off added {:.1} s over all writers",
+                "pacing:   {} throttled answers retried; backing off added about {:.1} s to the run",
                 self.pacing.throttled_answers,
-                self.pacing.waited_ms as f64 / 1000.0
+                self.pacing.wall_waited_ms as f64 / 1000.0
             );
         }
         out.push('\n');

@@ -501,22 +501,28 @@ fn redact_millis(text: &str) -> String {
     out
 }
 
-/// `(version 268)` -> `(version [n])`: memory-store generations depend on
-/// how many writes the throttle probe made first.
+/// `(version 268)` -> `(version [n])`, `version is 272, not 271` ->
+/// `version is [n], not [n]`:
+/// memory-store generations depend on how many writes the throttle probe
+/// made first.
 fn redact_versions(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(i) = rest.find("version ") {
-        let (head, tail) = rest.split_at(i + "version ".len());
-        out.push_str(head);
-        let digits = tail.chars().take_while(char::is_ascii_digit).count();
-        if digits > 0 {
-            out.push_str("[n]");
+    let mut text = text.to_string();
+    for marker in ["version ", "version is ", "not "] {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find(marker) {
+            let (head, tail) = rest.split_at(i + marker.len());
+            out.push_str(head);
+            let digits = tail.chars().take_while(char::is_ascii_digit).count();
+            if digits > 0 {
+                out.push_str("[n]");
+            }
+            rest = &tail[digits..];
         }
-        rest = &tail[digits..];
+        out.push_str(rest);
+        text = out;
     }
-    out.push_str(rest);
-    out
+    text
 }
 
 /// The report with everything that differs between two runs of the same
@@ -542,6 +548,9 @@ fn redacted(mut report: Report, also: &[&str]) -> Report {
         for (name, value) in p.evidence.0.iter_mut() {
             if is_timing(name) {
                 *value = "[varies]".into();
+            } else {
+                let text = redact_versions(&value.to_string());
+                *value = serde_json::from_str(&text).unwrap();
             }
         }
     }
