@@ -4,7 +4,9 @@
 //!
 //! Without a URL it probes the embedded file backend in a temporary
 //! directory. Exit status: 0 safe, 1 not safe, 2 usage, configuration or
-//! connection error.
+//! connection error, 3 inconclusive. No output ever carries a secret: URL
+//! user parts, credential-looking parameters and the values of credential
+//! environment variables are redacted from the report, messages and logs.
 
 use std::ffi::OsString;
 use std::io::IsTerminal;
@@ -14,9 +16,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::{
-    ConformanceError, Probe, ProbeResult, Progress, Report, Settings, Suite, Target, redact_url,
+    ConformanceError, Probe, ProbeResult, Progress, Reopen, Reopened, Report, Settings, Suite,
+    Target, redact_text, redact_url, register_secrets_from_env, register_url_secrets,
+    says_bucket_missing, url_with_options,
 };
 use anyhow::{Context, Result};
+use async_trait::async_trait;
 use casaas_core::{CasStore, ErrorKind, FileStore};
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -29,7 +34,7 @@ use indicatif::{ProgressBar, ProgressStyle};
     version,
     after_help = "URL examples: file:///abs/dir, memory://name, s3://bucket/prefix?endpoint=http://127.0.0.1:9000&path_style=true, gs://bucket/prefix, az://account/container/prefix.\n\
                   Credentials come from the environment (e.g. AWS_ACCESS_KEY_ID), never from the URL.\n\
-                  Exit status: 0 safe for leases, 1 not safe, 2 usage, configuration or connection error."
+                  Exit status: 0 safe for leases, 1 not safe, 2 usage, configuration or connection error, 3 inconclusive (some critical probes could not complete)."
 )]
 struct Cli {
     /// The store to probe. Without one, the embedded file backend is probed
@@ -41,8 +46,9 @@ struct Cli {
     /// Write the report to FILE (the table is then also printed).
     #[arg(long, short, value_name = "FILE")]
     output: Option<PathBuf>,
-    /// A quick first look (under a minute on a loopback server) instead of
-    /// the thorough default.
+    /// A quick first look (under a minute on a loopback server, under two on
+    /// a store that allows one write per second per key) instead of the
+    /// thorough default.
     #[arg(long)]
     quick: bool,
     /// Run only these probes (ids, separated by spaces or commas; see
@@ -55,6 +61,10 @@ struct Cli {
     /// Race rounds (default 10 with --quick, 100 otherwise).
     #[arg(long, value_name = "R")]
     rounds: Option<usize>,
+    /// Pace writes to one key to at most one per this interval (e.g. `1s`,
+    /// `500ms`), instead of the rate the throttle probe measures.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    min_write_interval: Option<Duration>,
     /// Create the bucket (or container) first, where the backend supports it.
     #[arg(long)]
     create_bucket: bool,
@@ -73,8 +83,45 @@ enum Format {
     Markdown,
 }
 
+/// `1s`, `500ms`, `1.5s`, `2m`, or plain seconds (`1.5`).
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, scale) = if let Some(n) = text.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = text.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (text, 1.0)
+    };
+    match number.trim().parse::<f64>() {
+        Ok(n) if n.is_finite() && n >= 0.0 && n * scale <= 3600.0 => {
+            Ok(Duration::from_secs_f64(n * scale))
+        }
+        _ => Err(format!(
+            "'{text}' is not a duration: write e.g. 1s, 500ms or 1.5 (seconds, at most an hour)"
+        )),
+    }
+}
+
 /// Failures that end the run with exit status 2.
 struct Usage(anyhow::Error);
+
+/// Standard error with every secret redacted, for log lines.
+struct RedactingStderr;
+
+impl std::io::Write for RedactingStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = redact_text(&String::from_utf8_lossy(buf));
+        std::io::stderr().write_all(text.as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
 
 /// Runs the command line `args` (the first item is the program name) and
 /// returns the exit status. Installs a global `tracing` subscriber if none
@@ -84,9 +131,16 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
+    // Before anything can be printed: what the credential variables hold
+    // is redacted from every output.
+    register_secrets_from_env();
     let cli = Cli::parse_from(args);
+    if let Some(url) = &cli.url {
+        register_url_secrets(url);
+    }
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(|| RedactingStderr)
+        .with_ansi(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
                 tracing_subscriber::EnvFilter::new("warn,casaas_core::lease=error")
@@ -96,10 +150,12 @@ where
         .ok();
     register_providers();
     match run(cli) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
+        Ok(code) => ExitCode::from(code),
         Err(Usage(e)) => {
-            eprintln!("casaas-conformance: error: {e:#}");
+            eprintln!(
+                "{}",
+                redact_text(&format!("casaas-conformance: error: {e:#}"))
+            );
             ExitCode::from(2)
         }
     }
@@ -125,12 +181,12 @@ fn feature_hint(scheme: &str) -> Option<&'static str> {
     }
 }
 
-fn run(cli: Cli) -> Result<bool, Usage> {
+fn run(cli: Cli) -> Result<u8, Usage> {
     if cli.list_probes {
         for probe in Suite::standard().ids() {
             println!("{probe}");
         }
-        return Ok(true);
+        return Ok(0);
     }
     // Check --only before touching the store.
     if !cli.only.is_empty() {
@@ -153,6 +209,7 @@ fn run(cli: Cli) -> Result<bool, Usage> {
     };
     settings.concurrency = cli.concurrency;
     settings.rounds = cli.rounds;
+    settings.min_write_interval = cli.min_write_interval;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -176,11 +233,11 @@ fn run(cli: Cli) -> Result<bool, Usage> {
         None => {
             print!("{rendered}");
             if cli.format != Format::Table {
-                eprintln!("{}", report.verdict);
+                eprintln!("{}", redact_text(&report.summary));
             }
         }
     }
-    Ok(report.safe_for_leases)
+    Ok(report.exit_code())
 }
 
 async fn probe(cli: &Cli, settings: Settings) -> Result<Report, Usage> {
@@ -218,13 +275,13 @@ async fn probe(cli: &Cli, settings: Settings) -> Result<Report, Usage> {
 }
 
 fn explain_run_error(e: ConformanceError, create_bucket: bool) -> anyhow::Error {
-    let hint = match e.store_kind() {
-        Some(ErrorKind::Misconfigured | ErrorKind::NotFound) if !create_bucket => {
-            " (--create-bucket creates it.)"
-        }
-        _ => "",
+    // A hint only when the store said the bucket or container is missing.
+    let hint = if e.bucket_missing() && !create_bucket {
+        " (--create-bucket creates it.)"
+    } else {
+        ""
     };
-    anyhow::anyhow!("{e}{hint}")
+    anyhow::anyhow!("{}{hint}", redact_text(&e.to_string()))
 }
 
 /// The target, the probes its backend contributes, and the temporary
@@ -264,39 +321,60 @@ async fn open_target(cli: &Cli) -> Result<Opened, Usage> {
             None => Usage(err),
         }
     })?;
-    Ok((Target::new(store, url), Vec::new(), None))
+    let reopen = Arc::new(UrlReopen {
+        url: url.to_string(),
+    });
+    Ok((
+        Target::new(store, url).with_reopen(reopen),
+        Vec::new(),
+        None,
+    ))
+}
+
+/// Opens a store URL again with options added, to prove them.
+struct UrlReopen {
+    url: String,
+}
+
+#[async_trait]
+impl Reopen for UrlReopen {
+    async fn reopen(&self, options: &[String]) -> Result<Reopened, casaas_core::CasError> {
+        let store = casaas_core::open_store(&url_with_options(&self.url, options)).await?;
+        Ok(Reopened {
+            store,
+            probes: Vec::new(),
+        })
+    }
 }
 
 fn open_error(url: &str, e: &casaas_core::CasError, create_bucket: bool) -> Usage {
     let mut message = format!("cannot open {}: {e}", redact_url(url));
-    let text = e.to_string();
-    let about_bucket = (text.contains("bucket") || text.contains("container"))
-        && !text.contains("not a valid store URL")
-        && !text.contains("no backend for scheme");
-    if matches!(e.kind(), ErrorKind::Misconfigured | ErrorKind::NotFound)
-        && !create_bucket
-        && about_bucket
-    {
+    // A hint only when the store said the bucket or container is missing.
+    if says_bucket_missing(e) && !create_bucket {
         message.push_str(". If the bucket does not exist, run again with --create-bucket");
     }
-    Usage(anyhow::anyhow!(message))
+    Usage(anyhow::anyhow!(redact_text(&message)))
 }
 
 /// S3: the store, its server clock, the S3-only probes, and bucket creation.
 #[cfg(feature = "s3")]
 async fn open_s3(cli: &Cli, url: &str) -> Result<Opened, Usage> {
-    use crate::s3::{S3Clock, create_bucket, s3_probes};
+    use crate::s3::{S3Clock, S3Reopen, create_bucket, s3_probes};
     let store = casaas_s3::S3Store::open(url)
         .await
         .map_err(|e| open_error(url, &e, cli.create_bucket))?;
     if cli.create_bucket {
-        create_bucket(&store)
-            .await
-            .map_err(|e| Usage(anyhow::anyhow!("--create-bucket: {e}")))?;
+        create_bucket(&store).await.map_err(|e| {
+            Usage(anyhow::anyhow!(
+                "--create-bucket: {}",
+                redact_text(&e.to_string())
+            ))
+        })?;
     }
     let probes = s3_probes(&store, url);
     let target = Target::new(Arc::new(store.clone()) as Arc<dyn CasStore>, url)
-        .with_clock(Arc::new(S3Clock(store)));
+        .with_clock(Arc::new(S3Clock(store)))
+        .with_reopen(Arc::new(S3Reopen::new(url)));
     Ok((target, probes, None))
 }
 

@@ -2,14 +2,16 @@
 //! enough to build leases on.
 //!
 //! A [probe](Probe) is a named check with a [`Severity`] (critical = unsafe
-//! to build leases on; warning; info), a [`Verdict`] (pass / fail /
+//! to build leases on; warning; info), a [`Verdict`] (pass / fail / note /
 //! unsupported / error), the [`Evidence`] behind it (statuses, provider
 //! error codes, counts, timings) and one sentence on what a failure means
 //! for a lock on the store. Probes are written once against
 //! [`casaas_core::CasStore`], so they run on every backend.
 //!
-//! A [`Suite`] runs probes under a fresh key prefix, removes what it wrote
-//! and produces a [`Report`], rendered as a table, JSON (schema in
+//! A [`Suite`] runs probes under a fresh key prefix, pacing and retrying
+//! their writes (see [`Pacer`]), proves recommended options by running the
+//! probes they affect again with them, removes what it wrote and produces a
+//! [`Report`] with one of three [`RunVerdict`]s, rendered as a table, JSON (schema in
 //! `docs/conformance.md`) or Markdown. The `casaas-conformance` binary wraps
 //! all of this.
 //!
@@ -25,29 +27,39 @@
 //! let report = suite
 //!     .run(&Target::new(store, "memory://doc"), &Settings::quick(), Arc::new(NoProgress))
 //!     .await?;
-//! assert!(report.safe_for_leases, "{}", report.to_table());
+//! assert_eq!(report.verdict, casaas_conformance::RunVerdict::Safe, "{}", report.to_table());
 //! # Ok(())
 //! # }
 //! ```
 
 pub mod cli;
 mod model;
+mod paced;
 mod prefixed;
 mod probe;
 mod probes;
+mod redact;
 mod report;
 #[cfg(feature = "s3")]
 pub mod s3;
 mod suite;
 
 pub use model::{
-    Evidence, Outcome, ProbeResult, Recommendation, Severity, StepError, StepExt, Verdict,
-    error_evidence,
+    Evidence, Outcome, ProbeResult, Recommendation, RunVerdict, Severity, StepError, StepExt,
+    Verdict, error_evidence,
 };
+pub use paced::{IntervalSource, Pacer, PacingReport};
 pub use prefixed::PrefixedStore;
 pub use probe::{NoProgress, Probe, ProbeContext, Progress, ServerClock, Settings};
 pub use probes::{S3_ONLY_PROBES, UnavailableProbe};
-pub use report::{
-    BackendReport, CleanupReport, Report, SCHEMA_VERSION, SettingsReport, ToolInfo, judge, rfc3339,
+pub use redact::{
+    REDACTED, redact_text, redact_url, register_secret, register_secrets_from_env,
+    register_url_secrets,
 };
-pub use suite::{ConformanceError, Suite, Target, redact_url};
+pub use report::{
+    BackendReport, CleanupReport, Incomplete, Judgement, Report, SCHEMA_VERSION, SettingsReport,
+    ToolInfo, judge, rfc3339,
+};
+pub use suite::{
+    ConformanceError, Reopen, Reopened, Suite, Target, says_bucket_missing, url_with_options,
+};

@@ -45,9 +45,13 @@ pub enum Verdict {
     Pass,
     /// The store broke the contract; the evidence says how.
     Fail,
+    /// An informational probe found something worth knowing (an info
+    /// probe never fails: what would be a failure is a note).
+    Note,
     /// The store (or this backend) does not offer what the probe checks.
     Unsupported,
-    /// The probe could not reach a conclusion (unexpected error, timeout).
+    /// The probe could not reach a conclusion (unexpected error, timeout,
+    /// throttling beyond the retry budget, races without a winner).
     Error,
 }
 
@@ -57,6 +61,7 @@ impl Verdict {
         match self {
             Verdict::Pass => "pass",
             Verdict::Fail => "fail",
+            Verdict::Note => "note",
             Verdict::Unsupported => "unsupported",
             Verdict::Error => "error",
         }
@@ -231,6 +236,49 @@ pub fn error_evidence(err: &CasError) -> serde_json::Value {
     })
 }
 
+/// The verdict of a whole run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunVerdict {
+    /// Every critical probe passed (possibly with options, proven by
+    /// running the probes they affect again with them). Exit status 0.
+    Safe,
+    /// A critical probe failed, or the store lacks an operation leases
+    /// need. Exit status 1.
+    NotSafe,
+    /// No critical probe failed, but some could not be completed
+    /// (throttled beyond the budget, races without a winner, errors).
+    /// Exit status 3.
+    Inconclusive,
+}
+
+impl RunVerdict {
+    /// The stable snake_case name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunVerdict::Safe => "safe",
+            RunVerdict::NotSafe => "not_safe",
+            RunVerdict::Inconclusive => "inconclusive",
+        }
+    }
+
+    /// The binary's exit status for this verdict: 0, 1 or 3 (2 is kept for
+    /// usage, configuration and connection errors).
+    pub fn exit_code(self) -> u8 {
+        match self {
+            RunVerdict::Safe => 0,
+            RunVerdict::NotSafe => 1,
+            RunVerdict::Inconclusive => 3,
+        }
+    }
+}
+
+impl fmt::Display for RunVerdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The full result of one probe, as reported.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProbeResult {
@@ -253,6 +301,10 @@ pub struct ProbeResult {
     pub recommended_options: Vec<Recommendation>,
     /// Wall time the probe took, in milliseconds.
     pub duration_ms: u64,
+    /// The casaas options the store was opened with for this result, when
+    /// the probe was run again to prove recommended options.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<String>,
 }
 
 impl ProbeResult {

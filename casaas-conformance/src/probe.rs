@@ -1,20 +1,21 @@
 //! The probe interface: what a probe is, and what it gets to work with.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use casaas_core::CasStore;
 
 use crate::model::{Outcome, ProbeResult, Severity, StepError};
+use crate::paced::{IntervalSource, KeyClock, Mode, PacedStore, Pacer};
 
 /// How hard a run probes: rounds, sample counts and time caps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     /// Quick mode: few rounds, for a first look (under a minute on a
-    /// loopback server). The default is thorough.
+    /// loopback server, under two on a store that allows one write per
+    /// second per key). The default is thorough.
     pub quick: bool,
     /// Concurrent writers in each race round.
     pub concurrency: usize,
@@ -22,6 +23,9 @@ pub struct Settings {
     pub rounds: Option<usize>,
     /// The longest one probe may take before it is reported as an error.
     pub probe_timeout: Duration,
+    /// Pace writes to one key to at most one per this interval, instead of
+    /// the rate the `throttle` probe measures (`--min-write-interval`).
+    pub min_write_interval: Option<Duration>,
 }
 
 impl Default for Settings {
@@ -38,6 +42,7 @@ impl Settings {
             concurrency: 8,
             rounds: None,
             probe_timeout: Duration::from_secs(600),
+            min_write_interval: None,
         }
     }
 
@@ -111,11 +116,16 @@ impl Progress for NoProgress {}
 /// What a probe works with.
 pub struct ProbeContext {
     pub(crate) id: &'static str,
+    /// The probe's store without pacing or retries.
+    pub(crate) raw: Arc<dyn CasStore>,
     pub(crate) store: Arc<dyn CasStore>,
+    pub(crate) racing: Arc<dyn CasStore>,
+    pub(crate) protocol: Arc<dyn CasStore>,
+    pub(crate) paced: PacedStore,
+    pub(crate) pacer: Arc<Pacer>,
     pub(crate) settings: Settings,
     pub(crate) clock: Option<Arc<dyn ServerClock>>,
     pub(crate) progress: Arc<dyn Progress>,
-    pub(crate) last_write: Mutex<HashMap<String, Instant>>,
     pub(crate) key_prefix: String,
 }
 
@@ -123,7 +133,7 @@ impl fmt::Debug for ProbeContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ProbeContext")
             .field("id", &self.id)
-            .field("store", &self.store.describe())
+            .field("store", &self.raw.describe())
             .field("settings", &self.settings)
             .field("clock", &self.clock.is_some())
             .finish()
@@ -131,7 +141,8 @@ impl fmt::Debug for ProbeContext {
 }
 
 impl ProbeContext {
-    /// A context for probe `id` on `store` (already private to the probe).
+    /// A context for probe `id` on `store` (already private to the probe),
+    /// paced as `settings` and the store's capabilities say.
     pub fn new(
         id: &'static str,
         store: Arc<dyn CasStore>,
@@ -139,13 +150,40 @@ impl ProbeContext {
         clock: Option<Arc<dyn ServerClock>>,
         progress: Arc<dyn Progress>,
     ) -> Self {
+        let pacer = Arc::new(match settings.min_write_interval {
+            Some(interval) => Pacer::new(Some(interval), IntervalSource::Option),
+            None => Pacer::new(
+                store.capabilities().min_write_interval,
+                IntervalSource::Declared,
+            ),
+        });
+        Self::with_pacer(id, store, settings, clock, progress, pacer)
+    }
+
+    /// A context sharing a run-wide [`Pacer`].
+    pub fn with_pacer(
+        id: &'static str,
+        store: Arc<dyn CasStore>,
+        settings: Settings,
+        clock: Option<Arc<dyn ServerClock>>,
+        progress: Arc<dyn Progress>,
+        pacer: Arc<Pacer>,
+    ) -> Self {
+        let keys = Arc::new(KeyClock::default());
+        let paced = PacedStore::new(store.clone(), pacer.clone(), keys.clone(), Mode::Resolving);
+        let racing = PacedStore::new(store.clone(), pacer.clone(), keys.clone(), Mode::Racing);
+        let protocol = PacedStore::new(store.clone(), pacer.clone(), keys, Mode::Protocol);
         ProbeContext {
             id,
-            store,
+            raw: store,
+            store: Arc::new(paced.clone()),
+            racing: Arc::new(racing),
+            protocol: Arc::new(protocol),
+            paced,
+            pacer,
             settings,
             clock,
             progress,
-            last_write: Mutex::new(HashMap::new()),
             key_prefix: String::new(),
         }
     }
@@ -167,8 +205,44 @@ impl ProbeContext {
 
     /// The store, on an empty key prefix private to this probe. Every key a
     /// probe writes is under it, and the suite removes them afterwards.
+    ///
+    /// Writes are paced per key, throttled answers are retried with
+    /// backoff, and writes whose outcome is unknown are resolved by reading
+    /// the key back (every probe body carries a nonce): a probe sees only
+    /// answers about the store's semantics, or an error once the retry
+    /// budget is spent.
     pub fn store(&self) -> &Arc<dyn CasStore> {
         &self.store
+    }
+
+    /// The store for races and the lease protocol: first attempts are sent
+    /// at once (unpaced), throttled answers are retried paced, and unknown
+    /// outcomes are returned for the caller to resolve.
+    pub fn racing_store(&self) -> &Arc<dyn CasStore> {
+        &self.racing
+    }
+
+    /// The store for protocols that resolve unknown outcomes themselves
+    /// (the lease protocol): every write paced, throttled answers retried,
+    /// unknown outcomes returned.
+    pub fn protocol_store(&self) -> &Arc<dyn CasStore> {
+        &self.protocol
+    }
+
+    /// The store without pacing or retries, for probes that measure the
+    /// store's own limits.
+    pub fn raw_store(&self) -> &Arc<dyn CasStore> {
+        &self.raw
+    }
+
+    /// The run's pacing state, shared by every probe.
+    pub fn pacer(&self) -> &Arc<Pacer> {
+        &self.pacer
+    }
+
+    /// The interval between writes to one key that writes are paced to.
+    pub fn min_write_interval(&self) -> Option<Duration> {
+        self.pacer.interval()
     }
 
     /// How hard to probe.
@@ -186,27 +260,12 @@ impl ProbeContext {
         self.progress.probe_step(self.id, done, total);
     }
 
-    /// Waits until a write to `key` respects the store's declared minimum
-    /// interval between writes to one key (GCS: about one per second), so
-    /// that probes other than the throttle probe measure semantics, not rate
-    /// limits.
+    /// Waits until a write to `key` keeps the run's per-key pace (what the
+    /// `throttle` probe measured, `--min-write-interval`, or what the
+    /// backend declares). Writes through [`ProbeContext::store`] are paced
+    /// already; this is for a race, whose racers are released unpaced.
     pub async fn pace(&self, key: &str) {
-        let Some(interval) = self.store.capabilities().min_write_interval else {
-            return;
-        };
-        let wait = {
-            let mut map = self
-                .last_write
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            let now = Instant::now();
-            let next = map.get(key).map_or(now, |last| (*last + interval).max(now));
-            map.insert(key.to_string(), next);
-            next - now
-        };
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
-        }
+        self.paced.pace(key).await;
     }
 }
 

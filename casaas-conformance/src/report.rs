@@ -10,10 +10,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use casaas_core::Capabilities;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{ProbeResult, Recommendation, Severity, Verdict};
+use crate::model::{ProbeResult, Recommendation, RunVerdict, Severity, Verdict};
+use crate::paced::PacingReport;
+use crate::redact::redact_text;
 
-/// The version of the JSON schema; bumped on incompatible changes.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The version of the JSON schema; bumped on incompatible changes
+/// (2: `verdict` is `safe` / `not_safe` / `inconclusive`, the verdict line
+/// moved to `summary`, info probes report `note` rather than `fail`).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The tool that produced a report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,8 +60,12 @@ pub struct BackendReport {
     pub scheme: String,
     /// The key prefix the run worked under.
     pub prefix: String,
-    /// What the backend declares it honours.
+    /// What the store was found to honour: what the backend declares,
+    /// corrected by what the probes saw (a conditional delete answered
+    /// unsupported, the per-key write interval the run was paced to).
     pub capabilities: Capabilities,
+    /// What the backend declares it honours (with the URL's options).
+    pub declared_capabilities: Capabilities,
     /// Whether the backend exposed the server's clock.
     pub server_clock: bool,
 }
@@ -71,6 +79,17 @@ pub struct CleanupReport {
     pub leftovers: Vec<String>,
     /// Why, when something was left.
     pub note: Option<String>,
+}
+
+/// A probe that could not reach a conclusion, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Incomplete {
+    /// The probe's id.
+    pub id: String,
+    /// Its severity: only critical ones make the verdict inconclusive.
+    pub severity: Severity,
+    /// Why, in a few words (the start of the probe's detail).
+    pub reason: String,
 }
 
 /// The outcome of a conformance run.
@@ -88,15 +107,24 @@ pub struct Report {
     pub settings: SettingsReport,
     /// The store.
     pub backend: BackendReport,
-    /// Whether leases can be built on the store (possibly with the
-    /// recommended options).
+    /// Safe, not safe, or inconclusive; the exit status follows it.
+    pub verdict: RunVerdict,
+    /// `verdict == safe`, kept for readers of schema 1.
     pub safe_for_leases: bool,
-    /// The verdict line: `SAFE FOR LEASES`, `SAFE WITH OPTIONS: …` or
-    /// `NOT SAFE: …`.
-    pub verdict: String,
+    /// The verdict line: `SAFE FOR LEASES`, `SAFE WITH OPTIONS: …`,
+    /// `NOT SAFE: …` or `INCONCLUSIVE: …`, naming the probes that could not
+    /// complete and why.
+    pub summary: String,
     /// casaas options (URL query options) the store needs.
     pub recommended_options: Vec<Recommendation>,
-    /// Every probe's result, in run order.
+    /// Options the affected probes were run again with, to prove them.
+    pub options_applied: Vec<String>,
+    /// Probes that could not reach a conclusion, and why.
+    pub incomplete: Vec<Incomplete>,
+    /// What pacing writes and retrying throttled answers cost.
+    pub pacing: PacingReport,
+    /// Every probe's result, in run order (run again with the options
+    /// where options were proven).
     pub probes: Vec<ProbeResult>,
     /// What the run left behind.
     pub cleanup: CleanupReport,
@@ -104,6 +132,7 @@ pub struct Report {
 
 impl Report {
     /// Assembles a report and computes its verdict.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         tool: ToolInfo,
         started_at: String,
@@ -111,9 +140,11 @@ impl Report {
         settings: SettingsReport,
         backend: BackendReport,
         probes: Vec<ProbeResult>,
+        options_applied: Vec<String>,
+        pacing: PacingReport,
         cleanup: CleanupReport,
     ) -> Self {
-        let (safe_for_leases, verdict, recommended_options) = judge(&probes);
+        let judgement = judge(&probes, &options_applied);
         Report {
             schema_version: SCHEMA_VERSION,
             tool,
@@ -121,26 +152,43 @@ impl Report {
             duration_ms,
             settings,
             backend,
-            safe_for_leases,
-            verdict,
-            recommended_options,
+            verdict: judgement.verdict,
+            safe_for_leases: judgement.verdict == RunVerdict::Safe,
+            summary: judgement.summary,
+            recommended_options: judgement.options,
+            options_applied,
+            incomplete: judgement.incomplete,
+            pacing,
             probes,
             cleanup,
         }
     }
 
-    /// Critical probes that did not pass and that no recommended option fixes.
+    /// The binary's exit status: 0 safe, 1 not safe, 3 inconclusive.
+    pub fn exit_code(&self) -> u8 {
+        self.verdict.exit_code()
+    }
+
+    /// Critical probes that did not pass.
     pub fn blockers(&self) -> Vec<&ProbeResult> {
-        blockers(&self.probes, &self.recommended_options)
+        self.probes.iter().filter(|p| p.blocks_leases()).collect()
     }
 
-    /// The report as pretty JSON (the documented schema).
+    /// The report as pretty JSON (the documented schema), secrets redacted.
     pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        redact_text(
+            &serde_json::to_string_pretty(self)
+                .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")),
+        )
     }
 
-    /// A plain-text table for people, ending with the verdict line.
+    /// A plain-text table for people, ending with the verdict line;
+    /// secrets redacted.
     pub fn to_table(&self) -> String {
+        redact_text(&self.table())
+    }
+
+    fn table(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "casaas-conformance {}", self.tool.version);
         let _ = writeln!(out, "store:    {}", self.backend.description);
@@ -154,6 +202,28 @@ impl Report {
             self.duration_ms as f64 / 1000.0,
             self.backend.prefix
         );
+        if let Some(ms) = self.pacing.min_write_interval_ms {
+            let _ = writeln!(
+                out,
+                "pacing:   writes to one key at most every {ms} ms ({}); pacing and backing off added about {:.1} s to the run ({:.1} s over all writers), {} throttled answers",
+                self.pacing.interval_source.map_or("declared", |s| match s {
+                    crate::paced::IntervalSource::Option => "--min-write-interval",
+                    crate::paced::IntervalSource::Measured => "measured by the throttle probe",
+                    crate::paced::IntervalSource::Declared => "declared by the backend",
+                    crate::paced::IntervalSource::Adapted => "raised after throttled answers",
+                }),
+                self.pacing.wall_waited_ms as f64 / 1000.0,
+                self.pacing.waited_ms as f64 / 1000.0,
+                self.pacing.throttled_answers
+            );
+        } else if self.pacing.throttled_answers > 0 {
+            let _ = writeln!(
+                out,
+                "pacing:   {} throttled answers retried; backing off added about {:.1} s to the run",
+                self.pacing.throttled_answers,
+                self.pacing.wall_waited_ms as f64 / 1000.0
+            );
+        }
         out.push('\n');
         let id_w = self
             .probes
@@ -182,7 +252,7 @@ impl Report {
         let failing: Vec<&ProbeResult> = self
             .probes
             .iter()
-            .filter(|p| matches!(p.verdict, Verdict::Fail | Verdict::Error))
+            .filter(|p| matches!(p.verdict, Verdict::Fail | Verdict::Error | Verdict::Note))
             .collect();
         for p in &failing {
             let _ = writeln!(out, "{} ({}): {}", p.id, p.severity, p.explanation);
@@ -201,21 +271,31 @@ impl Report {
             );
         }
         for r in &self.recommended_options {
-            let _ = writeln!(out, "option {}: {}", r.option, r.reason);
+            let proven = if self.options_applied.contains(&r.option) {
+                " (the probes it affects were run again with it)"
+            } else {
+                ""
+            };
+            let _ = writeln!(out, "option {}: {}{proven}", r.option, r.reason);
         }
-        let _ = writeln!(out, "{}", self.verdict);
+        let _ = writeln!(out, "{}", self.summary);
         out
     }
 
-    /// Markdown: a summary, the results table, then the evidence per probe.
+    /// Markdown: a summary, the results table, then the evidence per
+    /// probe; secrets redacted.
     pub fn to_markdown(&self) -> String {
+        redact_text(&self.markdown())
+    }
+
+    fn markdown(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
             "## Conformance of `{}`\n",
             md_escape(&self.backend.url)
         );
-        let _ = writeln!(out, "**{}**\n", md_escape(&self.verdict));
+        let _ = writeln!(out, "**{}**\n", md_escape(&self.summary));
         let _ = writeln!(
             out,
             "- store: {}\n- mode: {} (concurrency {}, race rounds {})\n- started: {}, took {:.1} s\n- tool: casaas-conformance {}\n",
@@ -259,15 +339,10 @@ impl Report {
     }
 }
 
-/// `PASS`, `FAIL`, `UNSUPPORTED`, `ERROR`; a failing info probe is `NOTE`.
-fn marker(verdict: Verdict, severity: Severity) -> &'static str {
-    match (verdict, severity) {
-        (Verdict::Pass, _) => "PASS",
-        (Verdict::Fail, Severity::Info) => "NOTE",
-        (Verdict::Fail, _) => "FAIL",
-        (Verdict::Unsupported, _) => "UNSUPPORTED",
-        (Verdict::Error, _) => "ERROR",
-    }
+/// The JSON verdict in capitals: `PASS`, `FAIL`, `NOTE`, `UNSUPPORTED`,
+/// `ERROR` (one vocabulary for table, Markdown and JSON).
+fn marker(verdict: Verdict, _severity: Severity) -> String {
+    verdict.as_str().to_uppercase()
 }
 
 fn format_ms(ms: u64) -> String {
@@ -282,76 +357,155 @@ fn md_escape(text: &str) -> String {
     text.replace('|', "\\|").replace('\n', " ")
 }
 
-fn blockers<'a>(probes: &'a [ProbeResult], options: &[Recommendation]) -> Vec<&'a ProbeResult> {
-    probes
-        .iter()
-        .filter(|p| p.blocks_leases())
-        .filter(|p| !options.iter().any(|o| o.fixes.contains(&p.id)))
-        .collect()
+/// The verdict of a run, its line, the recommended options and the
+/// probes that could not complete.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Judgement {
+    /// Safe, not safe or inconclusive.
+    pub verdict: RunVerdict,
+    /// The verdict line.
+    pub summary: String,
+    /// Options the probes recommended, each once.
+    pub options: Vec<Recommendation>,
+    /// Probes that could not reach a conclusion.
+    pub incomplete: Vec<Incomplete>,
 }
 
-/// Computes `(safe_for_leases, verdict line, recommended options)`.
+/// The start of a detail, as a reason: its first clause, at most 120
+/// characters.
+fn short_reason(detail: &str) -> String {
+    let first = detail.split("; ").next().unwrap_or(detail).trim();
+    match first.char_indices().nth(120) {
+        Some((cut, _)) => format!("{}…", &first[..cut]),
+        None => first.to_string(),
+    }
+}
+
+/// Judges a run.
 ///
-/// A critical probe that did not pass (fail, unsupported, or could not be
-/// verified) makes the store not safe, unless a recommended option names it
-/// as fixed. Warnings and info never change the verdict.
-pub fn judge(probes: &[ProbeResult]) -> (bool, String, Vec<Recommendation>) {
+/// - **NOT SAFE** when a critical probe failed or is unsupported by the
+///   store (as configured, plus any options applied).
+/// - **INCONCLUSIVE** when no critical probe failed but some could not
+///   complete (errors, throttling beyond the budget, races without a
+///   winner).
+/// - **SAFE** when every critical probe passed; **SAFE WITH OPTIONS** when
+///   they passed with the options in `options_applied`, which the probes
+///   they affect were run again with. An option that was recommended but
+///   not applied proves nothing: the probes it would fix still count.
+///
+/// Warnings and info never change the verdict.
+pub fn judge(probes: &[ProbeResult], options_applied: &[String]) -> Judgement {
     let mut options: Vec<Recommendation> = Vec::new();
     for r in probes.iter().flat_map(|p| p.recommended_options.iter()) {
         if !options.iter().any(|o| o.option == r.option) {
             options.push(r.clone());
         }
     }
-    let blocking = blockers(probes, &options);
-    if !blocking.is_empty() {
-        let reasons: Vec<String> = blocking
+    let incomplete: Vec<Incomplete> = probes
+        .iter()
+        .filter(|p| p.verdict == Verdict::Error)
+        .map(|p| Incomplete {
+            id: p.id.clone(),
+            severity: p.severity,
+            reason: short_reason(&p.detail),
+        })
+        .collect();
+    let incomplete_text = |critical_only: bool| -> Option<String> {
+        let listed: Vec<String> = incomplete
+            .iter()
+            .filter(|i| !critical_only || i.severity == Severity::Critical)
+            .map(|i| format!("{} ({})", i.id, i.reason))
+            .collect();
+        (!listed.is_empty()).then(|| listed.join(", "))
+    };
+    let failed: Vec<&ProbeResult> = probes
+        .iter()
+        .filter(|p| p.severity == Severity::Critical)
+        .filter(|p| matches!(p.verdict, Verdict::Fail | Verdict::Unsupported))
+        .collect();
+    let critical_incomplete = incomplete.iter().any(|i| i.severity == Severity::Critical);
+    let unproven: Vec<&Recommendation> = options
+        .iter()
+        .filter(|o| !options_applied.contains(&o.option))
+        .collect();
+
+    let (verdict, mut summary) = if !failed.is_empty() {
+        let reasons: Vec<String> = failed
             .iter()
             .map(|p| match p.verdict {
                 Verdict::Fail => format!("{} failed", p.id),
-                Verdict::Unsupported => format!("{} unsupported", p.id),
-                _ => format!("{} could not be verified", p.id),
+                _ => format!("{} unsupported", p.id),
             })
             .collect();
-        let cannot_fix = if blocking.iter().any(|p| p.verdict == Verdict::Error) {
-            "fix the errors and run again"
-        } else {
-            "no casaas option makes this store safe"
-        };
-        return (
-            false,
-            format!("NOT SAFE: {} ({cannot_fix})", reasons.join(", ")),
-            options,
-        );
-    }
-    let warnings: Vec<&str> = probes
-        .iter()
-        .filter(|p| p.severity == Severity::Warning && p.verdict == Verdict::Fail)
-        .filter(|p| !options.iter().any(|o| o.fixes.contains(&p.id)))
-        .map(|p| p.id.as_str())
-        .collect();
-    let warn = if warnings.is_empty() {
-        String::new()
-    } else {
-        format!(" (warnings: {})", warnings.join(", "))
-    };
-    if options.is_empty() {
-        (true, format!("SAFE FOR LEASES{warn}"), options)
-    } else {
-        let list: Vec<&str> = options.iter().map(|o| o.option.as_str()).collect();
-        // Probes the options fix could not run without them: say so.
-        let unverified = probes
+        let fixable: Vec<&Recommendation> = unproven
             .iter()
-            .any(|p| p.blocks_leases() && options.iter().any(|o| o.fixes.contains(&p.id)));
-        let verify = if unverified {
-            " (run again with these options in the URL to verify the probes they affect)"
+            .copied()
+            .filter(|o| failed.iter().any(|p| o.fixes.contains(&p.id)))
+            .collect();
+        let advice = if !fixable.is_empty() {
+            let list: Vec<&str> = fixable.iter().map(|o| o.option.as_str()).collect();
+            format!(
+                "{} may help: run again with it in the URL to find out",
+                list.join(", ")
+            )
+        } else if !options_applied.is_empty() {
+            format!("even with {}", options_applied.join(", "))
         } else {
-            ""
+            "no casaas option makes this store safe".to_string()
         };
         (
-            true,
-            format!("SAFE WITH OPTIONS: {}{verify}{warn}", list.join(", ")),
-            options,
+            RunVerdict::NotSafe,
+            format!("NOT SAFE: {} ({advice})", reasons.join(", ")),
         )
+    } else if critical_incomplete {
+        (
+            RunVerdict::Inconclusive,
+            format!(
+                "INCONCLUSIVE: no critical probe failed, but these could not complete: {}",
+                incomplete_text(true).unwrap_or_default()
+            ),
+        )
+    } else if !options_applied.is_empty() {
+        let rerun = probes.iter().filter(|p| !p.options.is_empty()).count();
+        (
+            RunVerdict::Safe,
+            format!(
+                "SAFE WITH OPTIONS: {} (proven: the {rerun} probes it affects passed again with it)",
+                options_applied.join(", ")
+            ),
+        )
+    } else {
+        (RunVerdict::Safe, "SAFE FOR LEASES".to_string())
+    };
+    if verdict == RunVerdict::Safe {
+        let warnings: Vec<&str> = probes
+            .iter()
+            .filter(|p| p.severity == Severity::Warning && p.verdict == Verdict::Fail)
+            .map(|p| p.id.as_str())
+            .collect();
+        if !warnings.is_empty() {
+            summary.push_str(&format!(" (warnings: {})", warnings.join(", ")));
+        }
+    }
+    // Say which probes could not complete, and why, on the last line.
+    if verdict != RunVerdict::Inconclusive
+        && let Some(text) = incomplete_text(false)
+    {
+        summary.push_str(&format!("; could not complete: {text}"));
+    } else if verdict == RunVerdict::Inconclusive
+        && let Some(text) = incomplete
+            .iter()
+            .filter(|i| i.severity != Severity::Critical)
+            .map(|i| format!("{} ({})", i.id, i.reason))
+            .reduce(|a, b| format!("{a}, {b}"))
+    {
+        summary.push_str(&format!("; also incomplete: {text}"));
+    }
+    Judgement {
+        verdict,
+        summary,
+        options,
+        incomplete,
     }
 }
 
@@ -397,6 +551,7 @@ mod tests {
             explanation: String::new(),
             recommended_options: Vec::new(),
             duration_ms: 0,
+            options: Vec::new(),
         }
     }
 
@@ -411,30 +566,82 @@ mod tests {
     fn verdicts() {
         let ok = vec![
             result("a", Severity::Critical, Verdict::Pass),
-            result("b", Severity::Info, Verdict::Fail),
+            result("b", Severity::Info, Verdict::Note),
             result("c", Severity::Warning, Verdict::Unsupported),
         ];
-        let (safe, line, _) = judge(&ok);
-        assert!(safe);
-        assert_eq!(line, "SAFE FOR LEASES");
+        let j = judge(&ok, &[]);
+        assert_eq!(j.verdict, RunVerdict::Safe);
+        assert_eq!(j.summary, "SAFE FOR LEASES");
 
         let mut bad = ok.clone();
         bad.push(result("d", Severity::Critical, Verdict::Fail));
-        let (safe, line, _) = judge(&bad);
-        assert!(!safe);
-        assert!(line.starts_with("NOT SAFE: d failed"), "{line}");
+        let j = judge(&bad, &[]);
+        assert_eq!(j.verdict, RunVerdict::NotSafe);
+        assert!(j.summary.starts_with("NOT SAFE: d failed"), "{}", j.summary);
 
+        // A recommended option proves nothing until the probes ran with it.
         bad[3].recommended_options.push(Recommendation {
             option: "etag_unquoted=true".into(),
             reason: "r".into(),
             fixes: vec!["d".into()],
         });
-        let (safe, line, options) = judge(&bad);
-        assert!(safe);
+        let j = judge(&bad, &[]);
+        assert_eq!(j.verdict, RunVerdict::NotSafe);
         assert!(
-            line.starts_with("SAFE WITH OPTIONS: etag_unquoted=true (run again"),
-            "{line}"
+            j.summary.contains("etag_unquoted=true may help"),
+            "{}",
+            j.summary
         );
-        assert_eq!(options.len(), 1);
+        assert_eq!(j.options.len(), 1);
+
+        // Run again with it: the verdict follows the run with the option.
+        let applied = vec!["etag_unquoted=true".to_string()];
+        bad[3].verdict = Verdict::Pass;
+        bad[3].options = applied.clone();
+        let j = judge(&bad, &applied);
+        assert_eq!(j.verdict, RunVerdict::Safe);
+        assert!(
+            j.summary
+                .starts_with("SAFE WITH OPTIONS: etag_unquoted=true (proven"),
+            "{}",
+            j.summary
+        );
+        bad[3].verdict = Verdict::Fail;
+        let j = judge(&bad, &applied);
+        assert_eq!(j.verdict, RunVerdict::NotSafe);
+        assert!(
+            j.summary.contains("even with etag_unquoted=true"),
+            "{}",
+            j.summary
+        );
+    }
+
+    #[test]
+    fn errors_are_inconclusive_unless_something_failed() {
+        let mut probes = vec![
+            result("a", Severity::Critical, Verdict::Pass),
+            result("b", Severity::Critical, Verdict::Error),
+            result("c", Severity::Info, Verdict::Error),
+        ];
+        probes[1].detail = "throttled on key 'x'; more".into();
+        let j = judge(&probes, &[]);
+        assert_eq!(j.verdict, RunVerdict::Inconclusive);
+        assert_eq!(j.verdict.exit_code(), 3);
+        assert!(
+            j.summary
+                .starts_with("INCONCLUSIVE: no critical probe failed, but these could not complete: b (throttled on key 'x')"),
+            "{}",
+            j.summary
+        );
+        assert!(j.summary.contains("also incomplete: c"), "{}", j.summary);
+        probes.push(result("d", Severity::Critical, Verdict::Fail));
+        let j = judge(&probes, &[]);
+        assert_eq!(j.verdict, RunVerdict::NotSafe);
+        assert!(j.summary.contains("could not complete: b"), "{}", j.summary);
+        probes.truncate(1);
+        probes.push(result("e", Severity::Warning, Verdict::Error));
+        let j = judge(&probes, &[]);
+        assert_eq!(j.verdict, RunVerdict::Safe);
+        assert!(j.summary.contains("could not complete: e"), "{}", j.summary);
     }
 }

@@ -4,19 +4,20 @@
 //! contributes them with [`Suite::with_probe`](crate::Suite::with_probe)
 //! for `s3://` URLs, replacing the placeholders of the standard suite.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
-use casaas_core::{CasError, ErrorKind};
+use casaas_core::{CasError, CasStore, ErrorKind};
 use casaas_s3::S3Store;
 use serde_json::{Value, json};
 
 use crate::model::{Outcome, Recommendation, Severity, StepError};
 use crate::probe::{Probe, ProbeContext, ServerClock};
 use crate::probes::payload;
+use crate::suite::{Reopen, Reopened, url_with_options};
 
 /// The server clock of an S3 store: the `Date` header of its last response.
 #[derive(Debug, Clone)]
@@ -59,6 +60,33 @@ pub fn s3_probes(store: &S3Store, url: &str) -> Vec<Box<dyn Probe>> {
             store: store.clone(),
         }),
     ]
+}
+
+/// Opens an `s3://` URL again with options added (the [`Reopen`] hook the
+/// binary gives S3 targets), with the S3-only probes for it.
+#[derive(Debug, Clone)]
+pub struct S3Reopen {
+    url: String,
+}
+
+impl S3Reopen {
+    /// The hook for the store opened from `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        S3Reopen { url: url.into() }
+    }
+}
+
+#[async_trait]
+impl Reopen for S3Reopen {
+    async fn reopen(&self, options: &[String]) -> Result<Reopened, CasError> {
+        let url = url_with_options(&self.url, options);
+        let store = S3Store::open(&url).await?;
+        let probes = s3_probes(&store, &url);
+        Ok(Reopened {
+            store: std::sync::Arc::new(store),
+            probes,
+        })
+    }
 }
 
 fn url_option<'a>(url: &'a str, name: &str) -> Option<&'a str> {
@@ -192,24 +220,85 @@ impl EtagForms {
         Ok(head.e_tag().unwrap_or_default().to_string())
     }
 
-    /// Tries PutObject with `If-Match: value`: Ok(true) accepted, Ok(false)
-    /// refused with 412, evidence either way.
-    async fn try_if_match(&self, key: &str, value: &str) -> (bool, Value) {
-        let result = self
-            .store
-            .client()
-            .put_object()
-            .bucket(self.store.bucket())
-            .key(key)
-            .body(ByteStream::from(payload("etag form").to_vec()))
-            .if_match(value)
-            .send()
-            .await;
-        match result {
-            Ok(_) => (true, json!("accepted")),
-            Err(e) => (false, answer_json(&e)),
+    /// PutObject of a fresh body with `condition` (`If-Match: value`, or
+    /// `If-None-Match: *` when `None`), paced and retried like every probe
+    /// write: a throttled answer is retried with backoff, and an answer
+    /// lost or unclear (no response, 5xx) is resolved by reading the object
+    /// back and looking for the body's nonce.
+    async fn put(&self, cx: &ProbeContext, key: &str, condition: Option<&str>) -> FormAnswer {
+        let relative = cx.base_key(ETAG_KEY);
+        let mut backoff = Duration::from_millis(200);
+        let mut throttled = 0;
+        for _ in 0..12 {
+            if let Some(interval) = cx.min_write_interval() {
+                tokio::time::sleep(interval).await;
+            }
+            let body = payload("etag form");
+            let request = self
+                .store
+                .client()
+                .put_object()
+                .bucket(self.store.bucket())
+                .key(key)
+                .body(ByteStream::from(body.to_vec()));
+            let request = match condition {
+                Some(value) => request.if_match(value),
+                None => request.if_none_match("*"),
+            };
+            let err = match request.send().await {
+                Ok(_) => return FormAnswer::Accepted(json!("accepted")),
+                Err(e) => e,
+            };
+            let (status, code) = sdk_answer(&err);
+            let is_throttle = status == Some(429)
+                || code.as_deref().is_some_and(|c| {
+                    matches!(
+                        c,
+                        "SlowDown" | "Throttling" | "TooManyRequests" | "RequestLimitExceeded"
+                    )
+                });
+            if is_throttle {
+                throttled += 1;
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+                continue;
+            }
+            let unclear = status.is_none_or(|s| s >= 500);
+            if !unclear {
+                return FormAnswer::Refused(answer_json(&err));
+            }
+            // The answer was lost: did the write happen?
+            match self.store.get(&relative).await {
+                Ok(Some(o)) if o.body == body => {
+                    return FormAnswer::Accepted(json!(
+                        "accepted (the answer was lost; the write was read back)"
+                    ));
+                }
+                // Not applied: the condition still stands, so ask again.
+                Ok(_) | Err(_) => {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+            }
         }
+        FormAnswer::Unknown(json!({
+            "answer": "no clear answer after 12 attempts",
+            "throttled": throttled,
+        }))
     }
+}
+
+/// The key the ETag-forms probe writes, under its prefix.
+const ETAG_KEY: &str = "etag";
+
+/// What a conditional PutObject came to.
+enum FormAnswer {
+    /// The write happened.
+    Accepted(Value),
+    /// The store refused it (412, or another 4xx).
+    Refused(Value),
+    /// Still throttled or unclear when the attempts ran out.
+    Unknown(Value),
 }
 
 #[async_trait]
@@ -228,22 +317,25 @@ impl Probe for EtagForms {
     }
 
     async fn run(&self, cx: &ProbeContext) -> Result<Outcome, StepError> {
-        let key = self.store.object_key(&cx.base_key("etag"));
-        let client = self.store.client();
-        client
-            .put_object()
-            .bucket(self.store.bucket())
-            .key(&key)
-            .body(ByteStream::from(payload("etag start").to_vec()))
-            .if_none_match("*")
-            .send()
-            .await
-            .map_err(|e| {
-                let (s, c) = sdk_answer(&e);
-                step_error("PutObject If-None-Match: *", s, c, kind_for(s))
-            })?;
+        let key = self.store.object_key(&cx.base_key(ETAG_KEY));
+        match self.put(cx, &key, None).await {
+            FormAnswer::Accepted(_) => {}
+            FormAnswer::Refused(answer) => {
+                return Ok(Outcome::error(
+                    "the probe's first PutObject with If-None-Match: * to a fresh key was refused",
+                )
+                .with("answer", answer));
+            }
+            FormAnswer::Unknown(answer) => {
+                return Ok(Outcome::error(
+                    "the probe's first PutObject stayed throttled or unclear",
+                )
+                .with("answer", answer));
+            }
+        }
         let mut forms = serde_json::Map::new();
         let mut accepted = std::collections::BTreeMap::new();
+        let mut unknown = Vec::new();
         for form in ["quoted", "unquoted", "weak"] {
             let etag = self.current_etag(&key).await?;
             let bare = etag.trim_matches('"');
@@ -252,9 +344,23 @@ impl Probe for EtagForms {
                 "unquoted" => bare.to_string(),
                 _ => format!("W/\"{bare}\""),
             };
-            let (ok, evidence) = self.try_if_match(&key, &value).await;
+            let (ok, evidence) = match self.put(cx, &key, Some(&value)).await {
+                FormAnswer::Accepted(e) => (true, e),
+                FormAnswer::Refused(e) => (false, e),
+                FormAnswer::Unknown(e) => {
+                    unknown.push(form);
+                    (false, e)
+                }
+            };
             accepted.insert(form, ok);
             forms.insert(form.to_string(), evidence);
+        }
+        if unknown.contains(&"quoted") || (unknown.contains(&"unquoted") && !accepted["quoted"]) {
+            return Ok(Outcome::error(format!(
+                "If-Match with the {} ETag got no clear answer (throttled or lost every time)",
+                unknown.join(" and ")
+            ))
+            .with("if_match", json!({ "forms": forms })));
         }
         // An accepted form must also reject a stale value in the same form.
         let stale_form = if accepted["quoted"] {
@@ -262,16 +368,21 @@ impl Probe for EtagForms {
         } else {
             "unquoted"
         };
-        let (stale_ok, stale_evidence) = self
-            .try_if_match(
-                &key,
-                &if stale_form == "quoted" {
-                    "\"00000000000000000000000000000000\"".to_string()
-                } else {
-                    "00000000000000000000000000000000".to_string()
-                },
-            )
-            .await;
+        let stale_value = if stale_form == "quoted" {
+            "\"00000000000000000000000000000000\"".to_string()
+        } else {
+            "00000000000000000000000000000000".to_string()
+        };
+        let (stale_ok, stale_evidence) = match self.put(cx, &key, Some(&stale_value)).await {
+            FormAnswer::Accepted(e) => (true, e),
+            FormAnswer::Refused(e) => (false, e),
+            FormAnswer::Unknown(e) => {
+                return Ok(Outcome::error(
+                    "If-Match with a stale ETag got no clear answer (throttled or lost every time)",
+                )
+                .with("if_match", json!({ "forms": forms, "stale": e })));
+            }
+        };
         let evidence = json!({
             "forms": forms,
             "stale_form": stale_form,

@@ -6,9 +6,11 @@ use std::time::{Instant, SystemTime};
 use casaas_core::{CasError, CasStore, ErrorKind};
 use futures::StreamExt;
 
-use crate::model::{Outcome, ProbeResult, error_evidence};
+use crate::model::{Outcome, ProbeResult, Severity, Verdict, error_evidence};
+use crate::paced::{IntervalSource, Mode, PacedStore, Pacer};
 use crate::prefixed::PrefixedStore;
 use crate::probe::{Probe, ProbeContext, Progress, ServerClock, Settings};
+use crate::redact::{redact_text, redact_url};
 use crate::report::{BackendReport, CleanupReport, Report, SettingsReport, ToolInfo, rfc3339};
 
 /// Why a run could not start or finish: the store cannot be used as
@@ -46,6 +48,29 @@ impl ConformanceError {
             _ => None,
         }
     }
+
+    /// Whether the store said that the bucket or container is missing.
+    pub fn bucket_missing(&self) -> bool {
+        match self {
+            ConformanceError::Setup { source, .. } => says_bucket_missing(source),
+            _ => false,
+        }
+    }
+}
+
+/// Did the store answer that the bucket or container does not exist (S3
+/// `NoSuchBucket`, Azure `ContainerNotFound`, a 404 naming the bucket)?
+pub fn says_bucket_missing(err: &CasError) -> bool {
+    const CODES: [&str; 3] = ["NoSuchBucket", "ContainerNotFound", "NoSuchContainer"];
+    if err.code().is_some_and(|c| CODES.contains(&c)) {
+        return true;
+    }
+    let message = err.message().to_ascii_lowercase();
+    matches!(err.kind(), ErrorKind::NotFound | ErrorKind::Misconfigured)
+        && (message.contains("bucket") || message.contains("container"))
+        && (message.contains("does not exist")
+            || message.contains("not found")
+            || message.contains("no such"))
 }
 
 /// What to probe: a store plus optional backend hooks.
@@ -59,6 +84,41 @@ pub struct Target {
     pub url: String,
     /// The server clock hook, if the backend offers one.
     pub clock: Option<Arc<dyn ServerClock>>,
+    /// Opens the store again with options, to prove recommended options
+    /// before they are recommended.
+    pub reopen: Option<Arc<dyn Reopen>>,
+}
+
+/// The store opened again with casaas options added, and the
+/// backend-specific probes for it.
+pub struct Reopened {
+    /// The store with the options applied.
+    pub store: Arc<dyn CasStore>,
+    /// Backend probes that replace standard ones by id (as
+    /// [`Suite::with_probe`] does).
+    pub probes: Vec<Box<dyn Probe>>,
+}
+
+impl std::fmt::Debug for Reopened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reopened")
+            .field("store", &self.store.describe())
+            .field(
+                "probes",
+                &self.probes.iter().map(|p| p.id()).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+/// A backend hook: opens the same store again with casaas options (URL
+/// query options such as `etag_unquoted=true`) added. With it, a run that
+/// finds an option that would help runs every probe the option affects
+/// again with the option applied, and recommends it only if they pass.
+#[async_trait::async_trait]
+pub trait Reopen: Send + Sync {
+    /// The store with `options` (each `name=value`) applied.
+    async fn reopen(&self, options: &[String]) -> Result<Reopened, CasError>;
 }
 
 impl std::fmt::Debug for Target {
@@ -67,6 +127,7 @@ impl std::fmt::Debug for Target {
             .field("store", &self.store.describe())
             .field("url", &self.url)
             .field("clock", &self.clock.is_some())
+            .field("reopen", &self.reopen.is_some())
             .finish()
     }
 }
@@ -78,7 +139,14 @@ impl Target {
             store,
             url: redact_url(&url.into()),
             clock: None,
+            reopen: None,
         }
+    }
+
+    /// Adds the hook that opens the store again with options.
+    pub fn with_reopen(mut self, reopen: Arc<dyn Reopen>) -> Self {
+        self.reopen = Some(reopen);
+        self
     }
 
     /// Adds the server clock hook.
@@ -88,21 +156,38 @@ impl Target {
     }
 }
 
-/// Removes a `user:password@` part from a URL, should one be there.
+/// `url` with `options` (each `name=value`) set in its query, replacing
+/// an option of the same name.
 ///
 /// ```
-/// use casaas_conformance::redact_url;
-/// assert_eq!(redact_url("s3://key:secret@bucket/p"), "s3://bucket/p");
-/// assert_eq!(redact_url("file:///tmp/x"), "file:///tmp/x");
+/// use casaas_conformance::url_with_options;
+/// assert_eq!(
+///     url_with_options("s3://b/p?region=x&etag_unquoted=false", &["etag_unquoted=true".into()]),
+///     "s3://b/p?region=x&etag_unquoted=true"
+/// );
+/// assert_eq!(url_with_options("gs://b/p", &["a=1".into()]), "gs://b/p?a=1");
 /// ```
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
-        None => url.to_string(),
+pub fn url_with_options(url: &str, options: &[String]) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let mut pairs: Vec<String> = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+        .collect();
+    for option in options {
+        let name = option.split_once('=').map_or(option.as_str(), |(n, _)| n);
+        match pairs
+            .iter_mut()
+            .find(|p| p.split_once('=').map_or(p.as_str(), |(n, _)| n) == name)
+        {
+            Some(existing) => *existing = option.clone(),
+            None => pairs.push(option.clone()),
+        }
+    }
+    if pairs.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}?{}", pairs.join("&"))
     }
 }
 
@@ -205,28 +290,93 @@ impl Suite {
         let run_store: Arc<dyn CasStore> = Arc::new(run_store);
         preflight(&run_store, &target.store).await?;
 
-        let total = self.probes.len();
-        let mut results = Vec::with_capacity(total);
-        for (index, probe) in self.probes.iter().enumerate() {
-            progress.probe_started(index, total, probe.id(), probe.title());
-            let store = PrefixedStore::new(run_store.clone(), probe.id())
-                .map_err(|e| setup_error(e, &target.store))?;
-            let cx = ProbeContext::new(
-                probe.id(),
-                Arc::new(store),
-                settings.clone(),
-                target.clock.clone(),
-                progress.clone(),
-            )
-            .with_key_prefix(format!("{run_prefix}/{}/", probe.id()));
-            let result = run_one(probe.as_ref(), &cx, settings).await;
-            tracing::debug!(probe = result.id, verdict = %result.verdict, "probe finished");
-            progress.probe_finished(&result);
-            results.push(result);
+        let pacer = Arc::new(match settings.min_write_interval {
+            Some(interval) => Pacer::new(Some(interval), IntervalSource::Option),
+            None => Pacer::new(
+                target.store.capabilities().min_write_interval,
+                IntervalSource::Declared,
+            ),
+        });
+        let probes: Vec<&dyn Probe> = self.probes.iter().map(|p| p.as_ref()).collect();
+        let mut results = run_probes(
+            &probes,
+            &run_store,
+            &run_prefix,
+            &[],
+            target,
+            settings,
+            &pacer,
+            &progress,
+        )
+        .await?;
+
+        // Prove recommended options by running what they affect again.
+        let mut options_applied = Vec::new();
+        let mut cleanup_store = run_store.clone();
+        let options = recommended(&results);
+        if let (false, Some(reopen)) = (options.is_empty(), &target.reopen) {
+            match reopen.reopen(&options).await {
+                Ok(reopened) => {
+                    let affected: Vec<&str> = results
+                        .iter()
+                        .flat_map(|r| r.recommended_options.iter())
+                        .flat_map(|o| o.fixes.iter().map(String::as_str))
+                        .collect();
+                    let probes: Vec<&dyn Probe> = self
+                        .probes
+                        .iter()
+                        .filter(|p| affected.contains(&p.id()))
+                        .map(|p| {
+                            reopened
+                                .probes
+                                .iter()
+                                .find(|r| r.id() == p.id())
+                                .map_or(p.as_ref(), |r| r.as_ref())
+                        })
+                        .collect();
+                    let with_options: Arc<dyn CasStore> = Arc::new(
+                        PrefixedStore::new(reopened.store.clone(), &run_prefix)
+                            .map_err(|e| setup_error(e, &target.store))?,
+                    );
+                    let again = run_probes(
+                        &probes,
+                        &with_options,
+                        &run_prefix,
+                        &options,
+                        target,
+                        settings,
+                        &pacer,
+                        &progress,
+                    )
+                    .await?;
+                    for rerun in again {
+                        if let Some(slot) = results.iter_mut().find(|r| r.id == rerun.id) {
+                            *slot = with_first_run(rerun, slot);
+                        }
+                    }
+                    options_applied = options.clone();
+                    cleanup_store = with_options;
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "could not open the store again with {}: {}",
+                        options.join(", "),
+                        redact_text(&e.to_string())
+                    );
+                }
+            }
         }
 
-        let cleanup = cleanup(&run_store, &run_prefix).await;
-        let capabilities = target.store.capabilities();
+        // Cleanup deletes are paced and resolved like the probes' writes.
+        let cleanup_store: Arc<dyn CasStore> = Arc::new(PacedStore::new(
+            cleanup_store,
+            pacer.clone(),
+            Arc::default(),
+            Mode::Resolving,
+        ));
+        let cleanup = cleanup(&cleanup_store, &run_prefix).await;
+        let declared = target.store.capabilities();
+        let capabilities = pacer.correct(declared.clone());
         Ok(Report::new(
             ToolInfo::current(),
             rfc3339(started_at),
@@ -238,19 +388,88 @@ impl Suite {
             },
             BackendReport {
                 url: target.url.clone(),
-                description: target.store.describe(),
+                description: redact_text(&target.store.describe()),
                 scheme: target
                     .url
                     .split_once("://")
                     .map_or_else(String::new, |(s, _)| s.to_string()),
                 prefix: run_prefix,
                 capabilities,
+                declared_capabilities: declared,
                 server_clock: target.clock.is_some(),
             },
             results,
+            options_applied,
+            pacer.report(),
             cleanup,
         ))
     }
+}
+
+/// The options the results recommend, each once, in order.
+fn recommended(results: &[ProbeResult]) -> Vec<String> {
+    let mut options: Vec<String> = Vec::new();
+    for r in results.iter().flat_map(|p| p.recommended_options.iter()) {
+        if !options.contains(&r.option) {
+            options.push(r.option.clone());
+        }
+    }
+    options
+}
+
+/// A result of the run with options, remembering what the first run saw.
+fn with_first_run(mut rerun: ProbeResult, first: &ProbeResult) -> ProbeResult {
+    rerun.detail = format!("with {}: {}", rerun.options.join(", "), rerun.detail);
+    rerun.evidence.insert(
+        "without_options",
+        serde_json::json!({ "verdict": first.verdict.as_str(), "detail": first.detail }),
+    );
+    // What the first run found stays recommended (the verdict says whether
+    // the run with the options proved it).
+    rerun.recommended_options = first.recommended_options.clone();
+    rerun
+}
+
+/// Runs `probes` in order, each under its own sub-prefix of `run_store`
+/// (under `with-options/` when `options` are applied).
+#[allow(clippy::too_many_arguments)]
+async fn run_probes(
+    probes: &[&dyn Probe],
+    run_store: &Arc<dyn CasStore>,
+    run_prefix: &str,
+    options: &[String],
+    target: &Target,
+    settings: &Settings,
+    pacer: &Arc<Pacer>,
+    progress: &Arc<dyn Progress>,
+) -> Result<Vec<ProbeResult>, ConformanceError> {
+    let total = probes.len();
+    let mut results = Vec::with_capacity(total);
+    for (index, probe) in probes.iter().enumerate() {
+        progress.probe_started(index, total, probe.id(), probe.title());
+        let sub = if options.is_empty() {
+            probe.id().to_string()
+        } else {
+            format!("with-options/{}", probe.id())
+        };
+        let store = PrefixedStore::new(run_store.clone(), &sub)
+            .map_err(|e| setup_error(e, &target.store))?;
+        let cx = ProbeContext::with_pacer(
+            probe.id(),
+            Arc::new(store),
+            settings.clone(),
+            target.clock.clone(),
+            progress.clone(),
+            pacer.clone(),
+        )
+        .with_key_prefix(format!("{run_prefix}/{sub}/"));
+        let mut result = run_one(*probe, &cx, settings).await;
+        result.options = options.to_vec();
+        tracing::debug!(probe = result.id, verdict = %result.verdict, "probe finished");
+        progress.probe_finished(&result);
+        results.push(result);
+    }
+    Ok(results)
 }
 
 async fn run_one(probe: &dyn Probe, cx: &ProbeContext, settings: &Settings) -> ProbeResult {
@@ -268,16 +487,22 @@ async fn run_one(probe: &dyn Probe, cx: &ProbeContext, settings: &Settings) -> P
             settings.probe_timeout
         )),
     };
+    // An info probe never fails: what it found is a note.
+    let verdict = match (outcome.verdict, probe.severity()) {
+        (Verdict::Fail, Severity::Info) => Verdict::Note,
+        (verdict, _) => verdict,
+    };
     ProbeResult {
         id: probe.id().to_string(),
         title: probe.title().to_string(),
         severity: probe.severity(),
-        verdict: outcome.verdict,
-        detail: outcome.detail,
+        verdict,
+        detail: redact_text(&outcome.detail),
         evidence: outcome.evidence,
         explanation: probe.explanation().to_string(),
         recommended_options: outcome.recommendations,
         duration_ms: started.elapsed().as_millis() as u64,
+        options: Vec::new(),
     }
 }
 
@@ -304,9 +529,12 @@ fn setup_error(source: CasError, store: &Arc<dyn CasStore>) -> ConformanceError 
         ErrorKind::Transport => format!(
             "Could not reach {where_}: check the endpoint address and that the server is running."
         ),
-        ErrorKind::Misconfigured | ErrorKind::NotFound => format!(
-            "Check the bucket/container name and endpoint of {where_}; if the bucket does not exist, create it."
+        _ if says_bucket_missing(&source) => format!(
+            "The bucket or container of {where_} does not exist: check its name, or create it."
         ),
+        ErrorKind::Misconfigured | ErrorKind::NotFound => {
+            format!("Check the bucket/container name and endpoint of {where_}.")
+        }
         ErrorKind::InvalidInput => "Check the prefix in the URL.".to_string(),
         _ => format!(
             "The store at {where_} failed a first, simple read; try again or check the server."

@@ -39,6 +39,8 @@ fn json_output_parses_with_the_schema_fields() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["safe_for_leases"], true);
+    assert_eq!(json["verdict"], "safe");
+    assert_eq!(json["schema_version"], 2);
     assert!(json["recommended_options"].as_array().unwrap().is_empty());
     assert_eq!(json["backend"]["scheme"], "file");
     let probes = json["probes"].as_array().unwrap();
@@ -140,4 +142,127 @@ fn list_probes() {
     ] {
         assert!(stdout.lines().any(|l| l == id), "{stdout}");
     }
+}
+
+/// Secrets given through every input: URL user part, query parameters and
+/// credential environment variables.
+const SECRETS: [&str; 5] = [
+    "UrlPassw0rdSecret",
+    "QuerySig0123Secret",
+    "AKIAENVSECRET00001",
+    "EnvSecretAccessKey0000000000001",
+    "EnvSessionTokenSecret0000001",
+];
+
+fn with_secret_env(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_casaas-conformance"))
+        .args(args)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_ACCESS_KEY_ID", SECRETS[2])
+        .env("AWS_SECRET_ACCESS_KEY", SECRETS[3])
+        .env("AWS_SESSION_TOKEN", SECRETS[4])
+        .env("RUST_LOG", "trace")
+        .output()
+        .unwrap()
+}
+
+fn assert_no_secret(out: &Output, what: &str) {
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    for secret in SECRETS {
+        assert!(
+            !stdout.contains(secret) && !stderr.contains(secret),
+            "{what}: {secret} was echoed\nstdout: {stdout}\nstderr: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn no_secret_appears_in_any_output_even_at_trace_level() {
+    // An unreachable endpoint with a password in it: a connection error
+    // that names the endpoint.
+    let url = format!(
+        "s3://bucket/p?endpoint=http://user:{}@127.0.0.1:1&region=us-east-1&path_style=true",
+        SECRETS[0]
+    );
+    let out = with_secret_env(&[&url, "--quick", "--only", "create_if_absent"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("[redacted]"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_no_secret(&out, "userinfo");
+
+    // A credential-looking query parameter (an unknown option, echoed in
+    // the error).
+    let url = format!(
+        "s3://bucket/p?endpoint=http://127.0.0.1:1&region=us-east-1&sig={}",
+        SECRETS[1]
+    );
+    let out = with_secret_env(&[&url, "--quick"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert_no_secret(&out, "query");
+
+    // A full run, in every format, with the secrets in the environment.
+    for format in ["table", "json", "markdown"] {
+        let out = with_secret_env(&[
+            "--quick",
+            "--format",
+            format,
+            "--only",
+            "create_conflict,replace_stale",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        // The logs were on: the probes' own debug lines are there.
+        assert!(
+            text(&out.stderr).contains("probe finished"),
+            "{}",
+            text(&out.stderr)
+        );
+        assert_no_secret(&out, format);
+    }
+}
+
+#[test]
+fn exit_status_three_is_documented_for_inconclusive_runs() {
+    let out = conformance(&["--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stdout).contains("3 inconclusive"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn no_bucket_hint_for_errors_that_are_not_about_a_bucket() {
+    let out = conformance(&["s3://bucket/p?endpoint=http://127.0.0.1:1&no_such_option=1"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("--create-bucket"), "{stderr}");
+}
+
+#[test]
+fn min_write_interval_is_validated() {
+    let out = conformance(&["--min-write-interval", "fast"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("not a duration"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = conformance(&[
+        "--quick",
+        "--min-write-interval",
+        "20ms",
+        "--only",
+        "replace_if_match",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["verdict"], "safe");
+    assert_eq!(json["pacing"]["min_write_interval_ms"], 20);
+    assert_eq!(json["pacing"]["interval_source"], "option");
 }

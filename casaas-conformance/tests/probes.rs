@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use bytes::Bytes;
 use casaas_conformance::{
-    NoProgress, Report, ServerClock, Settings, Severity, Suite, Target, Verdict,
+    NoProgress, Report, RunVerdict, ServerClock, Settings, Severity, Suite, Target, Verdict,
 };
 use casaas_core::{
     Capabilities, CasError, CasStore, FileStore, ListEntry, MemoryStore, StoredObject, Version,
@@ -47,7 +47,8 @@ fn assert_safe(report: &Report) {
         }
     }
     assert!(report.safe_for_leases, "{}", report.to_table());
-    assert_eq!(report.verdict, "SAFE FOR LEASES", "{}", report.to_table());
+    assert_eq!(report.verdict, RunVerdict::Safe, "{}", report.to_table());
+    assert_eq!(report.summary, "SAFE FOR LEASES", "{}", report.to_table());
     assert_eq!(verdict(report, "identical_rewrite"), Verdict::Pass);
     assert_eq!(verdict(report, "clock_skew"), Verdict::Unsupported);
     assert!(report.cleanup.leftovers.is_empty(), "{:?}", report.cleanup);
@@ -131,10 +132,11 @@ async fn a_store_that_ignores_conditions_is_not_safe() {
     let store: Arc<dyn CasStore> = Arc::new(LyingStore(MemoryStore::new()));
     let report = run(store, Suite::standard()).await;
     assert!(!report.safe_for_leases, "{}", report.to_table());
+    assert_eq!(report.verdict, RunVerdict::NotSafe);
     assert!(
-        report.verdict.starts_with("NOT SAFE: "),
+        report.summary.starts_with("NOT SAFE: "),
         "{}",
-        report.verdict
+        report.summary
     );
     for id in [
         "create_conflict",
@@ -150,9 +152,9 @@ async fn a_store_that_ignores_conditions_is_not_safe() {
             report.to_table()
         );
         assert!(
-            report.verdict.contains(&format!("{id} failed")),
+            report.summary.contains(&format!("{id} failed")),
             "{}",
-            report.verdict
+            report.summary
         );
     }
     assert_eq!(verdict(&report, "conditional_delete"), Verdict::Fail);

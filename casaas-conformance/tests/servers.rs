@@ -11,12 +11,17 @@ use serde_json::Value;
 /// Quick run of a subset of probes against server `name`: exit status and
 /// the JSON report.
 fn probe(name: &str, only: &str) -> (i32, Value) {
+    probe_url(name, only, |url| url.to_string())
+}
+
+/// As [`probe`], with the server's URL changed by `edit`.
+fn probe_url(name: &str, only: &str, edit: impl Fn(&str) -> String) -> (i32, Value) {
     let server = test_server(name);
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("report.json");
     let mut command = Command::new(env!("CARGO_BIN_EXE_casaas-conformance"));
     command
-        .arg(&server.url)
+        .arg(edit(&server.url))
         .args([
             "--quick",
             "--rounds",
@@ -56,7 +61,8 @@ const CORE: &str =
 fn moto_is_safe() {
     let (code, report) = probe("moto", &format!("{CORE},s3_etag_forms,clock_skew"));
     assert_eq!(code, 0, "{report:#}");
-    assert_eq!(report["verdict"], "SAFE FOR LEASES");
+    assert_eq!(report["verdict"], "safe");
+    assert_eq!(report["summary"], "SAFE FOR LEASES");
     assert_eq!(verdict(&report, "s3_etag_forms"), "pass");
     // The S3 backend exposes the Date header.
     assert_eq!(verdict(&report, "clock_skew"), "pass");
@@ -69,6 +75,26 @@ fn ceph_is_safe_with_its_options() {
     assert_eq!(report["safe_for_leases"], true);
     // The URL xtask writes carries etag_unquoted=true, which Ceph 16 needs.
     assert_eq!(verdict(&report, "s3_etag_forms"), "pass");
+}
+
+#[test]
+fn ceph_without_its_option_is_safe_once_the_option_is_proven() {
+    // Without etag_unquoted=true Ceph 16 refuses every renew; the binary
+    // finds the option, runs what it affects again with it, and only then
+    // recommends it.
+    let (code, report) = probe_url(
+        "ceph",
+        &format!("{CORE},replace_if_match,s3_etag_forms"),
+        |url| url.replace("&etag_unquoted=true", ""),
+    );
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["verdict"], "safe");
+    let summary = report["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with("SAFE WITH OPTIONS: etag_unquoted=true (proven"),
+        "{summary}"
+    );
+    assert_eq!(report["options_applied"][0], "etag_unquoted=true");
 }
 
 #[test]
@@ -85,14 +111,16 @@ fn s3rver_ignores_conditions_and_is_not_safe() {
 fn azurite_is_safe() {
     let (code, report) = probe("azurite", CORE);
     assert_eq!(code, 0, "{report:#}");
-    assert_eq!(report["verdict"], "SAFE FOR LEASES");
+    assert_eq!(report["verdict"], "safe");
+    assert_eq!(report["summary"], "SAFE FOR LEASES");
 }
 
 #[test]
 fn fake_gcs_is_safe() {
     let (code, report) = probe("fake-gcs", CORE);
     assert_eq!(code, 0, "{report:#}");
-    assert_eq!(report["verdict"], "SAFE FOR LEASES");
+    assert_eq!(report["verdict"], "safe");
+    assert_eq!(report["summary"], "SAFE FOR LEASES");
 }
 
 #[test]

@@ -485,6 +485,33 @@ impl S3Store {
         })
     }
 
+    /// The version of `key` from HeadObject, for listings that carry no
+    /// ETag; `None` when the object vanished since it was listed.
+    async fn head_version(&self, key: &str) -> Result<Option<Version>, CasError> {
+        let result = self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(self.object_key(key))
+            .send()
+            .await;
+        let output = match result {
+            Ok(output) => output,
+            Err(err) if err.raw_response().map(|r| r.status().as_u16()) == Some(404) => {
+                tracing::debug!(key, "a listed key vanished before its HeadObject");
+                return Ok(None);
+            }
+            Err(err) => return Err(from_sdk_error(err, &self.ctx(Op::List, key))),
+        };
+        match output.e_tag() {
+            Some(etag) => Ok(Some(Version::etag(etag))),
+            None => Err(CasError::unsupported(
+                "the store lists objects without an ETag and answers HeadObject without one                  too, so their versions cannot be known",
+            )
+            .with_key(key)),
+        }
+    }
+
     async fn put(
         &self,
         op: Op,
@@ -619,7 +646,7 @@ impl CasStore for S3Store {
                 .await
                 .map_err(|e| from_sdk_error(e, &self.ctx(Op::List, prefix)))?;
             for object in page.contents() {
-                let (Some(full), Some(etag)) = (object.key(), object.e_tag()) else {
+                let Some(full) = object.key() else {
                     continue;
                 };
                 let Some(key) = full.strip_prefix(&self.prefix) else {
@@ -630,9 +657,18 @@ impl CasStore for S3Store {
                     tracing::debug!(key = full, "skipping a listed key outside the contract");
                     continue;
                 }
+                let version = match object.e_tag() {
+                    Some(etag) => Version::etag(etag),
+                    // Some S3-compatibles (s3s-fs) list without ETags: ask
+                    // for the version rather than drop the entry.
+                    None => match self.head_version(key).await? {
+                        Some(version) => version,
+                        None => continue,
+                    },
+                };
                 entries.push(ListEntry {
                     key: key.to_string(),
-                    version: Version::etag(etag),
+                    version,
                 });
             }
             match page.next_continuation_token() {

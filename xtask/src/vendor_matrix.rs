@@ -105,10 +105,7 @@ pub fn vendor_matrix(
         };
         let run = run_binary(&binary, target, quick, &out_dir);
         if let Some(report) = &run.report {
-            eprintln!(
-                "xtask: vendor-matrix: {name}: {}",
-                report["verdict"].as_str().unwrap_or("?")
-            );
+            eprintln!("xtask: vendor-matrix: {name}: {}", verdict_line(report));
         } else {
             eprintln!(
                 "xtask: vendor-matrix: {name}: {}",
@@ -381,10 +378,31 @@ fn cell(text: &str) -> String {
     text.replace('|', "\\|").replace('\n', " ")
 }
 
+/// The verdict word of a report: `SAFE`, `NOT SAFE` or `INCONCLUSIVE`
+/// (schema 2's `verdict`; schema 1 reports only had the line).
+fn verdict_word(report: &Value) -> &'static str {
+    match report["verdict"].as_str() {
+        Some("safe") => "SAFE",
+        Some("not_safe") => "NOT SAFE",
+        Some("inconclusive") => "INCONCLUSIVE",
+        Some(line) if line.starts_with("NOT SAFE") => "NOT SAFE",
+        Some(line) if line.starts_with("SAFE") => "SAFE",
+        _ => "?",
+    }
+}
+
+/// The verdict line of a report (`summary` in schema 2, `verdict` in 1).
+fn verdict_line(report: &Value) -> &str {
+    report["summary"]
+        .as_str()
+        .or_else(|| report["verdict"].as_str())
+        .unwrap_or("?")
+}
+
 fn verdict_mark(verdict: &str, severity: &str) -> &'static str {
     match (verdict, severity) {
         ("pass", _) => "pass",
-        ("fail", "info") => "note",
+        ("fail", "info") | ("note", _) => "note",
         ("fail", _) => "**FAIL**",
         ("unsupported", _) => "unsupported",
         ("error", _) => "error",
@@ -448,12 +466,15 @@ fn render(
     );
 
     md.push_str("## Measured here\n\n");
-    md.push_str("| Store | What | Version | Verdict | Options needed | Exit | Time |\n");
-    md.push_str("|---|---|---|---|---|---|---|\n");
+    md.push_str(
+        "| Store | What | Version | Verdict | Verdict line | Options needed | Exit | Time |\n",
+    );
+    md.push_str("|---|---|---|---|---|---|---|---|\n");
     for run in runs {
+        let word = run.report.as_ref().map_or("-", verdict_word);
         let (verdict, options) = match &run.report {
             Some(r) => (
-                r["verdict"].as_str().unwrap_or("?").to_string(),
+                verdict_line(r).to_string(),
                 r["recommended_options"]
                     .as_array()
                     .map(|a| {
@@ -472,7 +493,7 @@ fn render(
             ),
         };
         md.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {:.0} s |\n",
+            "| {} | {} | {} | **{word}** | {} | {} | {} | {:.0} s |\n",
             run.target.name,
             run.target.kind,
             cell(&run.target.version),
@@ -483,6 +504,11 @@ fn render(
         ));
     }
 
+    md.push_str(
+        "\nVerdicts: **SAFE** (exit 0), **NOT SAFE** (a critical probe failed; exit 1), \
+         **INCONCLUSIVE** (no critical probe failed, but some could not complete; exit 3); \
+         see [conformance.md](conformance.md).\n",
+    );
     if !not_built.is_empty() {
         md.push_str(&format!(
             "\nNot run this time (built from source on request, which takes long): {}. \

@@ -11,6 +11,7 @@ use casaas_core::lease::{
     AcquireOutcome, FencedResource, Lease, LeaseConfig, LeaseError, LostReason,
 };
 use casaas_core::{Capabilities, CasError, CasStore, ErrorKind, ListEntry, StoredObject, Version};
+use futures::StreamExt;
 
 use crate::model::{Outcome, StepError};
 use crate::probe::ProbeContext;
@@ -88,14 +89,70 @@ fn probe_config(cx: &ProbeContext) -> LeaseConfig {
     } else {
         Duration::from_secs(3)
     };
-    if let Some(min) = cx.store().capabilities().min_write_interval {
-        ttl = ttl.max(min * 6);
+    // Long enough that a write waiting for its pace (and a backoff) stays
+    // well within the lease's request timeout (a fifth of the TTL).
+    if let Some(min) = cx.min_write_interval() {
+        ttl = ttl.max(min * 12);
     }
     LeaseConfig::with_ttl(ttl)
 }
 
+/// How many contenders acquired a free lease, or the probe's early end.
+type RaceResult = Result<usize, Result<Outcome, StepError>>;
+
+/// One race of `concurrency` contenders for the free lease `race/{round}`:
+/// how many acquired it.
+async fn lease_race(
+    store: &Arc<dyn CasStore>,
+    config: &LeaseConfig,
+    round: usize,
+    concurrency: usize,
+) -> RaceResult {
+    let race_key = format!("race/{round}");
+    let mut handles = Vec::with_capacity(concurrency);
+    let barrier = Arc::new(tokio::sync::Barrier::new(concurrency));
+    for task in 0..concurrency {
+        let lease = match Lease::new(
+            store.clone(),
+            race_key.clone(),
+            format!("conformance-racer-{task}"),
+            config.clone(),
+        ) {
+            Ok(l) => l,
+            Err(e) => return Err(lease_step("set up a racing lease", e)),
+        };
+        let barrier = barrier.clone();
+        handles.push(tokio::spawn(async move {
+            barrier.wait().await;
+            lease.try_acquire().await
+        }));
+    }
+    let mut guards = Vec::new();
+    for handle in handles {
+        match handle.await {
+            Ok(Ok(AcquireOutcome::Acquired(g))) => guards.push(g),
+            Ok(Ok(AcquireOutcome::Held(_))) => {}
+            Ok(Err(e))
+                if e.store_kind()
+                    .is_some_and(|k| k == ErrorKind::ConcurrentRequest) => {}
+            Ok(Err(e)) => return Err(lease_step("race for a free lease", e)),
+            Err(e) => return Err(Ok(Outcome::error(format!("a racing task failed: {e}")))),
+        }
+    }
+    let winners = guards.len();
+    for g in guards {
+        // Best effort: the racers' leases only need to stop renewing.
+        let _ = g.release().await;
+    }
+    Ok(winners)
+}
+
 pub(super) async fn lease_protocol(cx: &ProbeContext) -> Result<Outcome, StepError> {
-    let store = cx.store().clone();
+    // Writes paced, throttled answers retried; unclear answers are left to
+    // the lease protocol, which resolves them itself. Racers are released
+    // unpaced.
+    let store = cx.protocol_store().clone();
+    let racers = cx.racing_store().clone();
     let config = probe_config(cx);
     let ttl = config.ttl;
     let key = "lock";
@@ -122,43 +179,26 @@ pub(super) async fn lease_protocol(cx: &ProbeContext) -> Result<Outcome, StepErr
     // 0. Contenders race for free leases: exactly one acquires each.
     let race_rounds = if cx.settings().quick { 3 } else { 10 };
     let concurrency = cx.settings().concurrency.max(2);
-    for round in 0..race_rounds {
-        let race_key = format!("race/{round}");
-        let mut handles = Vec::with_capacity(concurrency);
-        let barrier = Arc::new(tokio::sync::Barrier::new(concurrency));
-        for task in 0..concurrency {
-            let lease = match Lease::new(
-                store.clone(),
-                race_key.clone(),
-                format!("conformance-racer-{task}"),
-                config.clone(),
-            ) {
-                Ok(l) => l,
-                Err(e) => return lease_step("set up a racing lease", e),
-            };
-            let barrier = barrier.clone();
-            handles.push(tokio::spawn(async move {
-                barrier.wait().await;
-                lease.try_acquire().await
-            }));
-        }
-        let mut guards = Vec::new();
-        for handle in handles {
-            match handle.await {
-                Ok(Ok(AcquireOutcome::Acquired(g))) => guards.push(g),
-                Ok(Ok(AcquireOutcome::Held(_))) => {}
-                Ok(Err(e))
-                    if e.store_kind()
-                        .is_some_and(|k| k == ErrorKind::ConcurrentRequest) => {}
-                Ok(Err(e)) => return lease_step("race for a free lease", e),
-                Err(e) => return Ok(Outcome::error(format!("a racing task failed: {e}"))),
-            }
-        }
-        let winners = guards.len();
-        for g in guards {
-            // Best effort: the racers' leases only need to stop renewing.
-            let _ = g.release().await;
-        }
+    // Rounds run at once when writes to one key are paced, so that the
+    // pace does not multiply the run time.
+    let parallel = if cx.min_write_interval().is_some() {
+        race_rounds
+    } else {
+        1
+    };
+    let results: Vec<(usize, RaceResult)> = futures::stream::iter(0..race_rounds)
+        .map(|round| {
+            let (store, config) = (&racers, &config);
+            async move { (round, lease_race(store, config, round, concurrency).await) }
+        })
+        .buffer_unordered(parallel)
+        .collect()
+        .await;
+    for (round, result) in results {
+        let winners = match result {
+            Ok(w) => w,
+            Err(early) => return early,
+        };
         if winners > 1 {
             return Ok(Outcome::fail(format!(
                 "{winners} of {concurrency} contenders acquired the same free lease at once (round {round})"

@@ -132,6 +132,14 @@ fn s3_placeholders() -> Vec<Box<dyn Probe>> {
 /// Every built-in probe, in run order.
 pub fn standard() -> Vec<Box<dyn Probe>> {
     let mut probes = vec![
+        // First: the rate it measures paces every later probe's writes.
+        builtin!(
+            performance::throttle,
+            "throttle",
+            Info,
+            "Per-key write rate the store sustains",
+            "A low per-key write limit bounds how short a lease TTL can be, since a holder renews about three times per TTL.",
+        ),
         builtin!(
             semantics::create_if_absent,
             "create_if_absent",
@@ -215,13 +223,6 @@ pub fn standard() -> Vec<Box<dyn Probe>> {
             Critical,
             "Lease protocol end to end",
             "If acquire, renew, release and takeover do not behave as specified on this store, casaas leases cannot be trusted on it.",
-        ),
-        builtin!(
-            performance::throttle,
-            "throttle",
-            Info,
-            "Per-key write rate until throttled",
-            "A low per-key write limit bounds how short a lease TTL can be, since a holder renews about three times per TTL.",
         ),
         builtin!(
             performance::latency,

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use casaas_core::{CasError, CasStore, ErrorKind, Version};
+use futures::StreamExt;
 use tokio::sync::Barrier;
 
 use super::{answer_label, nonce};
@@ -23,6 +24,11 @@ struct Tally {
     ambiguous_won: u64,
     phantom_writes: u64,
     wrong_stored: u64,
+    /// Racers still throttled when their retry budget ran out: they did not
+    /// take part in the round.
+    throttled_out: u64,
+    /// Rounds without a winner that were run again on a fresh key.
+    reruns: usize,
     answers: BTreeMap<String, u64>,
     violations: Vec<String>,
 }
@@ -34,17 +40,54 @@ impl Tally {
         }
     }
 
+    fn merge(&mut self, other: Tally) {
+        self.rounds += other.rounds;
+        self.one_winner += other.one_winner;
+        self.no_winner += other.no_winner;
+        self.multiple_winners += other.multiple_winners;
+        self.max_winners = self.max_winners.max(other.max_winners);
+        self.ambiguous += other.ambiguous;
+        self.ambiguous_won += other.ambiguous_won;
+        self.phantom_writes += other.phantom_writes;
+        self.wrong_stored += other.wrong_stored;
+        self.throttled_out += other.throttled_out;
+        self.reruns += other.reruns;
+        for (answer, n) in other.answers {
+            *self.answers.entry(answer).or_default() += n;
+        }
+        for v in other.violations {
+            self.violation(v);
+        }
+    }
+
     fn outcome(self, what: &str, concurrency: usize, started: Instant) -> Outcome {
         let unsafe_rounds = self.multiple_winners as u64 + self.phantom_writes + self.wrong_stored;
-        let outcome = if unsafe_rounds == 0 {
+        let reruns = if self.reruns > 0 {
+            format!(
+                " ({} rounds without a winner were run again on a fresh key)",
+                self.reruns
+            )
+        } else {
+            String::new()
+        };
+        let outcome = if unsafe_rounds == 0 && self.no_winner == 0 {
             Outcome::pass(format!(
-                "{} rounds of {concurrency} concurrent {what}: never more than one winner{}",
+                "{} rounds of {concurrency} concurrent {what}: exactly one winner each{reruns}",
+                self.rounds
+            ))
+        } else if unsafe_rounds == 0 {
+            // No winner is no evidence of exclusion: every racer was refused,
+            // throttled or lost its answer.
+            let answers: Vec<String> = self
+                .answers
+                .iter()
+                .map(|(a, n)| format!("{n}x {a}"))
+                .collect();
+            Outcome::error(format!(
+                "{} of {} rounds of {concurrency} concurrent {what} had no winner even when run again, so exclusion was not shown (racers were answered: {})",
+                self.no_winner,
                 self.rounds,
-                if self.no_winner > 0 {
-                    format!(" ({} rounds had none)", self.no_winner)
-                } else {
-                    String::new()
-                }
+                answers.join(", ")
             ))
         } else {
             Outcome::fail(format!(
@@ -64,6 +107,8 @@ impl Tally {
             .with("ambiguous_answers", self.ambiguous)
             .with("ambiguous_resolved_as_won", self.ambiguous_won)
             .with("phantom_writes", self.phantom_writes)
+            .with("racers_throttled_out", self.throttled_out)
+            .with("rounds_run_again", self.reruns)
             .with("loser_answers", self.answers)
             .with("duration_ms", started.elapsed().as_millis() as u64)
     }
@@ -105,12 +150,15 @@ where
 }
 
 /// Judges one round from the tasks' answers and what the key holds now.
+/// A round without a winner that is not the `last` attempt is counted as a
+/// re-run, not as a round: the caller runs it again on a fresh key.
 async fn judge(
     store: &Arc<dyn CasStore>,
     key: &str,
     round: usize,
     bodies: &[Bytes],
     results: Vec<Result<Version, CasError>>,
+    last: bool,
     tally: &mut Tally,
 ) -> Result<(), StepError> {
     let stored = store.get(key).await.step("read the race's result")?;
@@ -123,6 +171,10 @@ async fn judge(
             Ok(v) => winners.push((task, v)),
             Err(e) => {
                 *tally.answers.entry(answer_label(&e)).or_default() += 1;
+                if e.kind() == ErrorKind::Throttled {
+                    // Never counted as a refusal: this racer did not take part.
+                    tally.throttled_out += 1;
+                }
                 if e.may_have_taken_effect() {
                     tally.ambiguous += 1;
                     // The protocol re-reads: the write took effect if the
@@ -142,6 +194,10 @@ async fn judge(
                 }
             }
         }
+    }
+    if winners.is_empty() && !last {
+        tally.reruns += 1;
+        return Ok(());
     }
     tally.rounds += 1;
     tally.max_winners = tally.max_winners.max(winners.len());
@@ -168,55 +224,133 @@ async fn judge(
     Ok(())
 }
 
+/// Attempts per round: a round without a winner is run again on a fresh
+/// key this many times in all before it counts as "no winner".
+const ATTEMPTS: usize = 3;
+
+/// Rounds run at once: one at a time, unless writes to one key are paced,
+/// when rounds run on several keys at once so that the pace does not
+/// multiply the run time.
+fn parallel_rounds(cx: &ProbeContext) -> usize {
+    if cx.min_write_interval().is_some() {
+        20
+    } else {
+        1
+    }
+}
+
+/// Runs `rounds` rounds of `round(attempt_key_suffix)`, merging tallies.
+async fn run_rounds<F, Fut>(cx: &ProbeContext, rounds: usize, round: F) -> Result<Tally, StepError>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<Tally, StepError>>,
+{
+    let done = std::sync::atomic::AtomicU64::new(0);
+    let results: Vec<Result<Tally, StepError>> = futures::stream::iter(0..rounds)
+        .map(|r| {
+            let fut = round(r);
+            let done = &done;
+            async move {
+                let result = fut.await;
+                let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                cx.step(n, rounds as u64);
+                result
+            }
+        })
+        .buffer_unordered(parallel_rounds(cx))
+        .collect()
+        .await;
+    let mut tally = Tally::default();
+    for result in results {
+        tally.merge(result?);
+    }
+    Ok(tally)
+}
+
 pub(super) async fn race_create(cx: &ProbeContext) -> Result<Outcome, StepError> {
-    let store = cx.store();
+    let racers = cx.racing_store();
+    let reader = cx.store();
     let concurrency = cx.settings().concurrency.max(2);
     let rounds = cx.settings().race_rounds();
     let started = Instant::now();
-    let mut tally = Tally::default();
     let run = nonce();
-    for round in 0..rounds {
-        let key = format!("create/{round}");
-        let bodies: Vec<Bytes> = (0..concurrency)
-            .map(|t| Bytes::from(format!("round {round} task {t} {run}")))
-            .collect();
-        let results = race(store, concurrency, |store, task| {
-            let (key, body) = (key.clone(), bodies[task].clone());
-            async move { store.create(&key, body).await }
-        })
-        .await?;
-        judge(store, &key, round, &bodies, results, &mut tally).await?;
-        cx.step(round as u64 + 1, rounds as u64);
-    }
+    let tally = run_rounds(cx, rounds, |round| {
+        let run = run.clone();
+        async move {
+            let mut tally = Tally::default();
+            for attempt in 0..ATTEMPTS {
+                let key = if attempt == 0 {
+                    format!("create/{round}")
+                } else {
+                    format!("create/{round}-again-{attempt}")
+                };
+                let bodies: Vec<Bytes> = (0..concurrency)
+                    .map(|t| Bytes::from(format!("round {round}.{attempt} task {t} {run}")))
+                    .collect();
+                let results = race(racers, concurrency, |store, task| {
+                    let (key, body) = (key.clone(), bodies[task].clone());
+                    async move { store.create(&key, body).await }
+                })
+                .await?;
+                let last = attempt + 1 == ATTEMPTS;
+                let reruns = tally.reruns;
+                judge(reader, &key, round, &bodies, results, last, &mut tally).await?;
+                if tally.reruns == reruns {
+                    break;
+                }
+            }
+            Ok(tally)
+        }
+    })
+    .await?;
     Ok(tally.outcome("creates of one key", concurrency, started))
 }
 
 pub(super) async fn race_replace(cx: &ProbeContext) -> Result<Outcome, StepError> {
+    let racers = cx.racing_store();
     let store = cx.store();
     let concurrency = cx.settings().concurrency.max(2);
     let rounds = cx.settings().race_rounds();
     let started = Instant::now();
-    let mut tally = Tally::default();
     let run = nonce();
-    for round in 0..rounds {
-        // A fresh key per round, so stores with a per-key write limit are
-        // not throttled by the probe's own pace.
-        let key = format!("replace/{round}");
-        let start = store
-            .create(&key, Bytes::from(format!("round {round} start {run}")))
-            .await
-            .step("create the object to race on")?;
-        cx.pace(&key).await;
-        let bodies: Vec<Bytes> = (0..concurrency)
-            .map(|t| Bytes::from(format!("round {round} task {t} {run}")))
-            .collect();
-        let results = race(store, concurrency, |store, task| {
-            let (key, body, from) = (key.clone(), bodies[task].clone(), start.clone());
-            async move { store.replace(&key, &from, body).await }
-        })
-        .await?;
-        judge(store, &key, round, &bodies, results, &mut tally).await?;
-        cx.step(round as u64 + 1, rounds as u64);
-    }
+    let tally = run_rounds(cx, rounds, |round| {
+        let run = run.clone();
+        async move {
+            let mut tally = Tally::default();
+            for attempt in 0..ATTEMPTS {
+                // A fresh key per round, so stores with a per-key write limit
+                // are not throttled by the probe's own pace.
+                let key = if attempt == 0 {
+                    format!("replace/{round}")
+                } else {
+                    format!("replace/{round}-again-{attempt}")
+                };
+                let start = store
+                    .create(
+                        &key,
+                        Bytes::from(format!("round {round}.{attempt} start {run}")),
+                    )
+                    .await
+                    .step("create the object to race on")?;
+                cx.pace(&key).await;
+                let bodies: Vec<Bytes> = (0..concurrency)
+                    .map(|t| Bytes::from(format!("round {round}.{attempt} task {t} {run}")))
+                    .collect();
+                let results = race(racers, concurrency, |store, task| {
+                    let (key, body, from) = (key.clone(), bodies[task].clone(), start.clone());
+                    async move { store.replace(&key, &from, body).await }
+                })
+                .await?;
+                let last = attempt + 1 == ATTEMPTS;
+                let reruns = tally.reruns;
+                judge(store, &key, round, &bodies, results, last, &mut tally).await?;
+                if tally.reruns == reruns {
+                    break;
+                }
+            }
+            Ok(tally)
+        }
+    })
+    .await?;
     Ok(tally.outcome("replaces from one version", concurrency, started))
 }

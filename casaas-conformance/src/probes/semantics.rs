@@ -118,7 +118,6 @@ pub(super) async fn replace_if_match(cx: &ProbeContext) -> Result<Outcome, StepE
     let first_form = version_form(&version);
     for round in 2..=3 {
         let body = payload(&format!("v{round}"));
-        cx.pace("object").await;
         let new = match store.replace("object", &version, body.clone()).await {
             Ok(v) => v,
             Err(e) if e.kind() == ErrorKind::PreconditionFailed => {
@@ -154,7 +153,6 @@ pub(super) async fn replace_stale(cx: &ProbeContext) -> Result<Outcome, StepErro
     let store = cx.store();
     let (b1, b2, b3) = (payload("v1"), payload("v2"), payload("stale"));
     let v1 = store.create("object", b1.clone()).await.step("create")?;
-    cx.pace("object").await;
     let v2 = store
         .replace("object", &v1, b2.clone())
         .await
@@ -164,7 +162,6 @@ pub(super) async fn replace_stale(cx: &ProbeContext) -> Result<Outcome, StepErro
             "a replace with a new body kept the version, so a stale version cannot be told apart",
         ));
     }
-    cx.pace("object").await;
     let result = store.replace("object", &v1, b3.clone()).await;
     let read = store
         .get("object")
@@ -263,7 +260,6 @@ pub(super) async fn conditional_delete(cx: &ProbeContext) -> Result<Outcome, Ste
     let declared = store.capabilities().conditional_delete;
     let (b1, b2) = (payload("v1"), payload("v2"));
     let v1 = store.create("object", b1).await.step("create")?;
-    cx.pace("object").await;
     let v2 = store
         .replace("object", &v1, b2.clone())
         .await
@@ -322,7 +318,6 @@ pub(super) async fn conditional_delete(cx: &ProbeContext) -> Result<Outcome, Ste
         Ok(()) => outcome.evidence.insert("delete_again", "succeeded"),
         Err(e) => outcome.evidence.insert("delete_again", error_evidence(&e)),
     }
-    cx.pace("object").await;
     // A different body, so that content-hash versions (S3 ETags) differ
     // unless the store really reuses versions.
     let v3 = store
@@ -345,12 +340,10 @@ pub(super) async fn identical_rewrite(cx: &ProbeContext) -> Result<Outcome, Step
     let store = cx.store();
     let same = payload("same");
     let v1 = store.create("object", same.clone()).await.step("create")?;
-    cx.pace("object").await;
     let v2 = store
         .replace("object", &v1, same.clone())
         .await
         .step("rewrite identical bytes")?;
-    cx.pace("object").await;
     let stale = store.replace("object", &v1, payload("other")).await;
     let evidence_form = version_form(&v1);
     if v1 == v2 {
