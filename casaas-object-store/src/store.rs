@@ -73,6 +73,10 @@ pub struct ObjectStoreCas {
     /// backends answer without one, e.g. GCS's XML API) must then be
     /// completed with `head` so that listed versions equal read versions.
     reports_versions: AtomicBool,
+    /// Set once a response header carried a quoted ETag: listings that
+    /// strip the quotes (Azure's XML) get them back, so that listed versions
+    /// equal read versions.
+    quoted_etags: AtomicBool,
 }
 
 impl fmt::Debug for ObjectStoreCas {
@@ -116,6 +120,7 @@ impl ObjectStoreCas {
             replace_if_match,
             create_if_absent: true,
             reports_versions: AtomicBool::new(false),
+            quoted_etags: AtomicBool::new(false),
         })
     }
 
@@ -186,6 +191,9 @@ impl ObjectStoreCas {
         if version.is_some() {
             self.reports_versions.store(true, Ordering::Relaxed);
         }
+        if e_tag.as_deref().is_some_and(|t| t.starts_with('"')) {
+            self.quoted_etags.store(true, Ordering::Relaxed);
+        }
         ObjectVersion::new(e_tag, version)
             .map(|v| v.to_version())
             .ok_or_else(|| {
@@ -223,6 +231,16 @@ impl ObjectStoreCas {
                     Err(mapped)
                 }
             }
+        }
+    }
+
+    /// A listed ETag in the form response headers carry it.
+    fn header_form(&self, tag: String) -> String {
+        let bare = !tag.starts_with('"') && !tag.starts_with("W/");
+        if bare && self.quoted_etags.load(Ordering::Relaxed) {
+            format!("\"{tag}\"")
+        } else {
+            tag
         }
     }
 
@@ -347,7 +365,8 @@ impl CasStore for ObjectStoreCas {
             if complete_with_head && meta.version.is_none() {
                 incomplete.push(key);
             } else {
-                let version = self.version_of(meta.e_tag, meta.version, &key)?;
+                let e_tag = meta.e_tag.map(|tag| self.header_form(tag));
+                let version = self.version_of(e_tag, meta.version, &key)?;
                 entries.push(ListEntry { key, version });
             }
         }

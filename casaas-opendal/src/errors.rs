@@ -71,7 +71,15 @@ pub(crate) fn map_error(err: opendal::Error, op: Operation, key: &str) -> CasErr
             "an unexpected answer from the store".to_string(),
         ),
     };
-    CasError::new(kind, format!("{message}: {}", err.message()))
+    // OpenDAL's Display carries the operation, service and path, and the
+    // transport's own error after "=>"; it never holds credentials.
+    let mut detail = err.message().to_string();
+    let mut source = std::error::Error::source(&err);
+    while let Some(cause) = source {
+        detail.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    CasError::new(kind, format!("{message}: {detail}"))
         .with_key(key)
         .with_code(code)
         .with_source(err)

@@ -42,6 +42,11 @@
 //! application enabling more on its own `opendal` dependency gets them too
 //! (features unify), with capabilities read the same way.
 //!
+//! This crate enables OpenDAL without `auto-register-services`; an
+//! application whose `opendal` dependency keeps the default features has its
+//! HTTP transport installed at start-up, others call `opendal::install_default()`
+//! (or install their own transport) before the first request.
+//!
 //! # URLs
 //!
 //! After [`register`], `casaas_core::open_store("opendal+s3://bucket/root?region=...")`

@@ -311,11 +311,9 @@ impl CasStore for OpendalCas {
             ))
             .with_key(key));
         }
-        let result = self
-            .op
-            .write_with(&self.path(key), body.clone())
-            .if_not_exists(true)
-            .await;
+        let path = self.path(key);
+        let write = self.op.write_with(&path, body.clone()).if_not_exists(true);
+        let result = write.await;
         self.finish_write(key, &body, result, Operation::Create)
             .await
     }

@@ -48,7 +48,9 @@ pub async fn open(inner: &str) -> Result<Arc<dyn CasStore>, CasError> {
     } else {
         url.query_pairs_mut().clear().extend_pairs(&options);
     }
-    opendal::init_default_registry();
+    // Services for from_uri, and the reqwest transport unless the application
+    // installed its own first (first installed wins).
+    opendal::install_default();
     let op = Operator::from_uri(url.as_str()).map_err(|e| {
         CasError::misconfigured(format!("opendal+{inner}: OpenDAL cannot open it: {e}"))
     })?;

@@ -51,15 +51,25 @@ pub fn azure_client(server: &TestServer) -> MicrosoftAzureBuilder {
         .with_account(server.var("AZURE_STORAGE_ACCOUNT"))
         .with_access_key(server.var("AZURE_STORAGE_KEY"))
         .with_container_name(server.var("AZURE_STORAGE_CONTAINER"))
-        .with_use_emulator(true)
         .with_endpoint(server.var("AZURE_STORAGE_ENDPOINT").to_string())
         .with_allow_http(true)
 }
 
 /// Creates the Azurite container through casaas-azure (object_store cannot).
 pub async fn ensure_azure_container(server: &TestServer) {
-    casaas_azure::register();
-    casaas_core::open_store(&server.url).await.unwrap();
+    use casaas_azure::{AzureBlobStore, AzureCredentials};
+    AzureBlobStore::builder(
+        server.var("AZURE_STORAGE_ACCOUNT"),
+        server.var("AZURE_STORAGE_CONTAINER"),
+    )
+    .endpoint(server.var("AZURE_STORAGE_ENDPOINT"))
+    .credentials(AzureCredentials::SharedKey(
+        server.var("AZURE_STORAGE_KEY").to_string(),
+    ))
+    .create_container(true)
+    .build()
+    .await
+    .unwrap();
 }
 
 /// A GCS client for fake-gcs: explicit base URL and a static empty bearer

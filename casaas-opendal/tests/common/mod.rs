@@ -7,7 +7,8 @@ use std::sync::Arc;
 use casaas_core::CasStore;
 use casaas_core::contract::{TestServer, test_server, unique_prefix};
 use casaas_opendal::OpendalCas;
-use opendal::{Operator, services};
+use opendal::{HttpTransporter, Operator, services};
+use opendal_http_transport_reqwest::ReqwestTransport;
 use url::Url;
 
 /// The bucket named by the server's casaas URL.
@@ -43,8 +44,19 @@ pub fn azblob_operator(server: &TestServer) -> Operator {
 
 /// Creates the Azurite container through casaas-azure (OpenDAL cannot).
 pub async fn ensure_azure_container(server: &TestServer) {
-    casaas_azure::register();
-    casaas_core::open_store(&server.url).await.unwrap();
+    use casaas_azure::{AzureBlobStore, AzureCredentials};
+    AzureBlobStore::builder(
+        server.var("AZURE_STORAGE_ACCOUNT"),
+        server.var("AZURE_STORAGE_CONTAINER"),
+    )
+    .endpoint(server.var("AZURE_STORAGE_ENDPOINT"))
+    .credentials(AzureCredentials::SharedKey(
+        server.var("AZURE_STORAGE_KEY").to_string(),
+    ))
+    .create_container(true)
+    .build()
+    .await
+    .unwrap();
 }
 
 /// A GCS operator for fake-gcs: anonymous, no VM metadata, no config.
@@ -58,8 +70,20 @@ pub fn gcs_operator(server: &TestServer) -> Operator {
     Operator::new(builder).unwrap()
 }
 
+/// `op` with an HTTP client of its own. OpenDAL's default transport is one
+/// process-wide client whose pooled connections belong to the runtime that
+/// opened them; each contract check runs on its own runtime, so a shared
+/// pool would hand one check a connection whose runtime is gone.
+pub fn with_own_client(op: Operator) -> Operator {
+    let transport = HttpTransporter::new(ReqwestTransport::new(reqwest::Client::new()));
+    let ctx = op.base_context().with_http_transport(transport);
+    op.with_context(ctx)
+}
+
 /// The operator for server `name`.
 pub async fn server_operator(name: &str) -> (TestServer, Operator) {
+    // This crate builds OpenDAL without its start-up constructor.
+    opendal::install_default();
     let server = test_server(name);
     let op = match name {
         "moto" => s3_operator(&server),
@@ -70,7 +94,7 @@ pub async fn server_operator(name: &str) -> (TestServer, Operator) {
         "fake-gcs" => gcs_operator(&server),
         other => panic!("no OpenDAL operator for {other}"),
     };
-    (server, op)
+    (server, with_own_client(op))
 }
 
 /// A fresh store on server `name`; `configure` adjusts it (for example
