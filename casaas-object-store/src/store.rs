@@ -98,11 +98,14 @@ impl ObjectStoreCas {
     /// The store of keys under `prefix` (no leading or trailing `/`; empty
     /// for the whole bucket) of `client`.
     ///
-    /// Capabilities are derived from the client's kind: `LocalFileSystem`
-    /// and `HttpStore` cannot replace conditionally. An S3 client built with
-    /// `S3ConditionalPut::Disabled` cannot be recognised from the outside:
-    /// declare it with [`conditional_put(false)`](Self::conditional_put)
-    /// (stores opened by URL do this themselves).
+    /// Capabilities are derived from the client's kind, by its `Display`
+    /// name: `LocalFileSystem` and `HttpStore` cannot replace
+    /// conditionally. An S3 client built with `S3ConditionalPut::Disabled`
+    /// cannot be recognised from the outside: declare it with
+    /// [`conditional_put(false)`](Self::conditional_put) (stores opened by
+    /// URL do this themselves), and a wrapper hiding a store without
+    /// `PutMode::Update` with
+    /// [`conditional_replace(false)`](Self::conditional_replace).
     pub fn new(client: Arc<dyn ObjectStore>, prefix: impl Into<String>) -> Result<Self, CasError> {
         let prefix = prefix.into();
         let prefix = prefix.trim_matches('/').to_string();
@@ -139,6 +142,16 @@ impl ObjectStoreCas {
     pub fn conditional_put(mut self, supported: bool) -> Self {
         self.create_if_absent = supported && self.create_if_absent;
         self.replace_if_match = supported && self.replace_if_match;
+        self
+    }
+
+    /// Declares whether the client can replace conditionally
+    /// (`PutMode::Update`). Needed when a wrapper hides the kind of the
+    /// store it wraps from its `Display` name (`LocalFileSystem` and
+    /// `HttpStore` are recognised by name; a wrapper that does not show the
+    /// inner name is assumed to support it).
+    pub fn conditional_replace(mut self, supported: bool) -> Self {
+        self.replace_if_match = supported;
         self
     }
 
@@ -296,6 +309,13 @@ impl CasStore for ObjectStoreCas {
 
     async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
         validate_key(key)?;
+        if !self.create_if_absent {
+            return Err(CasError::unsupported(format!(
+                "{} cannot make a put conditional (conditional put disabled)",
+                self.client
+            ))
+            .with_key(key));
+        }
         self.put(key, body, PutMode::Create, Operation::Create)
             .await
     }

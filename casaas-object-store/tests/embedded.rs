@@ -139,3 +139,27 @@ async fn open_by_url() {
     let caps = store.capabilities();
     assert!(!caps.create_if_absent && !caps.replace_if_match, "{caps:?}");
 }
+
+#[tokio::test]
+async fn declared_limits_are_reported_and_enforced() {
+    let client: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let store = ObjectStoreCas::new(client.clone(), "p")
+        .unwrap()
+        .conditional_replace(false);
+    let caps = store.capabilities();
+    assert!(caps.create_if_absent && !caps.replace_if_match, "{caps:?}");
+    let v = store.create("k", Bytes::from_static(b"x")).await.unwrap();
+    let err = store
+        .replace("k", &v, Bytes::from_static(b"y"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+
+    let store = ObjectStoreCas::new(client, "p")
+        .unwrap()
+        .conditional_put(false);
+    let caps = store.capabilities();
+    assert!(!caps.create_if_absent && !caps.replace_if_match, "{caps:?}");
+    let err = store.create("new", Bytes::new()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+}
