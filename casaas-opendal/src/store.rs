@@ -39,8 +39,9 @@ const CONTENT_HASH_PREFIX: &str = "sha256:";
 ///
 /// let op = opendal::Operator::new(opendal::services::Memory::default())?;
 /// let store = OpendalCas::new(op, "tables/t1/_commits")?;
-/// store.create("00001.json", Bytes::from_static(b"{}")).await?;
-/// let err = store.create("00001.json", Bytes::from_static(b"{}")).await.unwrap_err();
+/// store.create("00001.json", Bytes::from_static(b"{\"add\":\"a\"}")).await?;
+/// // Another writer's commit for the same version loses.
+/// let err = store.create("00001.json", Bytes::from_static(b"{\"add\":\"b\"}")).await.unwrap_err();
 /// assert_eq!(err.kind(), ErrorKind::PreconditionFailed);
 /// // OpenDAL's memory service has no compare-and-swap, and says so.
 /// assert!(!store.capabilities().replace_if_match);
