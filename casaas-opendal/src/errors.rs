@@ -79,15 +79,64 @@ pub(crate) fn map_error(err: opendal::Error, op: Operation, key: &str) -> CasErr
         detail.push_str(&format!(": {cause}"));
         source = cause.source();
     }
-    CasError::new(kind, format!("{message}: {detail}"))
+    CasError::new(kind, format!("{message}: {}", redact_queries(&detail)))
         .with_key(key)
         .with_code(code)
-        .with_source(err)
+        .with_source(OpendalFailure(redact_queries(&err.to_string())))
+}
+
+/// OpenDAL's error as text, kept as the source of a [`CasError`] without its
+/// request URLs' query strings (a SAS token travels in the query).
+#[derive(Debug)]
+struct OpendalFailure(String);
+
+impl std::fmt::Display for OpendalFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for OpendalFailure {}
+
+/// `text` with the query string of every URL removed.
+fn redact_queries(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("://") {
+        // Copy up to the query of this URL, then skip the query.
+        let url_end = rest[start..]
+            .find(|c: char| c.is_whitespace() || c == ',' || c == '}' || c == ')')
+            .map_or(rest.len(), |at| start + at);
+        let url = &rest[..url_end];
+        match url.find('?') {
+            Some(query) => {
+                out.push_str(&url[..query]);
+                out.push_str("?<redacted>");
+            }
+            None => out.push_str(url),
+        }
+        rest = &rest[url_end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn query_strings_never_reach_the_error() {
+        let err = opendal::Error::new(opendal::ErrorKind::Unexpected, "send http request")
+            .with_context(
+                "url",
+                "https://acct.blob.core.windows.net/c/k?sv=2024&sig=SECRET, next",
+            );
+        let mapped = map_error(err, Operation::Create, "k");
+        let debug = format!("{mapped:?} {mapped}");
+        assert!(!debug.contains("SECRET"), "{debug}");
+        assert!(debug.contains("https://acct.blob.core.windows.net/c/k?<redacted>"), "{debug}");
+    }
 
     #[test]
     fn outcomes_map_to_their_kinds() {

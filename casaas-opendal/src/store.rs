@@ -449,7 +449,8 @@ impl CasStore for OpendalCas {
         caps.create_if_absent = self.capability.write_with_if_not_exists;
         caps.replace_if_match = self.can_replace();
         caps.conditional_delete = self.can_delete();
-        caps.list = self.capability.list && self.capability.list_with_recursive;
+        // OpenDAL completes recursive listing where a service lacks it.
+        caps.list = self.capability.list;
         if self.content_versions() {
             caps = caps.with_note(format!(
                 "OpenDAL's {} service has no compare-and-swap; versions are content hashes",
