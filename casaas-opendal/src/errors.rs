@@ -135,7 +135,10 @@ mod tests {
         let mapped = map_error(err, Operation::Create, "k");
         let debug = format!("{mapped:?} {mapped}");
         assert!(!debug.contains("SECRET"), "{debug}");
-        assert!(debug.contains("https://acct.blob.core.windows.net/c/k?<redacted>"), "{debug}");
+        assert!(
+            debug.contains("https://acct.blob.core.windows.net/c/k?<redacted>"),
+            "{debug}"
+        );
     }
 
     #[test]
