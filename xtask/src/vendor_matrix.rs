@@ -814,3 +814,46 @@ pub fn command_line() -> String {
     }
     line
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adapter_rows_belong_to_their_server() {
+        assert_eq!(server_of("moto+object_store"), Some("moto"));
+        assert_eq!(server_of("fake-gcs"), Some("fake-gcs"));
+        assert_eq!(server_of("memory"), None);
+        assert_eq!(kind_of("azurite+opendal"), "Azurite via OpenDAL 0.59");
+        assert_eq!(kind_of("moto+object_store"), "moto via object_store 0.14");
+    }
+
+    #[test]
+    fn adapter_urls_keep_credentials_in_the_environment() {
+        let mut target = Target {
+            name: "azurite+object_store".into(),
+            kind: kind_of("azurite+object_store"),
+            version: String::new(),
+            url: None,
+            env: vec![
+                ("AZURE_STORAGE_ACCOUNT".into(), "devstoreaccount1".into()),
+                ("AZURE_STORAGE_KEY".into(), "SECRETKEY".into()),
+                ("AZURE_STORAGE_CONTAINER".into(), "c".into()),
+                (
+                    "AZURE_STORAGE_ENDPOINT".into(),
+                    "http://127.0.0.1:1/devstoreaccount1".into(),
+                ),
+            ],
+        };
+        adapter_target(&mut target, "azurite", "object_store").unwrap();
+        let url = target.url.unwrap();
+        assert!(url.starts_with("object_store+az://c/"), "{url}");
+        assert!(!url.contains("SECRETKEY"), "{url}");
+        assert!(
+            target
+                .env
+                .iter()
+                .any(|(k, v)| k == "AZURE_STORAGE_ACCOUNT_KEY" && v == "SECRETKEY")
+        );
+    }
+}
