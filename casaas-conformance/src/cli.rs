@@ -161,7 +161,8 @@ where
     }
 }
 
-/// Makes s3://, gs:// and az:// URLs openable, as the features allow.
+/// Makes s3://, gs://, az://, object_store+URL and opendal+URL openable, as
+/// the features allow.
 fn register_providers() {
     #[cfg(feature = "s3")]
     casaas_s3::register();
@@ -169,6 +170,10 @@ fn register_providers() {
     casaas_gcs::register();
     #[cfg(feature = "azure")]
     casaas_azure::register();
+    #[cfg(feature = "object-store")]
+    casaas_object_store::register();
+    #[cfg(feature = "opendal")]
+    casaas_opendal::register();
 }
 
 /// Can this build open `scheme` URLs? For a helpful message.

@@ -45,8 +45,8 @@ pub use file::FileStore;
 pub use lease::{Lease, LeaseConfig, LeaseError, LeaseGuard};
 pub use memory::MemoryStore;
 pub use registry::{
-    StoreFactory, StoreFuture, UrlOptions, open_store, register_scheme, registered_schemes,
-    url_prefix,
+    AdapterFactory, StoreFactory, StoreFuture, UrlOptions, open_store, register_adapter,
+    register_scheme, registered_schemes, url_prefix,
 };
 pub use store::{
     Capabilities, CasStore, ListEntry, MAX_KEY_LEN, StoredObject, validate_key, validate_prefix,

@@ -2,7 +2,9 @@
 //!
 //! Core registers `memory://` and `file://`. Provider crates register their
 //! own schemes (`s3://`, `gs://`, `az://`) with [`register_scheme`]; core
-//! never depends on them.
+//! never depends on them. Adapter crates, which open a store through another
+//! library's client, register a name with [`register_adapter`] and receive
+//! the rest of URLs written `NAME+URL` (`object_store+s3://bucket/prefix`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -18,6 +20,37 @@ pub type StoreFuture = Pin<Box<dyn Future<Output = Result<Arc<dyn CasStore>, Cas
 
 /// Opens a store from a parsed URL whose scheme it was registered for.
 pub type StoreFactory = fn(Url) -> StoreFuture;
+
+/// Opens a store from the URL text that follows `NAME+` in `NAME+URL`
+/// (the adapter parses it with its library's own rules).
+pub type AdapterFactory = fn(String) -> StoreFuture;
+
+fn adapters() -> &'static RwLock<HashMap<String, AdapterFactory>> {
+    static ADAPTERS: OnceLock<RwLock<HashMap<String, AdapterFactory>>> = OnceLock::new();
+    ADAPTERS.get_or_init(|| RwLock::new(HashMap::new()))
+}
+
+/// Registers (or replaces) the adapter for URLs written `name+URL`, e.g.
+/// `object_store+s3://bucket/prefix`. The name may contain characters a URL
+/// scheme cannot (such as `_`): the text is split before URL parsing.
+pub fn register_adapter(name: &str, factory: AdapterFactory) {
+    adapters()
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(name.to_ascii_lowercase(), factory);
+}
+
+/// The adapter and inner URL of `NAME+URL`, if `NAME` is registered.
+fn adapter_for(url: &str) -> Option<(AdapterFactory, String)> {
+    let scheme = &url[..url.find(':')?];
+    let (name, _) = scheme.split_once('+')?;
+    let factory = adapters()
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&name.to_ascii_lowercase())
+        .copied()?;
+    Some((factory, url[name.len() + 1..].to_string()))
+}
 
 fn registry() -> &'static RwLock<HashMap<String, StoreFactory>> {
     static REGISTRY: OnceLock<RwLock<HashMap<String, StoreFactory>>> = OnceLock::new();
@@ -37,7 +70,7 @@ pub fn register_scheme(scheme: &str, factory: StoreFactory) {
         .insert(scheme.to_ascii_lowercase(), factory);
 }
 
-/// The schemes that can be opened now, sorted.
+/// The schemes that can be opened now, sorted; adapters appear as `NAME+`.
 pub fn registered_schemes() -> Vec<String> {
     let mut schemes: Vec<String> = registry()
         .read()
@@ -45,6 +78,13 @@ pub fn registered_schemes() -> Vec<String> {
         .keys()
         .cloned()
         .collect();
+    schemes.extend(
+        adapters()
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .map(|name| format!("{name}+")),
+    );
     schemes.sort();
     schemes
 }
@@ -53,7 +93,9 @@ pub fn registered_schemes() -> Vec<String> {
 ///
 /// - `memory://NAME/prefix` — the process-wide in-memory store `NAME`;
 /// - `file:///absolute/dir` — the local-filesystem store rooted at that directory;
-/// - `s3://`, `gs://`, `az://` — once the provider crate has registered itself.
+/// - `s3://`, `gs://`, `az://` — once the provider crate has registered itself;
+/// - `NAME+URL` — once an adapter crate has registered `NAME` (for example
+///   `object_store+s3://bucket/prefix`, `opendal+s3://bucket/prefix`).
 ///
 /// Credentials never come from the URL.
 ///
@@ -68,6 +110,9 @@ pub fn registered_schemes() -> Vec<String> {
 /// # }
 /// ```
 pub async fn open_store(url: &str) -> Result<Arc<dyn CasStore>, CasError> {
+    if let Some((factory, inner)) = adapter_for(url) {
+        return factory(inner).await;
+    }
     let parsed = Url::parse(url).map_err(|e| {
         CasError::misconfigured(format!(
             "{url:?} is not a valid store URL ({e}); expected e.g. memory://NAME/prefix, \
@@ -225,6 +270,23 @@ mod tests {
         assert!(b.get("k").await.unwrap().is_some());
         let other = open_store("memory://shared-test/q").await.unwrap();
         assert!(other.get("k").await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn adapters_receive_the_inner_url() {
+        fn open_inner(inner: String) -> StoreFuture {
+            Box::pin(async move {
+                assert_eq!(inner, "memory://adapted/p");
+                open_store(&inner).await
+            })
+        }
+        register_adapter("test_adapter", open_inner);
+        let store = open_store("test_adapter+memory://adapted/p").await.unwrap();
+        assert_eq!(store.describe(), "memory://adapted/p/");
+        assert!(registered_schemes().contains(&"test_adapter+".to_string()));
+        // An unregistered name is still an error that says what is known.
+        let err = open_store("nothing_here+memory://x/p").await.unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Misconfigured, "{err}");
     }
 
     #[test]

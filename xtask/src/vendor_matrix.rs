@@ -7,6 +7,11 @@
 //! `.casaas/vendor-matrix/NAME.json`; the Markdown is generated from them,
 //! followed by a fixed section on what public reports say about stores that
 //! cannot run here.
+//!
+//! Each S3, Azure and GCS emulator is probed a second and third time through
+//! the adapters table formats use (`object_store+URL`, `opendal+URL`): rows
+//! named `SERVER+object_store` and `SERVER+opendal`, run right after the
+//! server's own row and before the server is stopped.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -18,12 +23,28 @@ use serde_json::Value;
 
 use crate::servers::{self, Ctx};
 
+/// The adapter rows: (row name suffix, what it is, library version).
+const ADAPTERS: [(&str, &str); 2] = [
+    ("object_store", "object_store 0.14"),
+    ("opendal", "OpenDAL 0.59"),
+];
+
+/// Servers the adapters are probed on.
+const ADAPTER_SERVERS: [&str; 3] = ["moto", "azurite", "fake-gcs"];
+
+/// The server a row runs on (`moto` for `moto` and `moto+opendal`), or
+/// `None` for the embedded backends.
+fn server_of(name: &str) -> Option<&str> {
+    let server = name.split_once('+').map_or(name, |(server, _)| server);
+    (server != "memory" && server != "file").then_some(server)
+}
+
 /// One store the matrix covers.
 struct Target {
     /// Column name: `memory`, `file`, or a server name.
     name: String,
     /// What it is, for people.
-    kind: &'static str,
+    kind: String,
     /// Version of the server software, as installed.
     version: String,
     /// The URL given to the binary (none = embedded file backend).
@@ -63,6 +84,13 @@ pub fn vendor_matrix(
         let name = server.name();
         if server.default_enabled() || built_on_request(ctx, name) {
             names.push(name.to_string());
+            if ADAPTER_SERVERS.contains(&name) {
+                names.extend(
+                    ADAPTERS
+                        .iter()
+                        .map(|(adapter, _)| format!("{name}+{adapter}")),
+                );
+            }
         } else {
             not_built.push(name.to_string());
         }
@@ -74,13 +102,25 @@ pub fn vendor_matrix(
                 names.join(", ")
             );
         }
-        names.retain(|n| only.contains(n));
+        // An adapter row runs after its server's own row, which also
+        // prepares the server (Azurite's container is created by it).
+        let wanted: Vec<String> = only
+            .iter()
+            .flat_map(|n| [n.clone(), server_of(n).unwrap_or(n).to_string()])
+            .collect();
+        names.retain(|n| wanted.contains(n));
     }
 
     let mut runs = Vec::new();
-    for name in &names {
+    let mut started_here: Vec<String> = Vec::new();
+    for (index, name) in names.iter().enumerate() {
         eprintln!("xtask: vendor-matrix: {name}");
-        let started_here = !is_running(ctx, name);
+        if let Some(server) = server_of(name)
+            && !is_running(ctx, server)
+            && !started_here.iter().any(|s| s == server)
+        {
+            started_here.push(server.to_string());
+        }
         let target = match prepare(ctx, name) {
             Ok(t) => t,
             Err(e) => {
@@ -113,8 +153,14 @@ pub fn vendor_matrix(
             );
         }
         runs.push(run);
-        if started_here && !keep_servers && servers::all().iter().any(|s| s.name() == name) {
-            servers::down(ctx, std::slice::from_ref(name))?;
+        // Stop a server this command started once its last row has run.
+        if let Some(server) = server_of(name) {
+            let last_use = !names[index + 1..]
+                .iter()
+                .any(|n| server_of(n) == Some(server));
+            if last_use && !keep_servers && started_here.iter().any(|s| s == server) {
+                servers::down(ctx, &[server.to_string()])?;
+            }
         }
     }
 
@@ -181,7 +227,26 @@ fn is_running(ctx: &Ctx, name: &str) -> bool {
     ctx.server_dir(name).join("env").is_file()
 }
 
-fn kind_of(name: &str) -> &'static str {
+fn kind_of(name: &str) -> String {
+    if let Some((server, adapter)) = name.split_once('+') {
+        let library = ADAPTERS
+            .iter()
+            .find(|(a, _)| *a == adapter)
+            .map_or(adapter, |(_, library)| library);
+        return format!("{} via {library}", server_label(server));
+    }
+    server_kind(name).to_string()
+}
+
+/// The server's name as people write it.
+fn server_label(server: &str) -> &str {
+    match server {
+        "azurite" => "Azurite",
+        other => other,
+    }
+}
+
+fn server_kind(name: &str) -> &'static str {
     match name {
         "memory" => "embedded in-memory backend",
         "file" => "embedded file backend (temporary directory)",
@@ -205,7 +270,11 @@ fn prepare(ctx: &Ctx, name: &str) -> Result<Target> {
         url: None,
         env: Vec::new(),
     };
-    match name {
+    let (server_name, adapter) = match name.split_once('+') {
+        Some((server, adapter)) => (server, Some(adapter)),
+        None => (name, None),
+    };
+    match server_name {
         "file" => {}
         "memory" => target.url = Some("memory://vendor-matrix/run".into()),
         server => {
@@ -226,9 +295,91 @@ fn prepare(ctx: &Ctx, name: &str) -> Result<Target> {
             }
             // Versions may only be readable once installed.
             target.version = server_version(ctx, name);
+            if let Some(adapter) = adapter {
+                adapter_target(&mut target, server, adapter)?;
+            }
         }
     }
     Ok(target)
+}
+
+/// Points `target` (the server's own row) at the same server through
+/// `adapter`, configured by that library's URL and environment conventions.
+/// Credentials stay in the environment, never in the URL.
+fn adapter_target(target: &mut Target, server: &str, adapter: &str) -> Result<()> {
+    let var = |name: &str| -> Result<String> {
+        target
+            .env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .with_context(|| format!("{server}'s env file has no {name}"))
+    };
+    let (url, extra_env): (String, Vec<(&str, String)>) = match (server, adapter) {
+        ("moto", "object_store") => (
+            format!(
+                "object_store+s3://casaas-test/?aws_endpoint={}&aws_allow_http=true\
+                 &aws_virtual_hosted_style_request=false",
+                var("AWS_ENDPOINT_URL")?
+            ),
+            vec![],
+        ),
+        ("moto", "opendal") => (
+            format!(
+                "opendal+s3://casaas-test/?endpoint={}&region={}",
+                var("AWS_ENDPOINT_URL")?,
+                var("AWS_REGION")?
+            ),
+            vec![],
+        ),
+        ("azurite", library) => {
+            let container = var("AZURE_STORAGE_CONTAINER")?;
+            let endpoint = var("AZURE_STORAGE_ENDPOINT")?;
+            let url = if library == "object_store" {
+                format!(
+                    "object_store+az://{container}/?azure_storage_endpoint={endpoint}\
+                     &azure_allow_http=true"
+                )
+            } else {
+                format!("opendal+azblob://{container}/?endpoint={endpoint}")
+            };
+            // The variable names both libraries read.
+            let env = vec![
+                ("AZURE_STORAGE_ACCOUNT_NAME", var("AZURE_STORAGE_ACCOUNT")?),
+                ("AZURE_STORAGE_ACCOUNT_KEY", var("AZURE_STORAGE_KEY")?),
+            ];
+            (url, env)
+        }
+        ("fake-gcs", "object_store") => (
+            format!(
+                "object_store+gs://{}/?google_base_url={}",
+                var("GCS_BUCKET")?,
+                var("GCS_ENDPOINT")?
+            ),
+            // A key that turns OAuth off: no token is ever fetched, from a
+            // metadata server or elsewhere.
+            vec![(
+                "GOOGLE_SERVICE_ACCOUNT_KEY",
+                r#"{"disable_oauth":true,"client_email":"","private_key":"","private_key_id":""}"#
+                    .to_string(),
+            )],
+        ),
+        ("fake-gcs", "opendal") => (
+            format!(
+                "opendal+gcs://{}/?endpoint={}&skip_signature=true&disable_vm_metadata=true\
+                 &disable_config_load=true&conditional_delete=false",
+                var("GCS_BUCKET")?,
+                var("GCS_ENDPOINT")?
+            ),
+            vec![],
+        ),
+        _ => bail!("no {adapter} row for {server}"),
+    };
+    target.url = Some(url);
+    target
+        .env
+        .extend(extra_env.into_iter().map(|(k, v)| (k.to_string(), v)));
+    Ok(())
 }
 
 fn run_binary(binary: &Path, target: Target, quick: bool, out_dir: &Path) -> Run {
@@ -285,6 +436,8 @@ fn run_binary(binary: &Path, target: Target, quick: bool, out_dir: &Path) -> Run
 /// The installed version of a server's software, read from what xtask
 /// installed (never guessed).
 fn server_version(ctx: &Ctx, name: &str) -> String {
+    // An adapter row runs on its server's software.
+    let name = name.split_once('+').map_or(name, |(server, _)| server);
     let found = match name {
         "memory" | "file" => Some(format!("casaas-core {}", env!("CARGO_PKG_VERSION"))),
         "moto" => pip_version(ctx, "moto", "moto").map(|v| format!("moto {v}")),
@@ -686,4 +839,47 @@ pub fn command_line() -> String {
         line.push_str(&a);
     }
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adapter_rows_belong_to_their_server() {
+        assert_eq!(server_of("moto+object_store"), Some("moto"));
+        assert_eq!(server_of("fake-gcs"), Some("fake-gcs"));
+        assert_eq!(server_of("memory"), None);
+        assert_eq!(kind_of("azurite+opendal"), "Azurite via OpenDAL 0.59");
+        assert_eq!(kind_of("moto+object_store"), "moto via object_store 0.14");
+    }
+
+    #[test]
+    fn adapter_urls_keep_credentials_in_the_environment() {
+        let mut target = Target {
+            name: "azurite+object_store".into(),
+            kind: kind_of("azurite+object_store"),
+            version: String::new(),
+            url: None,
+            env: vec![
+                ("AZURE_STORAGE_ACCOUNT".into(), "devstoreaccount1".into()),
+                ("AZURE_STORAGE_KEY".into(), "SECRETKEY".into()),
+                ("AZURE_STORAGE_CONTAINER".into(), "c".into()),
+                (
+                    "AZURE_STORAGE_ENDPOINT".into(),
+                    "http://127.0.0.1:1/devstoreaccount1".into(),
+                ),
+            ],
+        };
+        adapter_target(&mut target, "azurite", "object_store").unwrap();
+        let url = target.url.unwrap();
+        assert!(url.starts_with("object_store+az://c/"), "{url}");
+        assert!(!url.contains("SECRETKEY"), "{url}");
+        assert!(
+            target
+                .env
+                .iter()
+                .any(|(k, v)| k == "AZURE_STORAGE_ACCOUNT_KEY" && v == "SECRETKEY")
+        );
+    }
 }

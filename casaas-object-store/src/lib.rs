@@ -1,0 +1,71 @@
+//! casaas over an [`object_store`] client: the CAS-object contract
+//! ([`casaas_core::CasStore`]) on the `Arc<dyn ObjectStore>` a table format
+//! (delta-rs, SlateDB, Lance, DataFusion) already holds, so leases, fenced
+//! logs and elections need no second client for the same bucket.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use casaas_core::lease::FencedLog;
+//! use casaas_object_store::ObjectStoreCas;
+//!
+//! // The client the application already has.
+//! let client: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+//! let store = Arc::new(ObjectStoreCas::new(client, "tables/t1")?);
+//! let log = FencedLog::<String>::new(store, "_commits")?;
+//! assert_eq!(log.append(1, "add part-0001.parquet".into()).await?.seq, 1);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # What the adapter cannot do
+//!
+//! - No conditional delete (object_store has none): `delete` answers
+//!   `Unsupported` and [`Capabilities::conditional_delete`] is false, so
+//!   released leases are overwritten rather than removed.
+//! - `LocalFileSystem` and `HttpStore` cannot replace conditionally (no
+//!   `PutMode::Update`); neither can an S3 client built with
+//!   `S3ConditionalPut::Disabled`. [`CasStore::capabilities`] says so, and the
+//!   conformance suite reports it; such a store can still create-if-absent
+//!   (`LocalFileSystem`), which is enough for Delta-style commit files.
+//! - object_store retries conditional puts itself: see
+//!   [`ObjectStoreCas`] for how a refusal that may hide our own write is
+//!   reported, and build the client with `RetryConfig { max_retries: 0, .. }`
+//!   plus [`ObjectStoreCas::client_retries(false)`](ObjectStoreCas::client_retries)
+//!   to save the confirming read.
+//!
+//! # Versions
+//!
+//! This crate is built against object_store 0.14 ([`OBJECT_STORE_VERSION`]);
+//! the client handed to [`ObjectStoreCas::new`] must come from the same major
+//! version (a 0.13 `Arc<dyn ObjectStore>` is a different type). docs/adapters.md
+//! describes the version policy and how a 0.13 application can use casaas.
+//!
+//! # URLs
+//!
+//! After [`register`], `casaas_core::open_store("object_store+s3://bucket/prefix")`
+//! builds the client with object_store's own URL parsing and environment
+//! conventions (see [`url::open`]).
+//!
+//! [`Capabilities::conditional_delete`]: casaas_core::Capabilities::conditional_delete
+//! [`CasStore::capabilities`]: casaas_core::CasStore::capabilities
+
+#![deny(missing_docs)]
+
+mod errors;
+mod store;
+pub mod url;
+mod version;
+
+pub use store::ObjectStoreCas;
+pub use version::ObjectVersion;
+
+/// The object_store release line this crate is built against.
+pub const OBJECT_STORE_VERSION: &str = "0.14";
+
+/// Registers the `object_store+` adapter with [`casaas_core::open_store`],
+/// e.g. `object_store+s3://bucket/prefix?aws_endpoint=...`. Idempotent.
+pub fn register() {
+    casaas_core::register_adapter("object_store", url::open_adapter);
+}

@@ -1,0 +1,439 @@
+//! [`ObjectStoreCas`]: the CAS-object contract over `Arc<dyn ObjectStore>`.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use casaas_core::{
+    Capabilities, CasError, CasStore, ErrorKind, ListEntry, StoredObject, Version, validate_key,
+    validate_prefix,
+};
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::{GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+
+use crate::errors::{Operation, map_error};
+use crate::version::ObjectVersion;
+
+/// How many `head` requests [`ObjectStoreCas::list`] runs at once when it
+/// completes versions a listing left out.
+const HEAD_CONCURRENCY: usize = 8;
+
+/// A [`CasStore`] over an object_store client the application already holds.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), casaas_core::CasError> {
+/// use std::sync::Arc;
+/// use bytes::Bytes;
+/// use casaas_core::{CasStore, ErrorKind};
+/// use casaas_object_store::ObjectStoreCas;
+/// use object_store::memory::InMemory;
+///
+/// let client: Arc<dyn object_store::ObjectStore> = Arc::new(InMemory::new());
+/// let store = ObjectStoreCas::new(client, "tables/t1/_locks")?;
+/// let v1 = store.create("writer", Bytes::from_static(b"a")).await?;
+/// let err = store.create("writer", Bytes::from_static(b"b")).await.unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::PreconditionFailed);
+/// store.replace("writer", &v1, Bytes::from_static(b"c")).await?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Mapping
+///
+/// - `get` → `get_opts`, keeping both the ETag and the version of the
+///   answer (see [`ObjectVersion`]);
+/// - `create` → `put_opts` with `PutMode::Create`;
+/// - `replace` → `put_opts` with `PutMode::Update`;
+/// - `delete` → [`ErrorKind::Unsupported`]: object_store has no conditional
+///   delete, and [`capabilities`](CasStore::capabilities) says so;
+/// - `list` → `list`, sorted by key.
+///
+/// # object_store's own retries
+///
+/// object_store retries 5xx, 429 and 408 answers, conditional puts included.
+/// When the first attempt was applied, the retry answers `AlreadyExists` or
+/// `Precondition` although the write is ours. So, unless told that the
+/// client does not retry ([`client_retries(false)`](Self::client_retries)),
+/// a refused conditional write is followed by one read: if the object holds
+/// exactly the bytes this write sent, the error is [`ErrorKind::Ambiguous`]
+/// (the protocols then resolve it by their nonce), otherwise
+/// [`ErrorKind::PreconditionFailed`]. The protocols write a fresh nonce in
+/// every record, so equal bytes mean the same write.
+pub struct ObjectStoreCas {
+    client: Arc<dyn ObjectStore>,
+    prefix: String,
+    client_retries: bool,
+    replace_if_match: bool,
+    create_if_absent: bool,
+    /// Set once any answer carried a version id: listings (which some
+    /// backends answer without one, e.g. GCS's XML API) must then be
+    /// completed with `head` so that listed versions equal read versions.
+    reports_versions: AtomicBool,
+    /// Set once a response header carried a quoted ETag: listings that
+    /// strip the quotes (Azure's XML) get them back, so that listed versions
+    /// equal read versions.
+    quoted_etags: AtomicBool,
+}
+
+impl fmt::Debug for ObjectStoreCas {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectStoreCas")
+            .field("client", &self.client.to_string())
+            .field("prefix", &self.prefix)
+            .field("client_retries", &self.client_retries)
+            .field("replace_if_match", &self.replace_if_match)
+            .finish()
+    }
+}
+
+/// Backends known to lack `PutMode::Update`, by the name their `Display`
+/// starts with (wrappers such as `PrefixStore` show the inner name).
+const WITHOUT_UPDATE: [&str; 2] = ["LocalFileSystem", "HttpStore"];
+
+impl ObjectStoreCas {
+    /// The store of keys under `prefix` (no leading or trailing `/`; empty
+    /// for the whole bucket) of `client`.
+    ///
+    /// Capabilities are derived from the client's kind, by its `Display`
+    /// name: `LocalFileSystem` and `HttpStore` cannot replace
+    /// conditionally. An S3 client built with `S3ConditionalPut::Disabled`
+    /// cannot be recognised from the outside: declare it with
+    /// [`conditional_put(false)`](Self::conditional_put) (stores opened by
+    /// URL do this themselves), and a wrapper hiding a store without
+    /// `PutMode::Update` with
+    /// [`conditional_replace(false)`](Self::conditional_replace).
+    pub fn new(client: Arc<dyn ObjectStore>, prefix: impl Into<String>) -> Result<Self, CasError> {
+        let prefix = prefix.into();
+        let prefix = prefix.trim_matches('/').to_string();
+        if !prefix.is_empty() {
+            validate_key(&prefix).map_err(|e| {
+                CasError::invalid_input(format!("store prefix {prefix:?}: {}", e.message()))
+            })?;
+        }
+        let name = client.to_string();
+        let replace_if_match = !WITHOUT_UPDATE.iter().any(|n| name.contains(n));
+        Ok(ObjectStoreCas {
+            client,
+            prefix,
+            client_retries: true,
+            replace_if_match,
+            create_if_absent: true,
+            reports_versions: AtomicBool::new(false),
+            quoted_etags: AtomicBool::new(false),
+        })
+    }
+
+    /// Declares whether the client retries failed requests (object_store's
+    /// default: yes). With `false` (a client built with
+    /// `RetryConfig { max_retries: 0, .. }`), a refused conditional write is
+    /// reported as precondition failed without the confirming read.
+    pub fn client_retries(mut self, retries: bool) -> Self {
+        self.client_retries = retries;
+        self
+    }
+
+    /// Declares whether the client can make puts conditional at all (`false`
+    /// for S3 clients built with `S3ConditionalPut::Disabled`): then neither
+    /// create-if-absent nor replace-if-match is claimed.
+    pub fn conditional_put(mut self, supported: bool) -> Self {
+        self.create_if_absent = supported && self.create_if_absent;
+        self.replace_if_match = supported && self.replace_if_match;
+        self
+    }
+
+    /// Declares whether the client can replace conditionally
+    /// (`PutMode::Update`). Needed when a wrapper hides the kind of the
+    /// store it wraps from its `Display` name (`LocalFileSystem` and
+    /// `HttpStore` are recognised by name; a wrapper that does not show the
+    /// inner name is assumed to support it).
+    pub fn conditional_replace(mut self, supported: bool) -> Self {
+        self.replace_if_match = supported;
+        self
+    }
+
+    /// The client this store sends its requests through.
+    pub fn client(&self) -> &Arc<dyn ObjectStore> {
+        &self.client
+    }
+
+    /// The prefix keys are relative to.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn path(&self, key: &str) -> Path {
+        let full = if self.prefix.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}/{key}", self.prefix)
+        };
+        // `Path::from` percent-encodes characters object_store reserves;
+        // `key_of` decodes them again.
+        Path::from(full.as_str())
+    }
+
+    /// The key of a listed location, relative to the prefix.
+    fn key_of(&self, location: &Path) -> Option<String> {
+        let decoded: Vec<String> = location
+            .parts()
+            .map(|part| {
+                percent_encoding::percent_decode_str(part.as_ref())
+                    .decode_utf8_lossy()
+                    .into_owned()
+            })
+            .collect();
+        let full = decoded.join("/");
+        if self.prefix.is_empty() {
+            Some(full)
+        } else {
+            full.strip_prefix(&format!("{}/", self.prefix))
+                .map(str::to_string)
+        }
+    }
+
+    fn version_of(
+        &self,
+        e_tag: Option<String>,
+        version: Option<String>,
+        key: &str,
+    ) -> Result<Version, CasError> {
+        if version.is_some() {
+            self.reports_versions.store(true, Ordering::Relaxed);
+        }
+        if e_tag.as_deref().is_some_and(|t| t.starts_with('"')) {
+            self.quoted_etags.store(true, Ordering::Relaxed);
+        }
+        ObjectVersion::new(e_tag, version)
+            .map(|v| v.to_version())
+            .ok_or_else(|| {
+                CasError::unsupported(
+                    "the object_store backend reported neither an ETag nor a version for the \
+                     object, so no write can be made conditional on it",
+                )
+                .with_key(key)
+            })
+    }
+
+    async fn put(
+        &self,
+        key: &str,
+        body: Bytes,
+        mode: PutMode,
+        op: Operation,
+    ) -> Result<Version, CasError> {
+        let path = self.path(key);
+        let options = PutOptions {
+            mode,
+            ..Default::default()
+        };
+        match self
+            .client
+            .put_opts(&path, PutPayload::from_bytes(body.clone()), options)
+            .await
+        {
+            Ok(result) => self.version_of(result.e_tag, result.version, key),
+            Err(err) => {
+                let mapped = map_error(err, op, key);
+                if mapped.kind() == ErrorKind::PreconditionFailed && self.client_retries {
+                    Err(self.confirm_refusal(key, &body, mapped).await)
+                } else {
+                    Err(mapped)
+                }
+            }
+        }
+    }
+
+    /// A listed ETag in the form response headers carry it.
+    fn header_form(&self, tag: String) -> String {
+        let bare = !tag.starts_with('"') && !tag.starts_with("W/");
+        if bare && self.quoted_etags.load(Ordering::Relaxed) {
+            format!("\"{tag}\"")
+        } else {
+            tag
+        }
+    }
+
+    /// A refused conditional write after which the object holds exactly our
+    /// bytes may be our own write, refused on object_store's retry: say so.
+    async fn confirm_refusal(&self, key: &str, body: &Bytes, refusal: CasError) -> CasError {
+        match self.get(key).await {
+            Ok(Some(stored)) if stored.body == *body => CasError::new(
+                ErrorKind::Ambiguous,
+                format!(
+                    "the store refused the conditional write ({}), but the object holds exactly \
+                     the bytes written: object_store may have retried a write that had taken \
+                     effect",
+                    refusal.evidence()
+                ),
+            )
+            .with_key(key)
+            .with_code("RefusedAfterRetry")
+            .with_source(refusal),
+            Ok(_) => refusal,
+            Err(read) => CasError::new(
+                ErrorKind::Ambiguous,
+                format!(
+                    "the store refused the conditional write ({}) and reading it back failed \
+                     ({read}): object_store may have retried a write that had taken effect",
+                    refusal.evidence()
+                ),
+            )
+            .with_key(key)
+            .with_source(refusal),
+        }
+    }
+}
+
+#[async_trait]
+impl CasStore for ObjectStoreCas {
+    async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
+        validate_key(key)?;
+        let path = self.path(key);
+        let result = match self.client.get_opts(&path, GetOptions::default()).await {
+            Ok(result) => result,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(err) => return Err(map_error(err, Operation::Read, key)),
+        };
+        let version =
+            self.version_of(result.meta.e_tag.clone(), result.meta.version.clone(), key)?;
+        let body = result
+            .bytes()
+            .await
+            .map_err(|err| map_error(err, Operation::Read, key))?;
+        Ok(Some(StoredObject { body, version }))
+    }
+
+    async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
+        validate_key(key)?;
+        if !self.create_if_absent {
+            return Err(CasError::unsupported(format!(
+                "{} cannot make a put conditional (conditional put disabled)",
+                self.client
+            ))
+            .with_key(key));
+        }
+        self.put(key, body, PutMode::Create, Operation::Create)
+            .await
+    }
+
+    async fn replace(
+        &self,
+        key: &str,
+        expected: &Version,
+        body: Bytes,
+    ) -> Result<Version, CasError> {
+        validate_key(key)?;
+        let expected = ObjectVersion::from_version(expected).map_err(|e| e.with_key(key))?;
+        if !self.replace_if_match {
+            return Err(CasError::unsupported(format!(
+                "{} cannot replace conditionally (no PutMode::Update); this store cannot hold \
+                 leases or fenced resources",
+                self.client
+            ))
+            .with_key(key));
+        }
+        self.put(
+            key,
+            body,
+            PutMode::Update(expected.to_update()),
+            Operation::Replace,
+        )
+        .await
+    }
+
+    async fn delete(&self, key: &str, _expected: &Version) -> Result<(), CasError> {
+        validate_key(key)?;
+        Err(CasError::unsupported(
+            "object_store has no conditional delete; casaas never deletes unconditionally",
+        )
+        .with_key(key))
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
+        validate_prefix(prefix)?;
+        // object_store lists whole path segments: list the directory that
+        // holds the prefix, then keep the keys that start with it.
+        let directory = match prefix.rfind('/') {
+            Some(at) => &prefix[..at],
+            None => "",
+        };
+        let listed_under = if directory.is_empty() {
+            (!self.prefix.is_empty()).then(|| Path::from(self.prefix.as_str()))
+        } else {
+            Some(self.path(directory))
+        };
+        let metas: Vec<object_store::ObjectMeta> = self
+            .client
+            .list(listed_under.as_ref())
+            .try_collect()
+            .await
+            .map_err(|err| map_error(err, Operation::List, prefix))?;
+        let mut entries = Vec::new();
+        let mut incomplete = Vec::new();
+        let complete_with_head = self.reports_versions.load(Ordering::Relaxed);
+        for meta in metas {
+            let Some(key) = self.key_of(&meta.location) else {
+                continue;
+            };
+            if !key.starts_with(prefix) {
+                continue;
+            }
+            if complete_with_head && meta.version.is_none() {
+                incomplete.push(key);
+            } else {
+                let e_tag = meta.e_tag.map(|tag| self.header_form(tag));
+                let version = self.version_of(e_tag, meta.version, &key)?;
+                entries.push(ListEntry { key, version });
+            }
+        }
+        let completed: Vec<Option<ListEntry>> = futures::stream::iter(incomplete)
+            .map(|key| async move {
+                match self.client.head(&self.path(&key)).await {
+                    Ok(meta) => self
+                        .version_of(meta.e_tag, meta.version, &key)
+                        .map(|version| Some(ListEntry { key, version })),
+                    // Deleted between the listing and the head.
+                    Err(object_store::Error::NotFound { .. }) => Ok(None),
+                    Err(err) => Err(map_error(err, Operation::List, &key)),
+                }
+            })
+            .buffer_unordered(HEAD_CONCURRENCY)
+            .try_collect()
+            .await?;
+        entries.extend(completed.into_iter().flatten());
+        entries.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(entries)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = Capabilities::full()
+            .without_conditional_delete()
+            .with_note("object_store has no conditional delete")
+            .with_note(format!(
+                "through object_store {}",
+                crate::OBJECT_STORE_VERSION
+            ));
+        caps.create_if_absent = self.create_if_absent;
+        caps.replace_if_match = self.replace_if_match;
+        if !self.replace_if_match {
+            caps = caps.with_note(format!(
+                "{} has no PutMode::Update: no conditional replace",
+                self.client
+            ));
+        }
+        if self.client_retries {
+            caps = caps.with_note(
+                "the client retries conditional puts; refusals are confirmed by one read",
+            );
+        }
+        caps
+    }
+
+    fn describe(&self) -> String {
+        format!("object_store {} /{}", self.client, self.prefix)
+    }
+}

@@ -1,0 +1,110 @@
+//! The adapter on OpenDAL's embedded services (`memory`, `fs`): what they
+//! can and cannot do, and opening by URL.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use casaas_core::contract::Check;
+use casaas_core::{CasStore, ErrorKind};
+use casaas_opendal::OpendalCas;
+use opendal::{Operator, services};
+
+fn memory_store() -> Arc<dyn CasStore> {
+    let op = Operator::new(services::Memory::default()).unwrap();
+    Arc::new(OpendalCas::new(op, "tables/t1").unwrap())
+}
+
+/// The checks that need no conditional replace or delete.
+const CREATE_ONLY_CHECKS: [Check; 6] = [
+    Check::GetAbsent,
+    Check::CreateThenGet,
+    Check::CreateConflictLeavesObject,
+    Check::ListPrefix,
+    Check::InvalidKeyRejected,
+    Check::RaceCreate,
+];
+
+async fn create_only_backend_honours_create(store: impl Fn() -> Arc<dyn CasStore>) {
+    for check in CREATE_ONLY_CHECKS {
+        check.run(store(), 8, 20).await;
+    }
+    let store = store();
+    let caps = store.capabilities();
+    assert!(caps.create_if_absent, "{caps:?}");
+    assert!(
+        !caps.replace_if_match && !caps.conditional_delete,
+        "{caps:?}"
+    );
+    let v = store.create("k", Bytes::from_static(b"x")).await.unwrap();
+    let err = store
+        .replace("k", &v, Bytes::from_static(b"y"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    let err = store.delete("k", &v).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    // Leases refuse the store up front.
+    assert!(
+        casaas_core::Lease::new(store, "leader", "me", casaas_core::LeaseConfig::default())
+            .is_err()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_service_honours_create_and_reports_no_replace() {
+    // One operator per check run: each check wants an empty store.
+    create_only_backend_honours_create(memory_store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_service_honours_create_and_reports_no_replace() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap().to_string();
+    let counter = std::sync::atomic::AtomicUsize::new(0);
+    let make = || {
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let op = Operator::new(services::Fs::default().root(&root)).unwrap();
+        Arc::new(OpendalCas::new(op, format!("run-{n}")).unwrap()) as Arc<dyn CasStore>
+    };
+    create_only_backend_honours_create(make).await;
+}
+
+#[tokio::test]
+async fn content_versions_name_the_bytes() {
+    let store = memory_store();
+    let v = store
+        .create("a", Bytes::from_static(b"same"))
+        .await
+        .unwrap();
+    let w = store
+        .create("b", Bytes::from_static(b"same"))
+        .await
+        .unwrap();
+    assert_eq!(v, w);
+    assert!(v.to_string().starts_with("sha256:"), "{v}");
+    assert_eq!(store.get("a").await.unwrap().unwrap().version, v);
+}
+
+#[tokio::test]
+async fn open_by_url() {
+    casaas_opendal::register();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("opendal+fs://{}/locks", dir.path().display());
+    let store = casaas_core::open_store(&url).await.unwrap();
+    store.create("k", Bytes::from_static(b"x")).await.unwrap();
+    assert!(
+        dir.path().join("locks").join("k").is_file(),
+        "{}",
+        store.describe()
+    );
+
+    let err = casaas_core::open_store("opendal+nosuchservice://x/y")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Misconfigured, "{err}");
+    let err = casaas_core::open_store("opendal+memory:///?conditional_delete=maybe")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("conditional_delete"), "{err}");
+}
