@@ -51,4 +51,4 @@ pub use registry::{
 pub use store::{
     Capabilities, CasStore, ListEntry, MAX_KEY_LEN, StoredObject, validate_key, validate_prefix,
 };
-pub use version::Version;
+pub use version::{Version, VersionPair};

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::CasError;
+
 /// The version of a stored object, exactly as the store names it.
 ///
 /// Callers treat it as opaque: they get it from a read or a write and hand it
@@ -69,6 +71,81 @@ impl fmt::Debug for Version {
     }
 }
 
+/// A write's identity as clients that keep two halves report it: an entity
+/// tag and a version id (object_store's `(e_tag, version)`, OpenDAL's
+/// `(etag, version)`), carried in one [`Version`].
+///
+/// Backends condition writes on different halves: S3 and Azure on the ETag,
+/// GCS on the generation. Keeping both means an adapter never has to know
+/// which backend it talks to. The encoding:
+///
+/// - only an ETag: `Version::ETag(etag)`, the same value the direct provider
+///   crates produce for S3 and Azure;
+/// - both: `Version::ETag("<etag>;version=<version>")`;
+/// - only a version: `Version::ETag(";version=<version>")`.
+///
+/// Version ids never contain `;version=` (GCS generations are digits, S3
+/// version ids URL-safe tokens, Azure's timestamps), so the last occurrence
+/// splits the pair unambiguously.
+///
+/// ```
+/// use casaas_core::{Version, VersionPair};
+///
+/// let pair = VersionPair::new(Some("\"abc\"".into()), Some("17".into())).unwrap();
+/// let version = pair.to_version();
+/// assert_eq!(version, Version::etag("\"abc\";version=17"));
+/// assert_eq!(VersionPair::from_version(&version, "this store").unwrap(), pair);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionPair {
+    /// The entity tag, verbatim.
+    pub e_tag: Option<String>,
+    /// The store's version id (GCS generation, S3/Azure version id).
+    pub version: Option<String>,
+}
+
+const PAIR_SEPARATOR: &str = ";version=";
+
+impl VersionPair {
+    /// Keeps whatever the store reported; `None` if it reported neither
+    /// (such a store cannot take part in conditional writes).
+    pub fn new(e_tag: Option<String>, version: Option<String>) -> Option<Self> {
+        let e_tag = e_tag.filter(|t| !t.is_empty());
+        let version = version.filter(|v| !v.is_empty());
+        (e_tag.is_some() || version.is_some()).then_some(VersionPair { e_tag, version })
+    }
+
+    /// The casaas [`Version`] carrying both halves.
+    pub fn to_version(&self) -> Version {
+        match (&self.e_tag, &self.version) {
+            (Some(tag), None) => Version::ETag(tag.clone()),
+            (tag, Some(version)) => Version::ETag(format!(
+                "{}{PAIR_SEPARATOR}{version}",
+                tag.as_deref().unwrap_or("")
+            )),
+            (None, None) => Version::ETag(String::new()),
+        }
+    }
+
+    /// Reads a [`Version`] produced by [`to_version`](Self::to_version). A
+    /// generation (from another backend) is refused before anything is sent;
+    /// `produced_by` names the kind of store for the message.
+    pub fn from_version(version: &Version, produced_by: &str) -> Result<Self, CasError> {
+        let text = version.as_etag().ok_or_else(|| {
+            CasError::invalid_input(format!(
+                "version {version:?} was not produced by {produced_by}; pass the version \
+                 returned by this store's get, create or replace"
+            ))
+        })?;
+        let (tag, version) = match text.rsplit_once(PAIR_SEPARATOR) {
+            Some((tag, version)) => (tag.to_string(), Some(version.to_string())),
+            None => (text.to_string(), None),
+        };
+        VersionPair::new(Some(tag), version)
+            .ok_or_else(|| CasError::invalid_input("an empty version cannot be a condition"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,5 +161,34 @@ mod tests {
             serde_json::to_string(&Version::Generation(7)).unwrap(),
             r#"{"generation":7}"#
         );
+    }
+
+    #[test]
+    fn both_halves_of_a_pair_survive_a_round_trip() {
+        for (tag, version) in [
+            (Some("\"abc\""), None),
+            (Some("\"abc\""), Some("1700000000000001")),
+            (None, Some("3HL4kqtJlcpXroDTDmJ+rmSpXd3dIbrHY")),
+            (Some("0"), None),
+        ] {
+            let original =
+                VersionPair::new(tag.map(String::from), version.map(String::from)).unwrap();
+            let back = VersionPair::from_version(&original.to_version(), "test").unwrap();
+            assert_eq!(back, original);
+        }
+    }
+
+    #[test]
+    fn an_etag_only_pair_matches_the_direct_providers() {
+        let v = VersionPair::new(Some("\"abc\"".into()), None).unwrap();
+        assert_eq!(v.to_version(), Version::etag("\"abc\""));
+    }
+
+    #[test]
+    fn a_pair_with_neither_half_is_no_version() {
+        assert!(VersionPair::new(None, None).is_none());
+        assert!(VersionPair::new(Some(String::new()), None).is_none());
+        assert!(VersionPair::from_version(&Version::etag(""), "test").is_err());
+        assert!(VersionPair::from_version(&Version::Generation(3), "test").is_err());
     }
 }

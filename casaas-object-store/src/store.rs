@@ -15,7 +15,7 @@ use object_store::path::Path;
 use object_store::{GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
 use crate::errors::{Operation, map_error};
-use crate::version::ObjectVersion;
+use crate::version::{ObjectVersion, PRODUCED_BY, update_version};
 
 /// How many `head` requests [`ObjectStoreCas::list`] runs at once when it
 /// completes versions a listing left out.
@@ -327,7 +327,7 @@ impl CasStore for ObjectStoreCas {
         body: Bytes,
     ) -> Result<Version, CasError> {
         validate_key(key)?;
-        let expected = ObjectVersion::from_version(expected).map_err(|e| e.with_key(key))?;
+        let expected = ObjectVersion::from_version(expected, PRODUCED_BY).map_err(|e| e.with_key(key))?;
         if !self.replace_if_match {
             return Err(CasError::unsupported(format!(
                 "{} cannot replace conditionally (no PutMode::Update); this store cannot hold \
@@ -339,7 +339,7 @@ impl CasStore for ObjectStoreCas {
         self.put(
             key,
             body,
-            PutMode::Update(expected.to_update()),
+            PutMode::Update(update_version(&expected)),
             Operation::Replace,
         )
         .await

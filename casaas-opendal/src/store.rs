@@ -14,7 +14,7 @@ use opendal::{Capability, Metadata, Operator};
 use sha2::{Digest, Sha256};
 
 use crate::errors::{Operation, map_error};
-use crate::version::ObjectVersion;
+use crate::version::{ObjectVersion, PRODUCED_BY};
 
 /// How many requests [`OpendalCas::list`] runs at once when it completes
 /// versions a listing left out.
@@ -326,7 +326,7 @@ impl CasStore for OpendalCas {
         body: Bytes,
     ) -> Result<Version, CasError> {
         validate_key(key)?;
-        let expected = ObjectVersion::from_version(expected).map_err(|e| e.with_key(key))?;
+        let expected = ObjectVersion::from_version(expected, PRODUCED_BY).map_err(|e| e.with_key(key))?;
         let path = self.path(key);
         let write = self.op.write_with(&path, body.clone());
         let write = match (&expected.version, &expected.e_tag) {
@@ -350,7 +350,7 @@ impl CasStore for OpendalCas {
 
     async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
         validate_key(key)?;
-        let expected = ObjectVersion::from_version(expected).map_err(|e| e.with_key(key))?;
+        let expected = ObjectVersion::from_version(expected, PRODUCED_BY).map_err(|e| e.with_key(key))?;
         if !self.can_delete() {
             return Err(CasError::unsupported(format!(
                 "conditional delete is not available on OpenDAL's {} service here",
