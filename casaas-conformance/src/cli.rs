@@ -22,7 +22,7 @@ use crate::{
 };
 use anyhow::{Context, Result};
 use async_trait::async_trait;
-use casaas_core::{CasStore, ErrorKind, FileStore};
+use casaas_core::{CasStore, FileStore};
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 

@@ -327,7 +327,8 @@ impl CasStore for ObjectStoreCas {
         body: Bytes,
     ) -> Result<Version, CasError> {
         validate_key(key)?;
-        let expected = ObjectVersion::from_version(expected, PRODUCED_BY).map_err(|e| e.with_key(key))?;
+        let expected =
+            ObjectVersion::from_version(expected, PRODUCED_BY).map_err(|e| e.with_key(key))?;
         if !self.replace_if_match {
             return Err(CasError::unsupported(format!(
                 "{} cannot replace conditionally (no PutMode::Update); this store cannot hold \

@@ -326,7 +326,8 @@ impl CasStore for OpendalCas {
         body: Bytes,
     ) -> Result<Version, CasError> {
         validate_key(key)?;
-        let expected = ObjectVersion::from_version(expected, PRODUCED_BY).map_err(|e| e.with_key(key))?;
+        let expected =
+            ObjectVersion::from_version(expected, PRODUCED_BY).map_err(|e| e.with_key(key))?;
         let path = self.path(key);
         let write = self.op.write_with(&path, body.clone());
         let write = match (&expected.version, &expected.e_tag) {
@@ -350,7 +351,8 @@ impl CasStore for OpendalCas {
 
     async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
         validate_key(key)?;
-        let expected = ObjectVersion::from_version(expected, PRODUCED_BY).map_err(|e| e.with_key(key))?;
+        let expected =
+            ObjectVersion::from_version(expected, PRODUCED_BY).map_err(|e| e.with_key(key))?;
         if !self.can_delete() {
             return Err(CasError::unsupported(format!(
                 "conditional delete is not available on OpenDAL's {} service here",

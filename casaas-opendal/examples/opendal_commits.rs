@@ -4,8 +4,8 @@
 //! commit over the new one.
 //!
 //! ```text
-//! cargo run -p casaas-opendal --example table_commits                  # fs, commit files only
-//! cargo run -p casaas-opendal --example table_commits -- 'opendal+s3://bucket/warehouse?region=...'
+//! cargo run -p casaas-opendal --example opendal_commits                  # fs, commit files only
+//! cargo run -p casaas-opendal --example opendal_commits -- 'opendal+s3://bucket/warehouse?region=...'
 //! ```
 //!
 //! Leases need a conditional replace, which OpenDAL offers on S3, GCS and

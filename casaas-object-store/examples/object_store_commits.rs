@@ -4,7 +4,7 @@
 //! pattern), so a paused former writer can never commit over the new one.
 //!
 //! ```text
-//! cargo run -p casaas-object-store --example table_commits
+//! cargo run -p casaas-object-store --example object_store_commits
 //! ```
 //!
 //! Replace `InMemory` with the client your table format builds (S3, GCS,
