@@ -8,10 +8,14 @@
 //!   shared_lease, election, fenced_resource, fenced_log).
 //! - `cargo xtask vendor-matrix [--quick] [NAME…]` — the conformance binary
 //!   against every store that runs here; writes `docs/vendors.md`.
+//! - `cargo xtask bench [--quick]` — casaas against etcd and Redis on
+//!   loopback (lock round trip, failover, many leases, contention, cost);
+//!   writes `docs/performance.md` and prints headline `name=value` lines last.
 //! - `cargo xtask chaos --server NAME [--minutes M] [--seed S]` — worker
 //!   processes under kills, pauses and proxy faults against a real server,
 //!   judged by an independent checker.
 
+mod bench;
 mod servers;
 mod vendor_matrix;
 
@@ -69,6 +73,16 @@ enum Task {
         #[arg(long, default_value_t = 1)]
         seed: u64,
         /// Leave the server running afterwards.
+        #[arg(long)]
+        keep_servers: bool,
+    },
+    /// Benchmarks against etcd and Redis on loopback; writes
+    /// docs/performance.md and prints `name=value` headlines last.
+    Bench {
+        /// A reduced run (under 5 minutes) instead of the full one.
+        #[arg(long)]
+        quick: bool,
+        /// Leave the servers running afterwards.
         #[arg(long)]
         keep_servers: bool,
     },
@@ -244,6 +258,10 @@ fn main() -> Result<()> {
             }
             result
         }
+        Task::Bench {
+            quick,
+            keep_servers,
+        } => bench::bench(&ctx, quick, keep_servers),
         Task::VendorMatrix {
             names,
             quick,

@@ -15,6 +15,8 @@ use super::{Ctx, Procs, Server, Started, npm_prefix, wait_for_http};
 /// The pinned release. It declares node >= 22 but runs on node 20 (npm
 /// only warns).
 const PACKAGE: &str = "azurite@3.37.0";
+/// The pinned version, for reports.
+pub const VERSION: &str = "3.37.0";
 /// The well-known development account every Azure SDK knows.
 const ACCOUNT: &str = "devstoreaccount1";
 /// Its well-known (public, documented) key.

@@ -15,11 +15,16 @@ use anyhow::{Context, Result, bail};
 
 mod azurite;
 mod ceph;
+mod etcd;
 mod fake_gcs;
 mod garage;
 mod gcs_liar;
 mod moto;
+mod redis;
 mod s3rver;
+
+pub use azurite::VERSION as AZURITE_VERSION;
+pub use moto::VERSION as MOTO_VERSION;
 
 /// Paths shared by every server.
 pub struct Ctx {
@@ -85,6 +90,8 @@ pub fn all() -> Vec<Box<dyn Server>> {
         Box::new(azurite::Azurite),
         Box::new(fake_gcs::FakeGcs),
         Box::new(gcs_liar::GcsLiar),
+        Box::new(etcd::Etcd),
+        Box::new(redis::Redis),
     ]
 }
 
@@ -217,6 +224,50 @@ pub fn run(command: &mut Command) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Installs Debian `packages` with apt-get unless every one of `binaries`
+/// is already on PATH.
+pub fn apt_install(label: &str, packages: &[&str], binaries: &[&str]) -> Result<()> {
+    if binaries.iter().all(|b| on_path(b)) {
+        return Ok(());
+    }
+    let started = Instant::now();
+    run(Command::new("apt-get").args(["update", "-qq"]))?;
+    run(Command::new("apt-get")
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .args([
+            "install",
+            "-y",
+            "-qq",
+            "--no-install-recommends",
+            "-o",
+            "Dpkg::Options::=--force-unsafe-io",
+            "-o",
+            "Dpkg::Options::=--path-exclude=/usr/share/man/*",
+            "-o",
+            "Dpkg::Options::=--path-exclude=/usr/share/doc/*",
+        ])
+        .args(packages))?;
+    eprintln!(
+        "xtask: {label}: apt-get installed {} in {:.1} s",
+        packages.join(" "),
+        started.elapsed().as_secs_f64()
+    );
+    if let Some(missing) = binaries.iter().find(|b| !on_path(b)) {
+        bail!("apt-get install finished but `{missing}` is still not on PATH");
+    }
+    Ok(())
+}
+
+/// Is `program` an executable file in one of the PATH directories?
+pub fn on_path(program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).any(|d| {
+        fs::metadata(d.join(program))
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
 }
 
 /// A Python virtualenv under `.casaas/tools/NAME` with `packages` installed

@@ -12,6 +12,8 @@ use super::{Ctx, Procs, Server, Started, python_venv, wait_for_http};
 
 /// The pinned release.
 const PACKAGE: &str = "moto[server]==5.2.1";
+/// The pinned version, for reports.
+pub const VERSION: &str = "5.2.1";
 /// The bucket the tests use.
 pub const BUCKET: &str = "casaas-test";
 

@@ -1,0 +1,175 @@
+//! Requests per held lease-hour and per acquisition, priced with published
+//! request prices.
+
+use std::time::Duration;
+
+use casaas_core::LeaseConfig;
+
+use crate::section::Section;
+
+/// A published request price.
+struct Price {
+    service: &'static str,
+    /// USD per 1,000 writes (PUT class / Class A / write operations / WRU).
+    write_per_1000: f64,
+    /// USD per 1,000 reads (GET class / Class B / read operations / RRU).
+    read_per_1000: f64,
+    source: &'static str,
+    read_on: &'static str,
+}
+
+const PRICES: [Price; 4] = [
+    Price {
+        service: "S3 Standard (us-east-1)",
+        write_per_1000: 0.005,
+        read_per_1000: 0.0004,
+        source: "https://aws.amazon.com/s3/pricing/",
+        read_on: "2026-11-23",
+    },
+    Price {
+        service: "S3 Express One Zone (us-east-1)",
+        write_per_1000: 0.00113,
+        read_per_1000: 0.00003,
+        source: "https://aws.amazon.com/s3/faqs/ (pricing example), https://aws.amazon.com/s3/pricing/",
+        read_on: "2026-11-23",
+    },
+    Price {
+        service: "GCS Standard, regional (Class A / Class B)",
+        write_per_1000: 0.005,
+        read_per_1000: 0.0004,
+        source: "https://cloud.google.com/storage/pricing",
+        read_on: "as published; not re-read in this run",
+    },
+    Price {
+        service: "Azure Blob, Hot, LRS (write / read operations)",
+        write_per_1000: 0.0065,
+        read_per_1000: 0.0005,
+        source: "https://azure.microsoft.com/en-us/pricing/details/storage/blobs/",
+        read_on: "as published; not re-read in this run",
+    },
+];
+
+/// DynamoDB on-demand, us-east-1: USD per million write / read request units.
+const DYNAMODB_WRU_PER_MILLION: f64 = 0.625;
+const DYNAMODB_RRU_PER_MILLION: f64 = 0.125;
+const DYNAMODB_SOURCE: &str = "https://aws.amazon.com/dynamodb/pricing/on-demand/";
+/// The DynamoDB lock client's defaults (amazon-dynamodb-lock-client):
+/// heartbeat every 5 s, lease 20 s; acquire = consistent GetItem +
+/// conditional PutItem; release = conditional DeleteItem.
+const DYNAMODB_HEARTBEAT: Duration = Duration::from_secs(5);
+const DYNAMODB_CLIENT_SOURCE: &str = "https://github.com/awslabs/amazon-dynamodb-lock-client";
+
+/// Hours in a month (365·24/12).
+const HOURS_PER_MONTH: f64 = 730.0;
+
+struct Pattern {
+    label: String,
+    writes_per_hour: f64,
+    reads_per_hour: f64,
+    acquisition_writes: f64,
+    acquisition_reads: f64,
+}
+
+fn casaas_pattern(label: &str, config: &LeaseConfig) -> Pattern {
+    Pattern {
+        label: label.to_string(),
+        writes_per_hour: 3600.0 / config.renew_interval.as_secs_f64(),
+        reads_per_hour: 0.0,
+        // GET + conditional PUT to acquire, conditional PUT to release.
+        acquisition_writes: 2.0,
+        acquisition_reads: 1.0,
+    }
+}
+
+/// The cost table; `measured_per_acquisition` is the request count the
+/// round-trip measurement observed for casaas (it should be 3).
+pub fn section(measured_per_acquisition: Option<f64>) -> Section {
+    let default = LeaseConfig::default();
+    let ttl30 = LeaseConfig::with_ttl(Duration::from_secs(30));
+    let patterns = [
+        casaas_pattern(
+            &format!(
+                "casaas, default (TTL {} s, renew every {} s)",
+                default.ttl.as_secs(),
+                default.renew_interval.as_secs()
+            ),
+            &default,
+        ),
+        casaas_pattern(
+            &format!(
+                "casaas, TTL 30 s (renew every {} s)",
+                ttl30.renew_interval.as_secs()
+            ),
+            &ttl30,
+        ),
+    ];
+    let mut md = String::from("## Cost\n\n");
+    md.push_str(
+        "Requests a held lease and an acquisition cost, from the protocol (docs/protocol.md, \
+         *Request cost*; `tests/lease_cost.rs` pins them), priced with the published request \
+         prices below. Storage of a lock object (a few hundred bytes) and transfer are \
+         negligible and left out. A waiting contender adds 1 read per `retry_period` (10 per TTL).\n\n",
+    );
+    if let Some(measured) = measured_per_acquisition {
+        md.push_str(&format!(
+            "The round-trip measurement above observed {measured:.2} requests per acquire + release.\n\n"
+        ));
+    }
+    md.push_str("| pattern | writes per held lease-hour | requests per acquisition (acquire + release) |\n|---|---|---|\n");
+    for p in &patterns {
+        md.push_str(&format!(
+            "| {} | {:.0} | {:.0} read + {:.0} writes |\n",
+            p.label, p.writes_per_hour, p.acquisition_reads, p.acquisition_writes
+        ));
+    }
+    let dynamo_hour = 3600.0 / DYNAMODB_HEARTBEAT.as_secs_f64();
+    md.push_str(&format!(
+        "| DynamoDB lock client, defaults (heartbeat every {} s, lease 20 s) | {dynamo_hour:.0} | 1 consistent read + 2 writes |\n\n",
+        DYNAMODB_HEARTBEAT.as_secs()
+    ));
+    md.push_str("USD per lease held for a month (730 h) and per million acquisitions:\n\n| service | price per 1,000 writes / reads | ");
+    for p in &patterns {
+        md.push_str(&format!(
+            "{}: per lease-month | per 10⁶ acquisitions | ",
+            p.label
+        ));
+    }
+    md.push_str("source | read on |\n|---|---|");
+    for _ in &patterns {
+        md.push_str("---|---|");
+    }
+    md.push_str("---|---|\n");
+    for price in &PRICES {
+        md.push_str(&format!(
+            "| {} | ${} / ${} | ",
+            price.service, price.write_per_1000, price.read_per_1000
+        ));
+        for p in &patterns {
+            let month = (p.writes_per_hour * price.write_per_1000
+                + p.reads_per_hour * price.read_per_1000)
+                / 1000.0
+                * HOURS_PER_MONTH;
+            let million = (p.acquisition_writes * price.write_per_1000
+                + p.acquisition_reads * price.read_per_1000)
+                * 1000.0;
+            md.push_str(&format!("${month:.2} | ${million:.2} | "));
+        }
+        md.push_str(&format!("{} | {} |\n", price.source, price.read_on));
+    }
+    let dynamo_month = dynamo_hour * DYNAMODB_WRU_PER_MILLION / 1e6 * HOURS_PER_MONTH;
+    let dynamo_million = 2.0 * DYNAMODB_WRU_PER_MILLION + DYNAMODB_RRU_PER_MILLION;
+    md.push_str(&format!(
+        "| DynamoDB on-demand (us-east-1), lock client pattern | ${DYNAMODB_WRU_PER_MILLION} / ${DYNAMODB_RRU_PER_MILLION} per 10⁶ request units | ${dynamo_month:.2} per lease-month at its own defaults | ${dynamo_million:.2} | | | {DYNAMODB_SOURCE}; {DYNAMODB_CLIENT_SOURCE} | as published; not re-read in this run |\n\n"
+    ));
+    md.push_str(
+        "A lease held all month at the default TTL costs about as much in S3 Standard PUTs as a \
+         DynamoDB lock client's heartbeats at its default; doubling the TTL halves it. etcd and \
+         Redis have no per-request price: their cost is the machines (three for an etcd cluster \
+         that survives one failure) and running them.\n\n",
+    );
+    Section {
+        markdown: md,
+        svgs: Vec::new(),
+        headlines: Vec::new(),
+    }
+}

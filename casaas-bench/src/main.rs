@@ -1,0 +1,432 @@
+//! `casaas-bench`: casaas against etcd and Redis on loopback. Run by
+//! `cargo xtask bench [--quick]`, which starts the servers and passes their
+//! env files; writes docs/performance.md and prints `name=value` headline
+//! lines last on stdout.
+//!
+//! ```text
+//! casaas-bench run --out FILE --work-dir DIR [--quick] [--server NAME=ENV_FILE]... [--version NAME=TEXT]...
+//! casaas-bench hold --url URL [--env-file FILE] --key KEY --ttl-ms MS    (failover holder)
+//! casaas-bench hold-etcd --endpoint URL --key KEY --ttl-s S              (failover holder)
+//! ```
+
+mod clients;
+mod contention;
+mod cost;
+mod failover;
+mod plot;
+mod report;
+mod rtt;
+mod scale;
+mod section;
+mod stats;
+mod targets;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+
+use crate::section::Section;
+use crate::targets::{StoreTarget, Targets};
+
+#[derive(Parser)]
+#[command(
+    name = "casaas-bench",
+    about = "casaas against etcd and Redis on loopback"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Every measurement; writes the report and prints the headlines.
+    Run {
+        /// The Markdown report to write (SVGs go to `performance/` beside it).
+        #[arg(long)]
+        out: PathBuf,
+        /// Scratch directory (the file backend lives here).
+        #[arg(long)]
+        work_dir: PathBuf,
+        /// Fewer iterations, trials and leases (under 5 minutes).
+        #[arg(long)]
+        quick: bool,
+        /// A running server: NAME=ENV_FILE (ceph, moto, azurite, etcd, redis).
+        #[arg(long = "server")]
+        servers: Vec<String>,
+        /// A version to report: NAME=TEXT.
+        #[arg(long = "version")]
+        versions: Vec<String>,
+    },
+    /// Failover holder: acquire a casaas lease, print `ready`, renew until killed.
+    Hold {
+        #[arg(long)]
+        url: String,
+        #[arg(long)]
+        env_file: Option<PathBuf>,
+        #[arg(long)]
+        key: String,
+        #[arg(long)]
+        ttl_ms: u64,
+    },
+    /// Failover holder: an etcd session lease and lock, `ready`, keepalives.
+    HoldEtcd {
+        #[arg(long)]
+        endpoint: String,
+        #[arg(long)]
+        key: String,
+        #[arg(long)]
+        ttl_s: u64,
+    },
+}
+
+/// How much of everything to do.
+struct Plan {
+    rtt_iterations: usize,
+    failover_trials: usize,
+    scale_leases: usize,
+    scale_ceph_leases: usize,
+    scale_hold: Duration,
+    contention_time: Duration,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        if quick {
+            Plan {
+                rtt_iterations: 200,
+                failover_trials: 10,
+                scale_leases: 1_000,
+                scale_ceph_leases: 0,
+                scale_hold: Duration::from_secs(60),
+                contention_time: Duration::from_secs(3),
+            }
+        } else {
+            Plan {
+                rtt_iterations: 1_000,
+                failover_trials: 50,
+                scale_leases: 10_000,
+                scale_ceph_leases: 1_000,
+                scale_hold: Duration::from_secs(180),
+                contention_time: Duration::from_secs(10),
+            }
+        }
+    }
+}
+
+const FAILOVER_TTL: Duration = Duration::from_secs(2);
+const SCALE_TTL: Duration = Duration::from_secs(30);
+const CONTENTION_TTL: Duration = Duration::from_secs(2);
+const CONTENTION_N: [usize; 4] = [2, 8, 32, 64];
+
+fn pairs(items: &[String], what: &str) -> Result<Vec<(String, String)>> {
+    items
+        .iter()
+        .map(|item| {
+            item.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .with_context(|| format!("--{what} takes NAME=VALUE, got {item:?}"))
+        })
+        .collect()
+}
+
+fn targets(work_dir: &PathBuf, servers: &[(String, String)]) -> Result<Targets> {
+    let file_dir = work_dir.join("file-store");
+    let _ = std::fs::remove_dir_all(&file_dir);
+    std::fs::create_dir_all(&file_dir)?;
+    let file_dir = file_dir.canonicalize()?;
+    let mut stores = vec![StoreTarget {
+        name: "file".into(),
+        url: format!("file://{}", file_dir.display()),
+        env: BTreeMap::new(),
+        env_file: None,
+    }];
+    let (mut etcd, mut redis) = (None, None);
+    for (name, env_file) in servers {
+        let env = clients::read_env_file(std::path::Path::new(env_file))?;
+        match name.as_str() {
+            "etcd" => etcd = env.get("CASAAS_ETCD_ENDPOINT").cloned(),
+            "redis" => redis = env.get("CASAAS_REDIS_URL").cloned(),
+            _ => {
+                let url = env
+                    .get("CASAAS_TEST_URL")
+                    .with_context(|| format!("{env_file} has no CASAAS_TEST_URL"))?
+                    .clone();
+                // A prefix of its own, so runs never meet other tests' objects.
+                let url = with_prefix(&url, "casaas-bench");
+                stores.push(StoreTarget {
+                    name: name.clone(),
+                    url,
+                    env,
+                    env_file: Some(PathBuf::from(env_file)),
+                });
+            }
+        }
+    }
+    Ok(Targets {
+        stores,
+        etcd,
+        redis,
+    })
+}
+
+/// `s3://bucket/?opts` → `s3://bucket/PREFIX?opts` (URLs that name only a
+/// bucket or container).
+fn with_prefix(url: &str, prefix: &str) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let base = format!("{}/{prefix}", base.trim_end_matches('/'));
+    if query.is_empty() {
+        base
+    } else {
+        format!("{base}?{query}")
+    }
+}
+
+fn register_providers() {
+    casaas_s3::register();
+    casaas_azure::register();
+}
+
+async fn run(
+    out: PathBuf,
+    work_dir: PathBuf,
+    quick: bool,
+    servers: Vec<(String, String)>,
+    versions: Vec<(String, String)>,
+) -> Result<()> {
+    let started = Instant::now();
+    let plan = Plan::new(quick);
+    let targets = targets(&work_dir, &servers)?;
+    let exe = std::env::current_exe()?;
+    let mut sections: Vec<Section> = Vec::new();
+
+    eprintln!(
+        "bench: lock round trip ({} iterations)",
+        plan.rtt_iterations
+    );
+    let rtt = rtt::run(&targets, plan.rtt_iterations).await?;
+    sections.push(rtt.section()?);
+
+    eprintln!(
+        "bench: failover ({} trials per system)",
+        plan.failover_trials
+    );
+    let file = targets.store("file").context("no file store")?;
+    let file_failover = failover::casaas(&exe, file, plan.failover_trials, FAILOVER_TTL);
+    let s3_failover = async {
+        match targets.s3() {
+            Some(s3) => failover::casaas(&exe, s3, plan.failover_trials, FAILOVER_TTL)
+                .await
+                .map(Some),
+            None => Ok(None),
+        }
+    };
+    let etcd_failover = async {
+        match &targets.etcd {
+            Some(endpoint) => failover::etcd(&exe, endpoint, plan.failover_trials, FAILOVER_TTL)
+                .await
+                .map(Some),
+            None => Ok(None),
+        }
+    };
+    let (file_row, s3_row, etcd_row) = tokio::join!(file_failover, s3_failover, etcd_failover);
+    let mut rows = vec![file_row?];
+    rows.extend(s3_row?);
+    rows.extend(etcd_row?);
+    let failover = failover::FailoverResult {
+        ttl: FAILOVER_TTL,
+        rows,
+    };
+    sections.push(failover.section(casaas_core::LeaseConfig::default().drift_margin)?);
+
+    let mut scale_rows = Vec::new();
+    for name in ["memory", "file"] {
+        let store = if name == "memory" {
+            casaas_core::open_store("memory://bench-scale/leases").await?
+        } else {
+            file.open().await?
+        };
+        eprintln!("bench: scale {name}: {} leases", plan.scale_leases);
+        scale_rows
+            .push(scale::run(name, store, plan.scale_leases, SCALE_TTL, plan.scale_hold).await?);
+    }
+    if plan.scale_ceph_leases > 0
+        && let Some(ceph) = targets.store("ceph")
+    {
+        eprintln!("bench: scale ceph: {} leases", plan.scale_ceph_leases);
+        scale_rows.push(
+            scale::run(
+                "ceph",
+                ceph.open().await?,
+                plan.scale_ceph_leases,
+                SCALE_TTL,
+                plan.scale_hold,
+            )
+            .await?,
+        );
+    }
+    sections.push(scale::section(&scale_rows, SCALE_TTL));
+
+    let mut contention_rows = Vec::new();
+    let mut contention_targets = vec![file.clone()];
+    contention_targets.extend(targets.s3().cloned());
+    for target in &contention_targets {
+        let store = target.open().await?;
+        for n in CONTENTION_N {
+            eprintln!("bench: contention {}: N = {n}", target.name);
+            contention_rows.push(
+                contention::run(
+                    &target.name,
+                    store.clone(),
+                    n,
+                    plan.contention_time,
+                    CONTENTION_TTL,
+                )
+                .await?,
+            );
+        }
+    }
+    sections.push(contention::section(
+        &contention_rows,
+        CONTENTION_TTL,
+        plan.contention_time,
+    )?);
+
+    sections.push(cost::section(rtt.row("casaas file").map(|r| r.requests)));
+
+    let mut version_lines = vec![format!("casaas {}", env!("CARGO_PKG_VERSION"))];
+    if let Some(endpoint) = &targets.etcd {
+        version_lines.push(format!(
+            "etcd {}",
+            clients::Etcd::new(endpoint).version().await?
+        ));
+    }
+    if let Some(url) = &targets.redis {
+        version_lines.push(format!(
+            "Redis {}",
+            clients::RedisLock::connect(url).await?.version().await?
+        ));
+    }
+    version_lines.extend(versions.iter().map(|(k, v)| format!("{k} {v}")));
+    let command = if quick {
+        "cargo xtask bench --quick"
+    } else {
+        "cargo xtask bench"
+    };
+    let mut header = format!(
+        "# Performance\n\n<!-- Generated by `{command}`; do not edit by hand. -->\n\n\
+         Generated by `{command}` on {} in {:.0} s{}.\n\n\
+         - Machine: {}; every server on loopback on the same machine, which other jobs shared \
+         while this ran. Absolute figures move with the load; every comparison is a ratio taken \
+         in the same run, interleaved, so the noise falls on both sides.\n\
+         - Versions: {}.\n\
+         - Stores: {}.\n\n",
+        report::today(),
+        started.elapsed().as_secs_f64(),
+        if quick {
+            " — a **quick** run: fewer iterations, trials and leases than the full `cargo xtask bench`"
+        } else {
+            ""
+        },
+        report::machine(),
+        version_lines.join(", "),
+        targets
+            .stores
+            .iter()
+            .map(|s| format!("{} (`{}`)", s.name, redact_url(&s.url)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    header.push_str("Headline figures:\n\n```text\n");
+    let headlines: Vec<String> = sections
+        .iter()
+        .flat_map(|s| s.headlines.iter().cloned())
+        .filter(|l| !l.is_empty())
+        .collect();
+    for line in &headlines {
+        header.push_str(line);
+        header.push('\n');
+    }
+    header.push_str("```\n\n");
+    report::write(&out, &header, &sections)?;
+    eprintln!(
+        "bench: wrote {} in {:.0} s",
+        out.display(),
+        started.elapsed().as_secs_f64()
+    );
+    for line in headlines {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// The store URL without machine paths (the file backend's directory).
+fn redact_url(url: &str) -> String {
+    if url.starts_with("file://") {
+        "file:///…/file-store".into()
+    } else {
+        url.to_string()
+    }
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    register_providers();
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Run {
+                out,
+                work_dir,
+                quick,
+                servers,
+                versions,
+            } => {
+                let servers = pairs(&servers, "server")?;
+                let versions = pairs(&versions, "version")?;
+                run(out, work_dir, quick, servers, versions).await
+            }
+            Command::Hold {
+                url,
+                env_file,
+                key,
+                ttl_ms,
+            } => {
+                let env = match &env_file {
+                    Some(path) => clients::read_env_file(path)?,
+                    None => BTreeMap::new(),
+                };
+                let target = StoreTarget {
+                    name: "holder".into(),
+                    url,
+                    env,
+                    env_file,
+                };
+                failover::hold(&target, &key, Duration::from_millis(ttl_ms)).await
+            }
+            Command::HoldEtcd {
+                endpoint,
+                key,
+                ttl_s,
+            } => {
+                if ttl_s == 0 {
+                    bail!("--ttl-s must be at least 1");
+                }
+                failover::hold_etcd(&endpoint, &key, ttl_s).await
+            }
+        }
+    })
+}
