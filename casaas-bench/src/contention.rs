@@ -115,6 +115,13 @@ pub fn section(rows: &[ContentionRow], ttl: Duration, duration: Duration) -> Res
             r.system, r.contenders, r.acquisitions, r.rate, r.requests_per_acquisition, r.fairness
         ));
     }
+    md.push_str(
+        "\nFairness is low by design of the waiting, not by accident: waiters poll every \
+         `retry_period` (jittered), and nothing queues them. A contender that releases and at \
+         once tries again reads the released record and wins before any waiter's next poll, so \
+         the same few contenders take most turns. Applications that need turns should hold \
+         off after a release (or use an election, which hands over deliberately).\n",
+    );
     let poll_per_s = |n: usize| n as f64 / config.retry_period.as_secs_f64();
     md.push_str(&format!(
         "\nWaiting contenders poll: N GETs per `retry_period`, {:.0} GET/s at N = 64 with this \

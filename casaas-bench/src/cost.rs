@@ -161,8 +161,10 @@ pub fn section(measured_per_acquisition: Option<f64>) -> Section {
     md.push_str(&format!(
         "| DynamoDB on-demand (us-east-1), lock client pattern | ${DYNAMODB_WRU_PER_MILLION} / ${DYNAMODB_RRU_PER_MILLION} per 10⁶ request units | ${dynamo_month:.2} per lease-month at its own defaults | ${dynamo_million:.2} | | | {DYNAMODB_SOURCE}; {DYNAMODB_CLIENT_SOURCE} | as published; not re-read in this run |\n\n"
     ));
-    let s3_month = patterns[0].writes_per_hour * PRICES[0].write_per_1000 / 1000.0 * HOURS_PER_MONTH;
-    let s3_month_30 = patterns[1].writes_per_hour * PRICES[0].write_per_1000 / 1000.0 * HOURS_PER_MONTH;
+    let s3_month =
+        patterns[0].writes_per_hour * PRICES[0].write_per_1000 / 1000.0 * HOURS_PER_MONTH;
+    let s3_month_30 =
+        patterns[1].writes_per_hour * PRICES[0].write_per_1000 / 1000.0 * HOURS_PER_MONTH;
     md.push_str(&format!(
         "Held all month, a casaas lease costs ${s3_month:.2} in S3 Standard PUTs at the default TTL \
          (${s3_month_30:.2} at TTL 30 s), against ${dynamo_month:.2} for the DynamoDB lock client's \

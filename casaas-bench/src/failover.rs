@@ -208,7 +208,13 @@ impl FailoverResult {
              ρ = `drift_margin` = {ceph_drift}; \"one request\" is the p99 of a GET on that store, \
              measured after the trials. etcd is measured the same way: the holder keeps a session \
              lease of the same TTL alive (keepalive every TTL/3) and holds the lock under it; the \
-             contender's Lock call blocks until the lease expires and etcd deletes the holder's key.\n\n",
+             contender's Lock call blocks until the lease expires and etcd deletes the holder's key.\n\n\
+             Times below the TTL are expected: the contender counts the TTL from the moment it \
+             first saw the holder's last renewal, which is often before the kill (the holder's own \
+             validity is counted from when it sent that renewal, earlier still, so exclusion \
+             holds). The worst case is a kill right after a renewal the contender has not seen yet: \
+             one poll to see it, then the full `ttl·(1+ρ)`, then at most one poll's jitter and one \
+             request.\n\n",
             self.ttl.as_millis(),
             config.retry_period.as_millis()
         ));

@@ -133,7 +133,7 @@ fn pairs(items: &[String], what: &str) -> Result<Vec<(String, String)>> {
         .collect()
 }
 
-fn targets(work_dir: &PathBuf, servers: &[(String, String)]) -> Result<Targets> {
+fn targets(work_dir: &std::path::Path, servers: &[(String, String)]) -> Result<Targets> {
     let file_dir = work_dir.join("file-store");
     let _ = std::fs::remove_dir_all(&file_dir);
     std::fs::create_dir_all(&file_dir)?;

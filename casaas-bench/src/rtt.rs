@@ -13,7 +13,7 @@ use casaas_core::{CasStore, CountingStore, Lease, LeaseConfig, Version};
 use crate::clients::{Etcd, RedisLock, SharedStore};
 use crate::plot;
 use crate::section::{Section, ms};
-use crate::stats::{Summary, summarize};
+use crate::stats::{Summary, percentile, summarize};
 use crate::targets::Targets;
 
 /// One system's figures.
@@ -243,11 +243,18 @@ impl RttResult {
         self.rows.iter().find(|r| r.system == system)
     }
 
-    /// casaas p50 / raw p50 on `system`.
+    /// The median over iterations of casaas / raw in the same iteration on
+    /// `system`: a load change on the shared machine moves both sides.
     pub fn ratio(&self, system: &str) -> Option<f64> {
         let row = self.row(system)?;
         let raw = row.raw.as_ref()?;
-        Some(summarize(&row.samples).p50 / summarize(raw).p50)
+        let ratios: Vec<f64> = row
+            .samples
+            .iter()
+            .zip(raw)
+            .map(|(casaas, raw)| casaas / raw)
+            .collect();
+        Some(percentile(&ratios, 50.0))
     }
 
     /// The report's part.
@@ -259,12 +266,13 @@ impl RttResult {
              (each iteration runs every system once, in a rotating order). casaas uses the \
              lease API with the default configuration (TTL 15 s). The **raw** column times, in \
              the same loop, the requests casaas makes for one round trip sent directly on the \
-             store (GET, conditional PUT, conditional PUT); the ratio is casaas p50 / raw p50: \
-             what the protocol adds on top of the store's own latency.\n\n",
+             store (GET, conditional PUT, conditional PUT). The ratio is the median, over \
+             iterations, of casaas / raw in the same iteration: what the protocol adds on top of \
+             the store's own latency, with the load of the shared machine on both sides.\n\n",
             self.iterations
         ));
         md.push_str(
-            "| system | requests per acquire + release | what they are | p50 ms | p99 ms | max ms | raw p50 ms | raw p99 ms | casaas / raw (p50) |\n\
+            "| system | requests per acquire + release | what they are | p50 ms | p99 ms | max ms | raw p50 ms | raw p99 ms | casaas / raw (median of pairs) |\n\
              |---|---|---|---|---|---|---|---|---|\n",
         );
         for row in &self.rows {
@@ -272,7 +280,11 @@ impl RttResult {
             let (raw50, raw99, ratio) = match &row.raw {
                 Some(raw) => {
                     let r: Summary = summarize(raw);
-                    (ms(r.p50), ms(r.p99), format!("{:.2}", s.p50 / r.p50))
+                    (
+                        ms(r.p50),
+                        ms(r.p99),
+                        format!("{:.3}", self.ratio(&row.system).unwrap_or(f64::NAN)),
+                    )
                 }
                 None => ("–".into(), "–".into(), "–".into()),
             };
