@@ -92,7 +92,7 @@ fn register_any_length(value: &str) {
 /// ```
 pub fn redact_url(url: &str) -> String {
     match StoreUrl::parse(url) {
-        Ok(parsed) => redact_text(&parsed.to_string()),
+        Ok(parsed) => redact_registered(parsed.to_string()),
         Err(_) => redact_text(url),
     }
 }
@@ -108,7 +108,11 @@ pub fn redact_url(url: &str) -> String {
 /// );
 /// ```
 pub fn redact_text(text: &str) -> String {
-    let mut out = redact_pairs(&redact_userinfo(text));
+    redact_registered(redact_pairs(&redact_userinfo(text)))
+}
+
+/// Replaces every registered secret value in `text`.
+fn redact_registered(mut out: String) -> String {
     let secrets = registry().lock().unwrap_or_else(|p| p.into_inner());
     for secret in secrets.iter() {
         if out.contains(secret.as_str()) {

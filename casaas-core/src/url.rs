@@ -223,11 +223,12 @@ impl StoreUrl {
     pub fn secrets(&self) -> Vec<String> {
         let mut found = Vec::new();
         let mut userinfo = |url: &Url| {
+            if let Some(password) = url.password() {
+                found.push(format!("{}:{password}", url.username()));
+                found.push(password.to_string());
+            }
             if !url.username().is_empty() {
                 found.push(url.username().to_string());
-            }
-            if let Some(password) = url.password() {
-                found.push(password.to_string());
             }
         };
         userinfo(&self.url);
@@ -488,7 +489,10 @@ mod tests {
             "s3://[redacted]@bucket/p?token=[redacted]&region=x"
         );
         let url = StoreUrl::parse("s3://ak:sk@b/p?sig=s1g&endpoint=http://u2:pw2@h:1").unwrap();
-        assert_eq!(url.secrets(), ["ak", "sk", "u2", "pw2", "s1g"]);
+        assert_eq!(
+            url.secrets(),
+            ["ak:sk", "sk", "ak", "u2:pw2", "pw2", "u2", "s1g"]
+        );
         assert_eq!(userinfo("s3://u:p@w@b/k?x=@"), Some("u:p@w"));
         assert_eq!(replace_userinfo("s3://u:p@b/k", ""), "s3://b/k");
         assert_eq!(replace_userinfo("s3://b/k?e=a@b", ""), "s3://b/k?e=a@b");
