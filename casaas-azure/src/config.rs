@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use casaas_core::{CasError, UrlOptions, validate_key};
+use casaas_core::{CasError, StoreUrl, validate_key};
 use url::Url;
 
 /// The well-known development account of Azurite and the storage emulator.
@@ -339,35 +339,20 @@ impl AzureBlobStoreBuilder {
         url: &str,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, CasError> {
-        let parsed = Url::parse(url).map_err(|e| {
-            CasError::misconfigured(format!(
-                "not a valid URL ({e}); expected az://ACCOUNT/CONTAINER/PREFIX"
-            ))
-        })?;
-        Self::from_parsed_url(&parsed, env)
+        Self::from_store_url(&StoreUrl::parse(url)?, env)
     }
 
-    pub(crate) fn from_parsed_url(
-        url: &Url,
+    /// A builder from a parsed `az://` URL, with credentials looked up by
+    /// `env` (see [`from_url_with_env`](Self::from_url_with_env)).
+    pub fn from_store_url(
+        url: &StoreUrl,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, CasError> {
-        if url.scheme() != "az" {
-            return Err(CasError::misconfigured(format!(
-                "scheme '{}' is not az; expected az://ACCOUNT/CONTAINER/PREFIX",
-                url.scheme()
-            )));
-        }
-        if !url.username().is_empty() || url.password().is_some() {
-            return Err(CasError::misconfigured(
-                "credentials never go in the URL; set AZURE_STORAGE_KEY, \
-                 AZURE_STORAGE_SAS_TOKEN or AZURE_STORAGE_CONNECTION_STRING",
-            ));
-        }
-        if url.fragment().is_some() {
-            return Err(CasError::misconfigured("an az:// URL has no #fragment"));
-        }
-        let account = url
-            .host_str()
+        url.check_provider(
+            "az",
+            "set AZURE_STORAGE_KEY, AZURE_STORAGE_SAS_TOKEN or AZURE_STORAGE_CONNECTION_STRING",
+        )?;
+        let account = Some(url.authority())
             .filter(|h| !h.is_empty())
             .ok_or_else(|| {
                 CasError::misconfigured(
@@ -375,21 +360,14 @@ impl AzureBlobStoreBuilder {
                 )
             })?
             .to_string();
-        if url.port().is_some() {
-            return Err(CasError::misconfigured(
-                "an az:// URL has no port; give the service address with ?endpoint=",
-            ));
-        }
-        let path = casaas_core::url_prefix(url);
-        let (container, prefix) = path.split_once('/').unwrap_or((&path, ""));
+        let (container, prefix) = url.first_segment()?;
         if container.is_empty() {
             return Err(CasError::misconfigured(
                 "the URL names no container: az://ACCOUNT/CONTAINER/PREFIX",
             ));
         }
-        let options = UrlOptions::parse(url, &URL_OPTIONS)?;
-        let mut builder = AzureBlobStoreBuilder::new(account.clone(), container.to_string())
-            .prefix(prefix.trim_end_matches('/'));
+        let options = url.options(&URL_OPTIONS)?;
+        let mut builder = AzureBlobStoreBuilder::new(account.clone(), container).prefix(prefix);
 
         if let Some(text) = env("AZURE_STORAGE_CONNECTION_STRING").filter(|s| !s.is_empty()) {
             let parsed = ConnectionString::parse(&text)

@@ -8,37 +8,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use casaas_core::{CasError, ErrorKind};
-
-/// The store operation a failure answers: the same answer can mean
-/// different things (a 409 to a create is a lost race).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Operation {
-    /// Reading a blob.
-    Get,
-    /// Create-if-absent (`If-None-Match: *`).
-    Create,
-    /// Replace-if-match (`If-Match: <etag>`).
-    Replace,
-    /// Delete-if-match.
-    Delete,
-    /// Listing a prefix.
-    List,
-    /// Creating the container.
-    CreateContainer,
-    /// A native blob lease operation.
-    Lease,
-}
-
-impl Operation {
-    fn writes(self) -> bool {
-        matches!(
-            self,
-            Operation::Create | Operation::Replace | Operation::Delete | Operation::Lease
-        )
-    }
-}
+use casaas_core::{CasError, Delivery, ErrorKind, Operation, classify};
 
 /// A failed request, reduced to what the error mapping needs. Never holds
 /// credentials: transport details are rendered without the request URL
@@ -218,8 +188,8 @@ fn find_wire(error: &azure_core::Error) -> Option<&WireFailure> {
 /// The HTTP status and Azure error code are kept in the error as evidence.
 ///
 /// ```
-/// use casaas_azure::{Failure, Operation, map_failure};
-/// use casaas_core::ErrorKind;
+/// use casaas_azure::{Failure, map_failure};
+/// use casaas_core::{ErrorKind, Operation};
 ///
 /// // Azurite answers a losing create with 409, Azure with 412: both mean
 /// // someone else's write is there.
@@ -249,11 +219,11 @@ pub fn map_failure(op: Operation, failure: &Failure, container: &str) -> CasErro
             error
         }
         Failure::NotSent { detail } => CasError::new(
-            ErrorKind::Transport,
+            classify(op, Delivery::NotSent, None, None, &code_table),
             format!("could not reach the blob endpoint; nothing was sent ({detail})"),
         ),
         Failure::AfterSend { timed_out, detail } => CasError::new(
-            ErrorKind::Ambiguous,
+            classify(op, Delivery::MaybeSent, None, None, &code_table),
             if *timed_out {
                 format!("timed out after the request was sent; it may have taken effect ({detail})")
             } else {
@@ -262,6 +232,8 @@ pub fn map_failure(op: Operation, failure: &Failure, container: &str) -> CasErro
                 )
             },
         ),
+        // The service said yes but the answer could not be read: Azure
+        // keeps it `Ambiguous` for reads too (retrying is the fix).
         Failure::BadResponse { detail } => CasError::new(
             ErrorKind::Ambiguous,
             if op.writes() {
@@ -290,6 +262,28 @@ impl Failure {
     }
 }
 
+/// Azure's table of error codes for [`casaas_core::classify`]; `None`
+/// leaves the answer to the core policy.
+pub fn code_table(_op: Operation, status: Option<u16>, code: Option<&str>) -> Option<ErrorKind> {
+    Some(match (status?, code) {
+        // Azurite answers a losing `If-None-Match: *` put with 409
+        // BlobAlreadyExists; Azure answers 412. Same meaning.
+        (409, Some("BlobAlreadyExists")) => ErrorKind::PreconditionFailed,
+        (404, Some("ContainerNotFound")) => ErrorKind::Misconfigured,
+        // Any 404 but a missing blob: the account or endpoint is wrong.
+        (404, Some(other)) if other != "BlobNotFound" => ErrorKind::Misconfigured,
+        // Azure documents ServerBusy as a refusal to serve the request.
+        (503, Some("ServerBusy")) => ErrorKind::Throttled,
+        (400, Some(c)) if c.starts_with("Unsupported") => ErrorKind::Unsupported,
+        (400, _) => ErrorKind::Misconfigured,
+        // Documented refusals: the blob's state forbids the operation.
+        (409, Some("SnapshotsPresent" | "BlobArchived" | "ContainerBeingDeleted")) => {
+            ErrorKind::Misconfigured
+        }
+        _ => return None,
+    })
+}
+
 fn map_status(
     op: Operation,
     status: u16,
@@ -300,61 +294,59 @@ fn map_status(
     let said = message
         .map(|m| format!(" The service said: {m}"))
         .unwrap_or_default();
-    match (status, code) {
-        // Azurite answers a losing `If-None-Match: *` put with 409
-        // BlobAlreadyExists; Azure answers 412. Same meaning.
-        (409, Some("BlobAlreadyExists")) | (412, _) => CasError::new(
-            ErrorKind::PreconditionFailed,
-            match (op, code) {
-                (Operation::Create, _) => "the blob already exists".to_string(),
-                (_, Some(c)) if c.starts_with("Lease") => format!(
-                    "the blob has a native lease ({c}); writes need its lease id, or wait until \
-                     it is released or broken"
-                ),
-                _ => "the blob's current ETag is not the one given".to_string(),
-            },
-        ),
-        (404, Some("ContainerNotFound")) => CasError::misconfigured(format!(
+    let kind = classify(op, Delivery::MaybeSent, Some(status), code, &code_table);
+    let text = match (kind, status, code) {
+        (ErrorKind::PreconditionFailed, _, _) => match (op, code) {
+            (Operation::Create, _) => "the blob already exists".to_string(),
+            (_, Some(c)) if c.starts_with("Lease") => format!(
+                "the blob has a native lease ({c}); writes need its lease id, or wait until \
+                 it is released or broken"
+            ),
+            _ => "the blob's current ETag is not the one given".to_string(),
+        },
+        (ErrorKind::Misconfigured, 404, Some("ContainerNotFound")) => format!(
             "container '{container}' does not exist in this storage account; create it, or add \
              create_container=true to the URL"
-        )),
-        (404, Some("BlobNotFound") | None) => CasError::new(ErrorKind::NotFound, "no such blob"),
-        (404, Some(other)) => CasError::misconfigured(format!(
-            "the service answered 404 {other}; check the account name and endpoint.{said}"
-        )),
-        (401 | 403, _) => CasError::new(
-            ErrorKind::Unauthorized,
-            format!(
-                "Azure Storage refused the credentials; check the account key, SAS permissions \
-                 and expiry, or the token's role (it needs Storage Blob Data Contributor).{said}"
-            ),
         ),
-        (429, _) | (503, Some("ServerBusy")) => CasError::new(
-            ErrorKind::Throttled,
-            "the storage account asked us to slow down",
+        (ErrorKind::Misconfigured, 409, Some(c)) => {
+            format!("the blob or container is in a state that refuses this operation ({c}).{said}")
+        }
+        (ErrorKind::Misconfigured, 404, Some(other)) => {
+            format!("the service answered 404 {other}; check the account name and endpoint.{said}")
+        }
+        (ErrorKind::NotFound, _, _) => "no such blob".to_string(),
+        (ErrorKind::Unauthorized, _, _) => format!(
+            "Azure Storage refused the credentials; check the account key, SAS permissions \
+             and expiry, or the token's role (it needs Storage Blob Data Contributor).{said}"
         ),
-        (501, _) => CasError::unsupported(format!(
-            "the service does not implement this operation.{said}"
-        )),
-        (400, Some(c)) if c.starts_with("Unsupported") => CasError::unsupported(format!(
-            "the service rejected a header or parameter it does not support ({c}).{said}"
-        )),
-        (413, _) => CasError::invalid_input(format!("the body is too large.{said}")),
-        (408, _) => CasError::new(
-            ErrorKind::Ambiguous,
-            "the service timed out reading the request; it may have taken effect",
+        (ErrorKind::Throttled, _, _) => "the storage account asked us to slow down".to_string(),
+        (ErrorKind::Unsupported, 501, _) => {
+            format!("the service does not implement this operation.{said}")
+        }
+        (ErrorKind::Unsupported, _, Some(c)) => {
+            format!("the service rejected a header or parameter it does not support ({c}).{said}")
+        }
+        (ErrorKind::InvalidInput, 413, _) => format!("the body is too large.{said}"),
+        (ErrorKind::Ambiguous, 408, _) => {
+            "the service timed out reading the request; it may have taken effect".to_string()
+        }
+        (ErrorKind::Ambiguous, 500..=599, _) => {
+            format!("server error; the request may have taken effect.{said}")
+        }
+        (ErrorKind::Ambiguous, _, _) => format!(
+            "unexpected answer HTTP {status} {} to a write; it may have taken effect.{said}",
+            code.unwrap_or("(no error code)")
         ),
-        (500..=599, _) => CasError::new(
-            ErrorKind::Ambiguous,
-            format!("server error; the request may have taken effect.{said}"),
-        ),
-        (409, Some(c)) => CasError::misconfigured(format!(
-            "the blob or container is in a state that refuses this operation ({c}).{said}"
-        )),
-        _ => CasError::misconfigured(format!(
+        _ => format!(
             "unexpected answer HTTP {status} {}.{said}",
             code.unwrap_or("(no error code)")
-        )),
+        ),
+    };
+    let error = CasError::new(kind, text);
+    if code == Some("ContainerNotFound") {
+        error.with_bucket_missing()
+    } else {
+        error
     }
 }
 
@@ -364,6 +356,141 @@ mod tests {
 
     fn kind(op: Operation, status: u16, code: Option<&str>) -> ErrorKind {
         map_failure(op, &Failure::status(status, code), "c").kind()
+    }
+
+    #[test]
+    fn code_table_under_the_policy() {
+        use Delivery::MaybeSent;
+        use ErrorKind::*;
+        for (op, delivery, status, code, kind) in [
+            (Operation::Create, Delivery::NotSent, None, None, NotSent),
+            (Operation::Create, MaybeSent, None, None, Ambiguous),
+            (Operation::Get, MaybeSent, None, None, Ambiguous),
+            (
+                Operation::Create,
+                MaybeSent,
+                Some(409),
+                Some("BlobAlreadyExists"),
+                PreconditionFailed,
+            ),
+            (
+                Operation::Replace,
+                MaybeSent,
+                Some(412),
+                Some("ConditionNotMet"),
+                PreconditionFailed,
+            ),
+            (
+                Operation::Replace,
+                MaybeSent,
+                Some(412),
+                Some("LeaseIdMissing"),
+                PreconditionFailed,
+            ),
+            (
+                Operation::Get,
+                MaybeSent,
+                Some(404),
+                Some("BlobNotFound"),
+                NotFound,
+            ),
+            (Operation::Delete, MaybeSent, Some(404), None, NotFound),
+            (
+                Operation::Create,
+                MaybeSent,
+                Some(404),
+                Some("ContainerNotFound"),
+                Misconfigured,
+            ),
+            (
+                Operation::Get,
+                MaybeSent,
+                Some(404),
+                Some("ResourceNotFound"),
+                Misconfigured,
+            ),
+            (
+                Operation::List,
+                MaybeSent,
+                Some(403),
+                Some("AuthorizationFailure"),
+                Unauthorized,
+            ),
+            (Operation::Replace, MaybeSent, Some(429), None, Throttled),
+            (
+                Operation::Replace,
+                MaybeSent,
+                Some(503),
+                Some("ServerBusy"),
+                Throttled,
+            ),
+            (Operation::Replace, MaybeSent, Some(503), None, Ambiguous),
+            (
+                Operation::Create,
+                MaybeSent,
+                Some(500),
+                Some("InternalError"),
+                Ambiguous,
+            ),
+            (Operation::Create, MaybeSent, Some(408), None, Ambiguous),
+            (Operation::Create, MaybeSent, Some(501), None, Unsupported),
+            (
+                Operation::Create,
+                MaybeSent,
+                Some(400),
+                Some("UnsupportedHeader"),
+                Unsupported,
+            ),
+            (
+                Operation::Create,
+                MaybeSent,
+                Some(400),
+                Some("InvalidHeaderValue"),
+                Misconfigured,
+            ),
+            (
+                Operation::Create,
+                MaybeSent,
+                Some(413),
+                Some("RequestBodyTooLarge"),
+                InvalidInput,
+            ),
+            // A conflict Azure's table does not name may hide an applied write.
+            (Operation::Replace, MaybeSent, Some(409), None, Ambiguous),
+            (
+                Operation::Delete,
+                MaybeSent,
+                Some(409),
+                Some("SnapshotsPresent"),
+                Misconfigured,
+            ),
+            (
+                Operation::NativeLease,
+                MaybeSent,
+                Some(409),
+                Some("SomethingNew"),
+                Ambiguous,
+            ),
+            (
+                Operation::Get,
+                MaybeSent,
+                Some(409),
+                Some("LeaseAlreadyPresent"),
+                InvalidInput,
+            ),
+        ] {
+            assert_eq!(
+                classify(op, delivery, status, code, &code_table),
+                kind,
+                "{op:?} {delivery:?} {status:?} {code:?}"
+            );
+            if let Some(status) = status {
+                assert_eq!(
+                    map_failure(op, &Failure::status(status, code), "c").kind(),
+                    kind
+                );
+            }
+        }
     }
 
     #[test]

@@ -25,7 +25,9 @@ use bytes::Bytes;
 use casaas_core::{CasError, CasStore, ErrorKind, validate_key};
 
 use crate::AzureBlobStore;
-use crate::error::{Failure, Operation, map_failure};
+use casaas_core::Operation;
+
+use crate::error::{Failure, map_failure};
 
 /// How long a native lease lasts unless renewed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,7 +134,7 @@ pub fn map_lease_failure(failure: &Failure, container: &str) -> NativeLeaseError
             code: code.to_string(),
         },
         (Some(404), Some("BlobNotFound") | None) => NativeLeaseError::BlobNotFound,
-        _ => NativeLeaseError::Store(map_failure(Operation::Lease, failure, container)),
+        _ => NativeLeaseError::Store(map_failure(Operation::NativeLease, failure, container)),
     }
 }
 

@@ -41,14 +41,13 @@ mod transport;
 
 use std::sync::Arc;
 
-use casaas_core::{CasStore, StoreFuture};
-use url::Url;
+use casaas_core::{CasStore, StoreFuture, StoreUrl};
 
 pub use config::{
     AzureBlobStoreBuilder, AzureCredentials, CREDENTIAL_VARIABLES, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_TIMEOUT, DEV_ACCOUNT, DEV_ACCOUNT_KEY, DEV_BLOB_ENDPOINT, TokenCredential,
 };
-pub use error::{Failure, Operation, map_failure};
+pub use error::{Failure, code_table, map_failure};
 pub use lease::{
     NativeBlobLease, NativeLeaseDuration, NativeLeaseError, NativeLeaseId, map_lease_failure,
 };
@@ -63,10 +62,9 @@ pub fn register() {
     casaas_core::register_scheme(SCHEME, open);
 }
 
-fn open(url: Url) -> StoreFuture {
+fn open(url: StoreUrl) -> StoreFuture {
     Box::pin(async move {
-        let builder =
-            AzureBlobStoreBuilder::from_parsed_url(&url, |name| std::env::var(name).ok())?;
+        let builder = AzureBlobStoreBuilder::from_store_url(&url, |name| std::env::var(name).ok())?;
         let store = builder.build().await?;
         Ok(Arc::new(store) as Arc<dyn CasStore>)
     })

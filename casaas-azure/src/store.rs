@@ -16,7 +16,9 @@ use casaas_core::{
 use futures::StreamExt;
 
 use crate::config::AzureBlobStoreBuilder;
-use crate::error::{Failure, Operation, map_failure};
+use casaas_core::Operation;
+
+use crate::error::{Failure, map_failure};
 use crate::transport::Transport;
 
 /// How often a read restarts when the blob changes between its chunks
@@ -134,7 +136,7 @@ impl AzureBlobStore {
                     Ok(())
                 } else {
                     Err(map_failure(
-                        Operation::CreateContainer,
+                        Operation::CreateBucket,
                         &failure,
                         &self.container_name,
                     ))
@@ -365,6 +367,10 @@ impl CasStore for AzureBlobStore {
             "az://{}/{}/{} (endpoint {}, {})",
             self.account, self.container_name, self.prefix, self.endpoint, self.credential_kind
         )
+    }
+
+    async fn create_bucket(&self) -> Result<(), CasError> {
+        self.ensure_container().await
     }
 }
 

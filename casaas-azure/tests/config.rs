@@ -29,7 +29,7 @@ fn parse_err(url: &str, vars: &[(&str, &str)]) -> String {
 fn url_errors_say_what_to_fix() {
     let key = [("AZURE_STORAGE_KEY", KEY)];
     for (url, expected) in [
-        ("not a url", "not a valid URL"),
+        ("not a url", "not a valid store URL"),
         ("s3://acct/c", "not az"),
         ("az:///c/p", "no storage account"),
         ("az://acct", "no container"),

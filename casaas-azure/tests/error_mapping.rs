@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use casaas_azure::{
-    AzureBlobStore, AzureCredentials, DEV_ACCOUNT, Failure, NativeLeaseError, Operation,
-    map_failure, map_lease_failure,
+    AzureBlobStore, AzureCredentials, DEV_ACCOUNT, Failure, NativeLeaseError, map_failure,
+    map_lease_failure,
 };
-use casaas_core::{CasStore, ErrorKind};
+use casaas_core::{CasStore, ErrorKind, Operation};
 use rstest::rstest;
 
 #[rstest]
@@ -165,7 +165,7 @@ fn transport_failures() {
         detail: "connection refused".into(),
     };
     let err = map_failure(Operation::Create, &not_sent, "c");
-    assert_eq!(err.kind(), ErrorKind::Transport);
+    assert_eq!(err.kind(), ErrorKind::NotSent);
     assert!(!err.may_have_taken_effect());
 
     for timed_out in [true, false] {
@@ -330,7 +330,7 @@ async fn refused_connection_is_transport() {
         .create("k", Bytes::from_static(b"x"))
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Transport, "{err}");
+    assert_eq!(err.kind(), ErrorKind::NotSent, "{err}");
     assert!(!err.may_have_taken_effect());
     assert!(!format!("{err} {err:?}").contains("SECRETSIG"), "{err:?}");
 }

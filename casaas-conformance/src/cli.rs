@@ -18,11 +18,10 @@ use std::time::Duration;
 use crate::{
     ConformanceError, Probe, ProbeResult, Progress, Reopen, Reopened, Report, Settings, Suite,
     Target, redact_text, redact_url, register_secrets_from_env, register_url_secrets,
-    says_bucket_missing, url_with_options,
 };
 use anyhow::{Context, Result};
 use async_trait::async_trait;
-use casaas_core::{CasStore, FileStore};
+use casaas_core::{CasStore, FileStore, StoreUrl};
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -307,28 +306,35 @@ async fn open_target(cli: &Cli) -> Result<Opened, Usage> {
         let url = format!("file://{}", dir.path().display());
         return Ok((Target::new(store, url), Vec::new(), Some(dir)));
     };
-    let scheme = url.split_once("://").map_or("", |(s, _)| s);
-    #[cfg(feature = "s3")]
-    if scheme == "s3" {
-        return open_s3(cli, url).await;
+    let parsed = StoreUrl::parse(url).map_err(|e| open_error(url, &e, cli.create_bucket))?;
+    let store = casaas_core::open_store_url(parsed.clone())
+        .await
+        .map_err(|e| {
+            let Usage(err) = open_error(url, &e, cli.create_bucket);
+            match feature_hint(parsed.scheme()) {
+                Some(hint) => Usage(err.context(hint)),
+                None => Usage(err),
+            }
+        })?;
+    if cli.create_bucket {
+        store.create_bucket().await.map_err(|e| {
+            Usage(anyhow::anyhow!(
+                "--create-bucket: {}",
+                redact_text(&e.to_string())
+            ))
+        })?;
     }
-    let owned_url;
-    let url = if cli.create_bucket {
-        owned_url = create_bucket_url(url, scheme)?;
-        owned_url.as_str()
-    } else {
-        url
-    };
-    let store = casaas_core::open_store(url).await.map_err(|e| {
-        let Usage(err) = open_error(url, &e, cli.create_bucket);
-        match feature_hint(scheme) {
-            Some(hint) => Usage(err.context(hint)),
-            None => Usage(err),
-        }
-    })?;
-    let reopen = Arc::new(UrlReopen {
-        url: url.to_string(),
-    });
+    #[cfg(feature = "s3")]
+    if let Some(s3) = (store.as_ref() as &dyn std::any::Any).downcast_ref::<casaas_s3::S3Store>() {
+        // The S3-only probes need the raw S3 client.
+        use crate::s3::{S3Clock, S3Reopen, s3_probes};
+        let probes = s3_probes(s3);
+        let target = Target::new(store.clone(), url)
+            .with_clock(Arc::new(S3Clock(s3.clone())))
+            .with_reopen(Arc::new(S3Reopen::new(parsed)));
+        return Ok((target, probes, None));
+    }
+    let reopen = Arc::new(UrlReopen { url: parsed });
     Ok((
         Target::new(store, url).with_reopen(reopen),
         Vec::new(),
@@ -338,13 +344,13 @@ async fn open_target(cli: &Cli) -> Result<Opened, Usage> {
 
 /// Opens a store URL again with options added, to prove them.
 struct UrlReopen {
-    url: String,
+    url: StoreUrl,
 }
 
 #[async_trait]
 impl Reopen for UrlReopen {
     async fn reopen(&self, options: &[String]) -> Result<Reopened, casaas_core::CasError> {
-        let store = casaas_core::open_store(&url_with_options(&self.url, options)).await?;
+        let store = casaas_core::open_store_url(self.url.with_options(options)?).await?;
         Ok(Reopened {
             store,
             probes: Vec::new(),
@@ -355,49 +361,10 @@ impl Reopen for UrlReopen {
 fn open_error(url: &str, e: &casaas_core::CasError, create_bucket: bool) -> Usage {
     let mut message = format!("cannot open {}: {e}", redact_url(url));
     // A hint only when the store said the bucket or container is missing.
-    if says_bucket_missing(e) && !create_bucket {
+    if e.is_bucket_missing() && !create_bucket {
         message.push_str(". If the bucket does not exist, run again with --create-bucket");
     }
     Usage(anyhow::anyhow!(redact_text(&message)))
-}
-
-/// S3: the store, its server clock, the S3-only probes, and bucket creation.
-#[cfg(feature = "s3")]
-async fn open_s3(cli: &Cli, url: &str) -> Result<Opened, Usage> {
-    use crate::s3::{S3Clock, S3Reopen, create_bucket, s3_probes};
-    let store = casaas_s3::S3Store::open(url)
-        .await
-        .map_err(|e| open_error(url, &e, cli.create_bucket))?;
-    if cli.create_bucket {
-        create_bucket(&store).await.map_err(|e| {
-            Usage(anyhow::anyhow!(
-                "--create-bucket: {}",
-                redact_text(&e.to_string())
-            ))
-        })?;
-    }
-    let probes = s3_probes(&store, url);
-    let target = Target::new(Arc::new(store.clone()) as Arc<dyn CasStore>, url)
-        .with_clock(Arc::new(S3Clock(store)))
-        .with_reopen(Arc::new(S3Reopen::new(url)));
-    Ok((target, probes, None))
-}
-
-/// The `--create-bucket` hook for backends opened by URL: the URL to open.
-fn create_bucket_url(url: &str, scheme: &str) -> Result<String, Usage> {
-    match scheme {
-        // The embedded backends need no bucket.
-        "file" | "memory" => Ok(url.to_string()),
-        // The Azure backend creates the container when asked in the URL.
-        "az" if !url.contains("create_container=") => Ok(format!(
-            "{url}{}create_container=true",
-            if url.contains('?') { '&' } else { '?' }
-        )),
-        "az" => Ok(url.to_string()),
-        other => Err(Usage(anyhow::anyhow!(
-            "--create-bucket is not supported for {other}:// URLs by this build; create the bucket with the provider's own tools and run again without it"
-        ))),
-    }
 }
 
 /// The progress bar (drawn only on a terminal).

@@ -60,6 +60,4 @@ pub use report::{
     BackendReport, CleanupReport, Incomplete, Judgement, Report, SCHEMA_VERSION, SettingsReport,
     ToolInfo, judge, rfc3339,
 };
-pub use suite::{
-    ConformanceError, Reopen, Reopened, Suite, Target, says_bucket_missing, url_with_options,
-};
+pub use suite::{ConformanceError, Reopen, Reopened, Suite, Target, url_with_options};

@@ -371,7 +371,7 @@ impl PacedStore {
                     self.pacer.wait(wait).await;
                 }
                 // Never sent: nothing was written, so sending again is safe.
-                Err(e) if e.kind() == ErrorKind::Transport && unsent < 3 => {
+                Err(e) if e.kind() == ErrorKind::NotSent && unsent < 3 => {
                     unsent += 1;
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(MAX_BACKOFF);

@@ -9,8 +9,8 @@
 
 use std::sync::{Mutex, OnceLock};
 
-/// What replaces a secret.
-pub const REDACTED: &str = "[redacted]";
+pub use casaas_core::REDACTED;
+use casaas_core::{StoreUrl, is_secret_name};
 
 /// Secret values shorter than this are not registered: they would
 /// redact ordinary words.
@@ -44,7 +44,7 @@ pub fn register_secrets_from_env() {
         let (Some(name), Some(value)) = (name.to_str(), value.to_str()) else {
             continue;
         };
-        if is_credential_name(name) {
+        if is_secret_name(name) {
             register_secret(value);
         }
     }
@@ -56,26 +56,11 @@ pub fn register_secrets_from_env() {
 /// where a library prints them without the URL around them (for example a
 /// `Host` header in a trace log).
 pub fn register_url_secrets(url: &str) {
-    let mut rest = url;
-    while let Some(i) = rest.find("://") {
-        let tail = &rest[i + 3..];
-        let end = tail
-            .find(|c: char| ends_token(c) || matches!(c, '/' | '?' | '#'))
-            .unwrap_or(tail.len());
-        if let Some(at) = tail[..end].rfind('@') {
-            let userinfo = &tail[..at];
-            register_any_length(userinfo);
-            if let Some((_, password)) = userinfo.split_once(':') {
-                register_any_length(password);
-            }
-        }
-        rest = tail;
-    }
-    if let Some((_, query)) = url.split_once('?') {
-        for (name, value) in query.split('&').filter_map(|p| p.split_once('=')) {
-            if is_credential_name(name) {
-                register_any_length(value);
-            }
+    // A URL that does not parse opens nothing; the text redaction still
+    // covers its user part wherever it is printed.
+    if let Ok(url) = StoreUrl::parse(url) {
+        for secret in url.secrets() {
+            register_any_length(&secret);
         }
     }
 }
@@ -93,38 +78,6 @@ fn register_any_length(value: &str) {
     }
 }
 
-/// Does a parameter or variable called `name` hold a credential?
-fn is_credential_name(name: &str) -> bool {
-    let lower = name.to_ascii_lowercase();
-    const PARTS: [&str; 11] = [
-        "secret",
-        "password",
-        "passwd",
-        "token",
-        "signature",
-        "credential",
-        "access_key",
-        "accesskey",
-        "account_key",
-        "api_key",
-        "connection_string",
-    ];
-    const WHOLE: [&str; 8] = [
-        "sig",
-        "sas",
-        "key",
-        "pwd",
-        "pass",
-        "auth",
-        "apikey",
-        "authorization",
-    ];
-    PARTS.iter().any(|p| lower.contains(p))
-        || WHOLE.contains(&lower.as_str())
-        || lower.ends_with("_key")
-        || lower.ends_with("-key")
-}
-
 /// Removes the user part of a URL and the values of credential-looking
 /// query parameters, should there be any.
 ///
@@ -138,7 +91,10 @@ fn is_credential_name(name: &str) -> bool {
 /// assert_eq!(redact_url("file:///tmp/x"), "file:///tmp/x");
 /// ```
 pub fn redact_url(url: &str) -> String {
-    redact_text(url)
+    match StoreUrl::parse(url) {
+        Ok(parsed) => redact_registered(parsed.to_string()),
+        Err(_) => redact_text(url),
+    }
 }
 
 /// Redacts every secret in `text`: URL user parts, credential-looking
@@ -152,7 +108,11 @@ pub fn redact_url(url: &str) -> String {
 /// );
 /// ```
 pub fn redact_text(text: &str) -> String {
-    let mut out = redact_pairs(&redact_userinfo(text));
+    redact_registered(redact_pairs(&redact_userinfo(text)))
+}
+
+/// Replaces every registered secret value in `text`.
+fn redact_registered(mut out: String) -> String {
     let secrets = registry().lock().unwrap_or_else(|p| p.into_inner());
     for secret in secrets.iter() {
         if out.contains(secret.as_str()) {
@@ -206,7 +166,7 @@ fn redact_pairs(text: &str) -> String {
         out.push_str(before);
         out.push('=');
         let value = &after[1..];
-        if !name.is_empty() && is_credential_name(name.rsplit('.').next().unwrap_or(name)) {
+        if !name.is_empty() && is_secret_name(name.rsplit('.').next().unwrap_or(name)) {
             let end = value
                 .find(|c: char| ends_token(c) || c == '&')
                 .unwrap_or(value.len());

@@ -10,14 +10,14 @@ use async_trait::async_trait;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
-use casaas_core::{CasError, CasStore, ErrorKind};
+use casaas_core::{CasError, CasStore, Delivery, Operation, StoreUrl, classify};
 use casaas_s3::S3Store;
 use serde_json::{Value, json};
 
 use crate::model::{Outcome, Recommendation, Severity, StepError};
 use crate::probe::{Probe, ProbeContext, ServerClock};
 use crate::probes::payload;
-use crate::suite::{Reopen, Reopened, url_with_options};
+use crate::suite::{Reopen, Reopened};
 
 /// The server clock of an S3 store: the `Date` header of its last response.
 #[derive(Debug, Clone)]
@@ -45,9 +45,9 @@ const FIXED_BY_UNQUOTED: [&str; 11] = [
     "latency",
 ];
 
-/// The S3-only probes for `store`, opened from `url`.
-pub fn s3_probes(store: &S3Store, url: &str) -> Vec<Box<dyn Probe>> {
-    let unquoted_set = url_option(url, "etag_unquoted").is_some_and(|v| v == "true" || v == "1");
+/// The S3-only probes for `store`.
+pub fn s3_probes(store: &S3Store) -> Vec<Box<dyn Probe>> {
+    let unquoted_set = store.config().quirks.etag_unquoted;
     vec![
         Box::new(EtagForms {
             store: store.clone(),
@@ -66,75 +66,25 @@ pub fn s3_probes(store: &S3Store, url: &str) -> Vec<Box<dyn Probe>> {
 /// binary gives S3 targets), with the S3-only probes for it.
 #[derive(Debug, Clone)]
 pub struct S3Reopen {
-    url: String,
+    url: StoreUrl,
 }
 
 impl S3Reopen {
     /// The hook for the store opened from `url`.
-    pub fn new(url: impl Into<String>) -> Self {
-        S3Reopen { url: url.into() }
+    pub fn new(url: StoreUrl) -> Self {
+        S3Reopen { url }
     }
 }
 
 #[async_trait]
 impl Reopen for S3Reopen {
     async fn reopen(&self, options: &[String]) -> Result<Reopened, CasError> {
-        let url = url_with_options(&self.url, options);
-        let store = S3Store::open(&url).await?;
-        let probes = s3_probes(&store, &url);
+        let store = S3Store::open_url(&self.url.with_options(options)?).await?;
+        let probes = s3_probes(&store);
         Ok(Reopened {
             store: std::sync::Arc::new(store),
             probes,
         })
-    }
-}
-
-fn url_option<'a>(url: &'a str, name: &str) -> Option<&'a str> {
-    let query = url.split_once('?')?.1;
-    query
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v)
-}
-
-/// Creates the store's bucket (the `--create-bucket` hook). A bucket that
-/// already exists and is ours counts as success.
-pub async fn create_bucket(store: &S3Store) -> Result<(), CasError> {
-    let client = store.client();
-    let mut request = client.create_bucket().bucket(store.bucket());
-    let region = client
-        .config()
-        .region()
-        .map(|r| r.as_ref().to_string())
-        .unwrap_or_default();
-    if !region.is_empty() && region != "us-east-1" {
-        request = request.create_bucket_configuration(
-            aws_sdk_s3::types::CreateBucketConfiguration::builder()
-                .location_constraint(aws_sdk_s3::types::BucketLocationConstraint::from(
-                    region.as_str(),
-                ))
-                .build(),
-        );
-    }
-    match request.send().await {
-        Ok(_) => Ok(()),
-        Err(e) if matches!(e.code(), Some("BucketAlreadyOwnedByYou")) => Ok(()),
-        Err(e) => {
-            let (status, code) = sdk_answer(&e);
-            let mut err = CasError::misconfigured(format!(
-                "could not create bucket '{}': {}",
-                store.bucket(),
-                e.message().unwrap_or("no message")
-            ));
-            if let Some(s) = status {
-                err = err.with_status(s);
-            }
-            if let Some(c) = code {
-                err = err.with_code(c);
-            }
-            Err(err)
-        }
     }
 }
 
@@ -176,7 +126,16 @@ fn answer_json<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'stat
     json!({ "status": status, "code": code, "answer": answer, "message": message })
 }
 
-fn step_error(step: &str, status: Option<u16>, code: Option<String>, kind: ErrorKind) -> StepError {
+/// A failed step of an S3-only probe, its kind decided by the one policy
+/// with S3's code table.
+fn step_error(step: &str, op: Operation, status: Option<u16>, code: Option<String>) -> StepError {
+    let kind = classify(
+        op,
+        Delivery::MaybeSent,
+        status,
+        code.as_deref(),
+        &casaas_s3::error::code_table,
+    );
     let mut source = CasError::new(kind, format!("{step} failed"));
     if let Some(s) = status {
         source = source.with_status(s);
@@ -187,14 +146,6 @@ fn step_error(step: &str, status: Option<u16>, code: Option<String>, kind: Error
     StepError {
         step: step.to_string(),
         source: Box::new(source),
-    }
-}
-
-fn kind_for(status: Option<u16>) -> ErrorKind {
-    match status {
-        Some(501) => ErrorKind::Unsupported,
-        Some(401 | 403) => ErrorKind::Unauthorized,
-        _ => ErrorKind::Ambiguous,
     }
 }
 
@@ -215,7 +166,7 @@ impl EtagForms {
             .await
             .map_err(|e| {
                 let (s, c) = sdk_answer(&e);
-                step_error("HeadObject", s, c, kind_for(s))
+                step_error("HeadObject", Operation::Get, s, c)
             })?;
         Ok(head.e_tag().unwrap_or_default().to_string())
     }
@@ -439,12 +390,7 @@ impl MultipartIfNoneMatch {
             .await
             .map_err(|e| {
                 let (s, c) = sdk_answer(&e);
-                let kind = if c.as_deref() == Some("NotImplemented") {
-                    ErrorKind::Unsupported
-                } else {
-                    kind_for(s)
-                };
-                step_error("CreateMultipartUpload", s, c, kind)
+                step_error("CreateMultipartUpload", Operation::Create, s, c)
             })?;
         let upload_id = created.upload_id().unwrap_or_default().to_string();
         let part = client
@@ -458,7 +404,7 @@ impl MultipartIfNoneMatch {
             .await
             .map_err(|e| {
                 let (s, c) = sdk_answer(&e);
-                step_error("UploadPart", s, c, kind_for(s))
+                step_error("UploadPart", Operation::Create, s, c)
             })?;
         let completed = CompletedMultipartUpload::builder()
             .parts(
@@ -620,21 +566,9 @@ impl Probe for VersionedBucket {
                             .with("answer", answer_json(&e)),
                     )
                 } else {
-                    Err(step_error("GetBucketVersioning", s, c, kind_for(s)))
+                    Err(step_error("GetBucketVersioning", Operation::Get, s, c))
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn url_options() {
-        let url = "s3://b/p?endpoint=http://127.0.0.1:1&etag_unquoted=true";
-        assert_eq!(url_option(url, "etag_unquoted"), Some("true"));
-        assert_eq!(url_option("s3://b/p", "etag_unquoted"), None);
     }
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use casaas_core::{CasError, CasStore, ErrorKind};
+use casaas_core::{CasError, CasStore, ErrorKind, StoreUrl};
 use futures::StreamExt;
 
 use crate::model::{Outcome, ProbeResult, Severity, Verdict, error_evidence};
@@ -52,25 +52,10 @@ impl ConformanceError {
     /// Whether the store said that the bucket or container is missing.
     pub fn bucket_missing(&self) -> bool {
         match self {
-            ConformanceError::Setup { source, .. } => says_bucket_missing(source),
+            ConformanceError::Setup { source, .. } => source.is_bucket_missing(),
             _ => false,
         }
     }
-}
-
-/// Did the store answer that the bucket or container does not exist (S3
-/// `NoSuchBucket`, Azure `ContainerNotFound`, a 404 naming the bucket)?
-pub fn says_bucket_missing(err: &CasError) -> bool {
-    const CODES: [&str; 3] = ["NoSuchBucket", "ContainerNotFound", "NoSuchContainer"];
-    if err.code().is_some_and(|c| CODES.contains(&c)) {
-        return true;
-    }
-    let message = err.message().to_ascii_lowercase();
-    matches!(err.kind(), ErrorKind::NotFound | ErrorKind::Misconfigured)
-        && (message.contains("bucket") || message.contains("container"))
-        && (message.contains("does not exist")
-            || message.contains("not found")
-            || message.contains("no such"))
 }
 
 /// What to probe: a store plus optional backend hooks.
@@ -162,33 +147,17 @@ impl Target {
 /// ```
 /// use casaas_conformance::url_with_options;
 /// assert_eq!(
-///     url_with_options("s3://b/p?region=x&etag_unquoted=false", &["etag_unquoted=true".into()]),
+///     url_with_options("s3://b/p?region=x&etag_unquoted=false", &["etag_unquoted=true".into()])
+///         .unwrap(),
 ///     "s3://b/p?region=x&etag_unquoted=true"
 /// );
-/// assert_eq!(url_with_options("gs://b/p", &["a=1".into()]), "gs://b/p?a=1");
+/// assert_eq!(url_with_options("gs://b/p", &["a=1".into()]).unwrap(), "gs://b/p?a=1");
 /// ```
-pub fn url_with_options(url: &str, options: &[String]) -> String {
-    let (base, query) = url.split_once('?').unwrap_or((url, ""));
-    let mut pairs: Vec<String> = query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(str::to_string)
-        .collect();
-    for option in options {
-        let name = option.split_once('=').map_or(option.as_str(), |(n, _)| n);
-        match pairs
-            .iter_mut()
-            .find(|p| p.split_once('=').map_or(p.as_str(), |(n, _)| n) == name)
-        {
-            Some(existing) => *existing = option.clone(),
-            None => pairs.push(option.clone()),
-        }
-    }
-    if pairs.is_empty() {
-        base.to_string()
-    } else {
-        format!("{base}?{}", pairs.join("&"))
-    }
+pub fn url_with_options(url: &str, options: &[String]) -> Result<String, CasError> {
+    Ok(StoreUrl::parse(url)?
+        .with_options(options)?
+        .as_unredacted_str()
+        .to_string())
 }
 
 /// An ordered set of probes.
@@ -389,10 +358,9 @@ impl Suite {
             BackendReport {
                 url: target.url.clone(),
                 description: redact_text(&target.store.describe()),
-                scheme: target
-                    .url
-                    .split_once("://")
-                    .map_or_else(String::new, |(s, _)| s.to_string()),
+                scheme: StoreUrl::parse(&target.url)
+                    .map(|u| u.scheme().to_string())
+                    .unwrap_or_default(),
                 prefix: run_prefix,
                 capabilities,
                 declared_capabilities: declared,
@@ -526,10 +494,10 @@ fn setup_error(source: CasError, store: &Arc<dyn CasStore>) -> ConformanceError 
         ErrorKind::Unauthorized => format!(
             "The store at {where_} refused the credentials: check them and that they allow reading, writing and listing under the prefix."
         ),
-        ErrorKind::Transport => format!(
+        ErrorKind::NotSent => format!(
             "Could not reach {where_}: check the endpoint address and that the server is running."
         ),
-        _ if says_bucket_missing(&source) => format!(
+        _ if source.is_bucket_missing() => format!(
             "The bucket or container of {where_} does not exist: check its name, or create it."
         ),
         ErrorKind::Misconfigured | ErrorKind::NotFound => {

@@ -41,8 +41,10 @@ pub enum ErrorKind {
     /// body). The message says what to fix.
     InvalidInput,
     /// The request was definitely not sent (connection refused, DNS
-    /// failure): nothing was written and a retry is sensible.
-    Transport,
+    /// failure): nothing was written and a retry is sensible. Serialized as
+    /// `not_sent`; reports that say `transport` (its former name) still read.
+    #[serde(alias = "transport")]
+    NotSent,
 }
 
 impl ErrorKind {
@@ -58,7 +60,7 @@ impl ErrorKind {
             ErrorKind::Unauthorized => "unauthorized",
             ErrorKind::Misconfigured => "misconfigured",
             ErrorKind::InvalidInput => "invalid input",
-            ErrorKind::Transport => "request not sent",
+            ErrorKind::NotSent => "request not sent",
         }
     }
 
@@ -74,7 +76,7 @@ impl ErrorKind {
             ErrorKind::Unauthorized => "unauthorized",
             ErrorKind::Misconfigured => "misconfigured",
             ErrorKind::InvalidInput => "invalid_input",
-            ErrorKind::Transport => "transport",
+            ErrorKind::NotSent => "not_sent",
         }
     }
 }
@@ -111,6 +113,7 @@ pub struct CasError {
     status: Option<u16>,
     code: Option<String>,
     retry_after: Option<Duration>,
+    bucket_missing: bool,
     source: Option<BoxedSource>,
 }
 
@@ -125,6 +128,7 @@ impl CasError {
             status: None,
             code: None,
             retry_after: None,
+            bucket_missing: false,
             source: None,
         }
     }
@@ -166,6 +170,20 @@ impl CasError {
     pub fn with_retry_after(mut self, retry_after: Duration) -> Self {
         self.retry_after = Some(retry_after);
         self
+    }
+
+    /// Marks the error as the store saying its bucket or container does not
+    /// exist (S3 `NoSuchBucket`, Azure `ContainerNotFound`, a GCS 404 on an
+    /// upload), so that callers can offer to create it without reading the
+    /// message.
+    pub fn with_bucket_missing(mut self) -> Self {
+        self.bucket_missing = true;
+        self
+    }
+
+    /// Did the store say its bucket or container does not exist?
+    pub fn is_bucket_missing(&self) -> bool {
+        self.bucket_missing
     }
 
     /// Attaches the underlying error. It must not contain credentials.
@@ -216,7 +234,7 @@ impl CasError {
     /// Is retrying the same request (after resolving any ambiguity) sensible?
     ///
     /// Yes for transient conditions (throttling, concurrent request,
-    /// transport failures, ambiguous outcomes once resolved); no for answers
+    /// requests not sent, ambiguous outcomes once resolved); no for answers
     /// that will not change by asking again (precondition failed, not found,
     /// unsupported, auth, configuration, input).
     pub fn is_retryable(&self) -> bool {
@@ -225,7 +243,7 @@ impl CasError {
             ErrorKind::ConcurrentRequest
                 | ErrorKind::Throttled
                 | ErrorKind::Ambiguous
-                | ErrorKind::Transport
+                | ErrorKind::NotSent
         )
     }
 
@@ -272,6 +290,7 @@ impl fmt::Debug for CasError {
             .field("status", &self.status)
             .field("code", &self.code)
             .field("retry_after", &self.retry_after)
+            .field("bucket_missing", &self.bucket_missing)
             .field("source", &self.source.as_ref().map(|s| s.to_string()))
             .finish()
     }
@@ -282,6 +301,134 @@ impl std::error::Error for CasError {
         self.source
             .as_ref()
             .map(|s| s.as_ref() as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// The store operation a request belongs to: the same answer means
+/// different things for a read and for a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Operation {
+    /// Reading an object.
+    Get,
+    /// Create-if-absent.
+    Create,
+    /// Replace-if-version-matches.
+    Replace,
+    /// Delete-if-version-matches.
+    Delete,
+    /// Listing a prefix.
+    List,
+    /// Creating the bucket or container ([`CasStore::create_bucket`](crate::CasStore::create_bucket)).
+    CreateBucket,
+    /// A provider's own lease call (Azure blob leases).
+    NativeLease,
+}
+
+impl Operation {
+    /// Does this operation change the store?
+    pub fn writes(self) -> bool {
+        !matches!(self, Operation::Get | Operation::List)
+    }
+
+    /// Does this operation carry a condition on the object's version?
+    pub fn is_conditional(self) -> bool {
+        matches!(
+            self,
+            Operation::Create | Operation::Replace | Operation::Delete
+        )
+    }
+
+    /// A short name for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Operation::Get => "read",
+            Operation::Create => "create",
+            Operation::Replace => "replace",
+            Operation::Delete => "delete",
+            Operation::List => "list",
+            Operation::CreateBucket => "bucket creation",
+            Operation::NativeLease => "native lease",
+        }
+    }
+}
+
+/// How far a failed request got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Certainly not sent: the connection was refused, DNS failed, the
+    /// request could not be signed.
+    NotSent,
+    /// Possibly sent: the store may have received it, whether or not it
+    /// answered.
+    MaybeSent,
+}
+
+/// A provider's table of error codes: what (operation, HTTP status,
+/// provider code) means when the provider documents it, `None` otherwise.
+pub type CodeTable<'a> = &'a dyn Fn(Operation, Option<u16>, Option<&str>) -> Option<ErrorKind>;
+
+/// The one error policy: the kind of a failed request.
+///
+/// The rule: **anything unexpected after a write may have been sent may
+/// have taken effect** ([`ErrorKind::Ambiguous`]), so the protocol resolves
+/// it by reading rather than assuming it failed. In order:
+///
+/// 1. Not sent ([`Delivery::NotSent`]): [`ErrorKind::NotSent`].
+/// 2. The provider's `table` names the answer: its kind. A provider names a
+///    "nothing was written" kind (throttled, concurrent request) only where
+///    the store documents that the request was refused, e.g. S3's 503
+///    `SlowDown` or Azure's 503 `ServerBusy`.
+/// 3. No answer (timeout, reset, unreadable answer): `Ambiguous`, for reads
+///    too (retrying the read is the fix).
+/// 4. Statuses with one meaning everywhere: 412 precondition failed, 404 not
+///    found, 401/403 unauthorized, 429 throttled, 501 unsupported; 408 (the
+///    store gave up reading the request) and every 5xx, a bare 503
+///    included, are `Ambiguous`.
+/// 5. A 409 the provider's table does not name: on a write `Ambiguous`
+///    (a conflict with something unknown does not prove nothing was
+///    written), on a read invalid input. Any other 4xx: the store refused
+///    the request as invalid.
+/// 6. Anything else (a status no store should send): `Ambiguous` on a
+///    write, unsupported on a read (the store does not speak the protocol).
+///
+/// ```
+/// use casaas_core::{Delivery, ErrorKind, Operation, classify};
+///
+/// let none = |_: Operation, _: Option<u16>, _: Option<&str>| -> Option<ErrorKind> { None };
+/// assert_eq!(classify(Operation::Create, Delivery::MaybeSent, Some(412), None, &none), ErrorKind::PreconditionFailed);
+/// assert_eq!(classify(Operation::Replace, Delivery::MaybeSent, Some(409), None, &none), ErrorKind::Ambiguous);
+/// assert_eq!(classify(Operation::Replace, Delivery::MaybeSent, Some(503), None, &none), ErrorKind::Ambiguous);
+/// assert_eq!(classify(Operation::Replace, Delivery::NotSent, None, None, &none), ErrorKind::NotSent);
+/// ```
+pub fn classify(
+    op: Operation,
+    delivery: Delivery,
+    status: Option<u16>,
+    code: Option<&str>,
+    table: CodeTable<'_>,
+) -> ErrorKind {
+    if delivery == Delivery::NotSent {
+        return ErrorKind::NotSent;
+    }
+    let code = code.filter(|c| !c.is_empty());
+    if let Some(kind) = table(op, status, code) {
+        return kind;
+    }
+    let Some(status) = status else {
+        return ErrorKind::Ambiguous;
+    };
+    match status {
+        412 => ErrorKind::PreconditionFailed,
+        404 => ErrorKind::NotFound,
+        401 | 403 => ErrorKind::Unauthorized,
+        429 => ErrorKind::Throttled,
+        501 => ErrorKind::Unsupported,
+        408 | 500..=599 => ErrorKind::Ambiguous,
+        409 if op.writes() => ErrorKind::Ambiguous,
+        400..=499 => ErrorKind::InvalidInput,
+        _ if op.writes() => ErrorKind::Ambiguous,
+        _ => ErrorKind::Unsupported,
     }
 }
 
@@ -300,7 +447,7 @@ mod tests {
             ErrorKind::Unauthorized,
             ErrorKind::Misconfigured,
             ErrorKind::InvalidInput,
-            ErrorKind::Transport,
+            ErrorKind::NotSent,
         ] {
             assert!(
                 !CasError::new(kind, "x").may_have_taken_effect(),
@@ -322,7 +469,7 @@ mod tests {
             ErrorKind::Unauthorized,
             ErrorKind::Misconfigured,
             ErrorKind::InvalidInput,
-            ErrorKind::Transport,
+            ErrorKind::NotSent,
         ]
         .into_iter()
         .filter(|k| CasError::new(*k, "").is_retryable())
@@ -333,9 +480,76 @@ mod tests {
                 ErrorKind::ConcurrentRequest,
                 ErrorKind::Throttled,
                 ErrorKind::Ambiguous,
-                ErrorKind::Transport
+                ErrorKind::NotSent
             ]
         );
+    }
+
+    #[test]
+    fn policy_without_a_table() {
+        use ErrorKind::*;
+        use Operation::*;
+        let none = |_: Operation, _: Option<u16>, _: Option<&str>| -> Option<ErrorKind> { None };
+        for (op, delivery, status, kind) in [
+            (Create, Delivery::NotSent, None, NotSent),
+            (Get, Delivery::NotSent, None, NotSent),
+            (Create, Delivery::MaybeSent, None, Ambiguous),
+            (Get, Delivery::MaybeSent, None, Ambiguous),
+            (Create, Delivery::MaybeSent, Some(412), PreconditionFailed),
+            (Delete, Delivery::MaybeSent, Some(404), NotFound),
+            (List, Delivery::MaybeSent, Some(403), Unauthorized),
+            (Replace, Delivery::MaybeSent, Some(429), Throttled),
+            (Replace, Delivery::MaybeSent, Some(501), Unsupported),
+            (Replace, Delivery::MaybeSent, Some(413), InvalidInput),
+            (Replace, Delivery::MaybeSent, Some(409), Ambiguous),
+            (Replace, Delivery::MaybeSent, Some(503), Ambiguous),
+            (Create, Delivery::MaybeSent, Some(408), Ambiguous),
+            (Delete, Delivery::MaybeSent, Some(405), InvalidInput),
+            (Create, Delivery::MaybeSent, Some(302), Ambiguous),
+            (NativeLease, Delivery::MaybeSent, Some(409), Ambiguous),
+            (Get, Delivery::MaybeSent, Some(503), Ambiguous),
+            (Get, Delivery::MaybeSent, Some(409), InvalidInput),
+            (List, Delivery::MaybeSent, Some(302), Unsupported),
+        ] {
+            assert_eq!(
+                classify(op, delivery, status, None, &none),
+                kind,
+                "{op:?} {delivery:?} {status:?}"
+            );
+        }
+        // The table decides before the defaults, but never for a request
+        // that was not sent.
+        let table = |_: Operation, s: Option<u16>, c: Option<&str>| {
+            (s == Some(503) && c == Some("SlowDown")).then_some(Throttled)
+        };
+        assert_eq!(
+            classify(
+                Create,
+                Delivery::MaybeSent,
+                Some(503),
+                Some("SlowDown"),
+                &table
+            ),
+            Throttled
+        );
+        assert_eq!(
+            classify(
+                Create,
+                Delivery::NotSent,
+                Some(503),
+                Some("SlowDown"),
+                &table
+            ),
+            NotSent
+        );
+    }
+
+    #[test]
+    fn kind_names_are_stable() {
+        let json = serde_json::to_string(&ErrorKind::NotSent).unwrap();
+        assert_eq!(json, "\"not_sent\"");
+        let old: ErrorKind = serde_json::from_str("\"transport\"").unwrap();
+        assert_eq!(old, ErrorKind::NotSent);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::{Capabilities, CasError, CasStore, ErrorKind, ListEntry, StoredObject
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
     /// Fail before the request reaches the store: nothing is applied and the
-    /// caller gets [`ErrorKind::Transport`].
+    /// caller gets [`ErrorKind::NotSent`].
     FailBeforeApply,
     /// Apply the request, then lose the response: the caller gets
     /// [`ErrorKind::Ambiguous`] although the write took effect.
@@ -245,7 +245,7 @@ impl<S: CasStore> FaultyStore<S> {
             Err(CasError::new(kind, format!("injected fault: {message}")).with_key(key))
         };
         match fault {
-            Fault::FailBeforeApply => injected(ErrorKind::Transport, "connection refused"),
+            Fault::FailBeforeApply => injected(ErrorKind::NotSent, "connection refused"),
             Fault::Throttle => injected(ErrorKind::Throttled, "slow down"),
             Fault::ServerErrorNotApplied => injected(ErrorKind::Ambiguous, "500, not applied"),
             Fault::LoseResponse => {

@@ -210,7 +210,7 @@ fn io_error(key: &str, what: &str, e: io::Error) -> CasError {
         io::ErrorKind::InvalidData => ErrorKind::Misconfigured,
         // Reads, and writes that failed before the commit point (see
         // `WriteFailure`): nothing was changed.
-        _ => ErrorKind::Transport,
+        _ => ErrorKind::NotSent,
     };
     CasError::new(kind, format!("{what}: {e}"))
         .with_key(key)
@@ -856,6 +856,11 @@ impl CasStore for FileStore {
             .with_note("local filesystems only: NFS, SMB/CIFS and FUSE are refused at open")
     }
 
+    async fn create_bucket(&self) -> Result<(), CasError> {
+        // The embedded backends have no bucket to create.
+        Ok(())
+    }
+
     fn describe(&self) -> String {
         format!("file://{}", self.root.display())
     }
@@ -1046,7 +1051,7 @@ mod tests {
                 .replace("k", &v1, Bytes::from_static(b"2"))
                 .await
                 .unwrap_err();
-            assert_eq!(err.kind(), ErrorKind::Transport, "{step:?}: {err}");
+            assert_eq!(err.kind(), ErrorKind::NotSent, "{step:?}: {err}");
             assert!(!err.may_have_taken_effect(), "{step:?}");
             let object = store.get("k").await.unwrap().unwrap();
             assert_eq!((object.version, object.body), (v1.clone(), "1".into()));
@@ -1057,11 +1062,11 @@ mod tests {
             .create("d/e", Bytes::from_static(b"x"))
             .await
             .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Transport, "{err}");
+        assert_eq!(err.kind(), ErrorKind::NotSent, "{err}");
         assert!(store.get("d/e").await.unwrap().is_none());
         fail(&script, Step::Remove, Fault::Before);
         let err = store.delete("k", &v1).await.unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Transport, "{err}");
+        assert_eq!(err.kind(), ErrorKind::NotSent, "{err}");
         assert_eq!(body(&store, "k").await.unwrap(), "1");
         // A later attempt goes through.
         store.create("d/e", Bytes::from_static(b"x")).await.unwrap();

@@ -37,18 +37,22 @@ pub mod lease;
 mod memory;
 mod registry;
 mod store;
+mod url;
 mod version;
 
-pub use error::{CasError, ErrorKind};
+pub use error::{CasError, CodeTable, Delivery, ErrorKind, Operation, classify};
 pub use fault::{CountingStore, Fault, FaultConfig, FaultCounts, FaultyStore, RequestCounts};
 pub use file::FileStore;
 pub use lease::{Lease, LeaseConfig, LeaseError, LeaseGuard};
 pub use memory::MemoryStore;
 pub use registry::{
-    AdapterFactory, StoreFactory, StoreFuture, UrlOptions, open_store, register_adapter,
-    register_scheme, registered_schemes, url_prefix,
+    AdapterFactory, StoreFactory, StoreFuture, open_store, open_store_url, register_adapter,
+    register_scheme, registered_schemes,
 };
 pub use store::{
     Capabilities, CasStore, ListEntry, MAX_KEY_LEN, StoredObject, validate_key, validate_prefix,
+};
+pub use url::{
+    REDACTED, StoreUrl, UrlOptions, is_secret_name, parse_bool, replace_userinfo, userinfo,
 };
 pub use version::{Version, VersionPair};

@@ -211,6 +211,11 @@ impl CasStore for MemoryStore {
         Capabilities::full()
     }
 
+    async fn create_bucket(&self) -> Result<(), CasError> {
+        // The embedded backends have no bucket to create.
+        Ok(())
+    }
+
     fn describe(&self) -> String {
         format!("memory://{}/{}", self.name, self.prefix)
     }

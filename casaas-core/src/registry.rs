@@ -6,20 +6,18 @@
 //! library's client, register a name with [`register_adapter`] and receive
 //! the rest of URLs written `NAME+URL` (`object_store+s3://bucket/prefix`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock, RwLock};
 
-use url::Url;
-
-use crate::{CasError, CasStore, FileStore, MemoryStore};
+use crate::{CasError, CasStore, FileStore, MemoryStore, StoreUrl};
 
 /// The future a [`StoreFactory`] returns.
 pub type StoreFuture = Pin<Box<dyn Future<Output = Result<Arc<dyn CasStore>, CasError>> + Send>>;
 
 /// Opens a store from a parsed URL whose scheme it was registered for.
-pub type StoreFactory = fn(Url) -> StoreFuture;
+pub type StoreFactory = fn(StoreUrl) -> StoreFuture;
 
 /// Opens a store from the URL text that follows `NAME+` in `NAME+URL`
 /// (the adapter parses it with its library's own rules).
@@ -113,12 +111,11 @@ pub async fn open_store(url: &str) -> Result<Arc<dyn CasStore>, CasError> {
     if let Some((factory, inner)) = adapter_for(url) {
         return factory(inner).await;
     }
-    let parsed = Url::parse(url).map_err(|e| {
-        CasError::misconfigured(format!(
-            "{url:?} is not a valid store URL ({e}); expected e.g. memory://NAME/prefix, \
-             file:///abs/dir, s3://bucket/prefix, gs://bucket/prefix or az://account/container/prefix"
-        ))
-    })?;
+    open_store_url(StoreUrl::parse(url)?).await
+}
+
+/// Opens the store a parsed URL names; see [`open_store`].
+pub async fn open_store_url(parsed: StoreUrl) -> Result<Arc<dyn CasStore>, CasError> {
     let factory = registry()
         .read()
         .unwrap_or_else(|p| p.into_inner())
@@ -135,105 +132,28 @@ pub async fn open_store(url: &str) -> Result<Arc<dyn CasStore>, CasError> {
     }
 }
 
-/// The query options of a store URL, checked against the names a backend
-/// knows so that a misspelt option is an error, not silently ignored.
-#[derive(Debug, Clone, Default)]
-pub struct UrlOptions {
-    values: BTreeMap<String, String>,
-}
-
-impl UrlOptions {
-    /// Parses `url`'s query, rejecting names not in `allowed` and repeats.
-    pub fn parse(url: &Url, allowed: &[&str]) -> Result<Self, CasError> {
-        let mut values = BTreeMap::new();
-        for (name, value) in url.query_pairs() {
-            if !allowed.contains(&name.as_ref()) {
-                return Err(CasError::misconfigured(format!(
-                    "unknown option '{name}' in {} URL; known options: {}",
-                    url.scheme(),
-                    if allowed.is_empty() {
-                        "none".to_string()
-                    } else {
-                        allowed.join(", ")
-                    }
-                )));
-            }
-            if values.insert(name.to_string(), value.to_string()).is_some() {
-                return Err(CasError::misconfigured(format!(
-                    "option '{name}' is given twice in the URL"
-                )));
-            }
-        }
-        Ok(UrlOptions { values })
-    }
-
-    /// The raw value of option `name`.
-    pub fn get(&self, name: &str) -> Option<&str> {
-        self.values.get(name).map(String::as_str)
-    }
-
-    /// A boolean option: `true`/`false`/`1`/`0`/`yes`/`no`, absent = `default`.
-    pub fn get_bool(&self, name: &str, default: bool) -> Result<bool, CasError> {
-        match self.get(name) {
-            None => Ok(default),
-            Some("true" | "1" | "yes") => Ok(true),
-            Some("false" | "0" | "no") => Ok(false),
-            Some(other) => Err(CasError::misconfigured(format!(
-                "option '{name}' must be true or false, not {other:?}"
-            ))),
-        }
-    }
-
-    /// A duration option in (possibly fractional) seconds, e.g. `timeout=2.5`.
-    pub fn get_seconds(&self, name: &str) -> Result<Option<std::time::Duration>, CasError> {
-        match self.get(name) {
-            None => Ok(None),
-            Some(text) => text
-                .parse::<f64>()
-                .ok()
-                .filter(|s| s.is_finite() && *s > 0.0)
-                .map(|s| Some(std::time::Duration::from_secs_f64(s)))
-                .ok_or_else(|| {
-                    CasError::misconfigured(format!(
-                        "option '{name}' must be a positive number of seconds, not {text:?}"
-                    ))
-                }),
-        }
-    }
-}
-
-/// The path of a URL as a store prefix: percent-decoded, without leading or
-/// trailing `/`.
-pub fn url_prefix(url: &Url) -> String {
-    percent_encoding::percent_decode_str(url.path())
-        .decode_utf8_lossy()
-        .trim_matches('/')
-        .to_string()
-}
-
-fn open_memory(url: Url) -> StoreFuture {
+fn open_memory(url: StoreUrl) -> StoreFuture {
     Box::pin(async move {
-        UrlOptions::parse(&url, &[])?;
-        let name = url.host_str().filter(|h| !h.is_empty()).ok_or_else(|| {
-            CasError::misconfigured("memory URL needs a store name: memory://NAME/prefix")
-        })?;
-        let store = MemoryStore::named(name).with_prefix(&url_prefix(&url))?;
+        url.options(&[])?;
+        let name = Some(url.authority())
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| {
+                CasError::misconfigured("memory URL needs a store name: memory://NAME/prefix")
+            })?;
+        let store = MemoryStore::named(name).with_prefix(url.path())?;
         Ok(Arc::new(store) as Arc<dyn CasStore>)
     })
 }
 
-fn open_file(url: Url) -> StoreFuture {
+fn open_file(url: StoreUrl) -> StoreFuture {
     Box::pin(async move {
-        UrlOptions::parse(&url, &[])?;
-        if url
-            .host_str()
-            .is_some_and(|h| !h.is_empty() && h != "localhost")
-        {
+        url.options(&[])?;
+        if !url.authority().is_empty() && url.authority() != "localhost" {
             return Err(CasError::misconfigured(
                 "file URL must name a local absolute directory: file:///abs/dir",
             ));
         }
-        let path = url.to_file_path().map_err(|()| {
+        let path = url.file_path().ok_or_else(|| {
             CasError::misconfigured(format!("{url} does not name a local absolute directory"))
         })?;
         let store = FileStore::open(path).await?;
@@ -289,25 +209,18 @@ mod tests {
         assert_eq!(err.kind(), crate::ErrorKind::Misconfigured, "{err}");
     }
 
-    #[test]
-    fn prefix_is_decoded() {
-        let url = Url::parse("s3://b/my%20locks/app/").unwrap();
-        assert_eq!(url_prefix(&url), "my locks/app");
-    }
-
-    #[test]
-    fn options() {
-        let url = Url::parse("s3://b/p?path_style=true&timeout=1.5").unwrap();
-        let opts = UrlOptions::parse(&url, &["path_style", "timeout"]).unwrap();
-        assert!(opts.get_bool("path_style", false).unwrap());
-        assert_eq!(
-            opts.get_seconds("timeout").unwrap(),
-            Some(std::time::Duration::from_millis(1500))
-        );
-        let url = Url::parse("s3://b/p?path_style=maybe").unwrap();
-        let opts = UrlOptions::parse(&url, &["path_style"]).unwrap();
-        assert!(opts.get_bool("path_style", false).is_err());
-        let url = Url::parse("s3://b/p?a=1&a=2").unwrap();
-        assert!(UrlOptions::parse(&url, &["a"]).is_err());
+    #[tokio::test]
+    async fn prefixes_are_decoded_once() {
+        let store = open_store("memory://decode-test/x%2541").await.unwrap();
+        assert_eq!(store.describe(), "memory://decode-test/x%41/");
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}/x%2541", dir.path().display());
+        let store = open_store(&url).await.unwrap();
+        store
+            .create("k", bytes::Bytes::from_static(b"1"))
+            .await
+            .unwrap();
+        assert!(dir.path().join("x%41").is_dir());
+        assert!(!dir.path().join("xA").exists());
     }
 }

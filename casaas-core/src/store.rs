@@ -124,7 +124,7 @@ impl Capabilities {
 /// # }
 /// ```
 #[async_trait]
-pub trait CasStore: Send + Sync + fmt::Debug + 'static {
+pub trait CasStore: std::any::Any + Send + Sync + fmt::Debug + 'static {
     /// Reads `key`: its body and version, or `None` if absent.
     async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError>;
 
@@ -156,6 +156,17 @@ pub trait CasStore: Send + Sync + fmt::Debug + 'static {
     /// A one-line description for people: backend, location, prefix. Never
     /// contains credentials.
     fn describe(&self) -> String;
+
+    /// Creates the bucket or container the store lives in, if it is absent;
+    /// one that exists and is the caller's counts as success. Backends that
+    /// cannot create one answer `Unsupported` (the default) and say how.
+    async fn create_bucket(&self) -> Result<(), CasError> {
+        Err(CasError::unsupported(format!(
+            "{} cannot create its bucket or container; create it with the provider's own \
+             tools",
+            self.describe()
+        )))
+    }
 }
 
 /// Checks that `key` is acceptable to every backend: non-empty, at most

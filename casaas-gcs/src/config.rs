@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use casaas_core::{CasError, UrlOptions, url_prefix, validate_prefix};
+use casaas_core::{CasError, StoreUrl, validate_prefix};
+
+use crate::store::GcsStore;
 use url::Url;
 
 /// The production endpoint (JSON API and uploads).
@@ -64,28 +66,13 @@ impl GcsConfig {
     /// (default true; false for emulators that ignore the condition on
     /// DELETE). `emulator_host` is the value of `STORAGE_EMULATOR_HOST`, used
     /// as the endpoint when the URL gives none.
-    pub fn from_url(url: &Url, emulator_host: Option<&str>) -> Result<Self, CasError> {
-        if url.scheme() != "gs" {
-            return Err(CasError::misconfigured(format!(
-                "a GCS store URL starts with gs://, not {}://",
-                url.scheme()
-            )));
-        }
-        if !url.username().is_empty() || url.password().is_some() {
-            return Err(CasError::misconfigured(
-                "credentials never go in a gs:// URL; use Application Default Credentials",
-            ));
-        }
-        if url.port().is_some() {
-            return Err(CasError::misconfigured(
-                "a gs:// URL names a bucket, not a host:port; give an emulator as ?endpoint=",
-            ));
-        }
-        let bucket = url.host_str().unwrap_or_default().to_string();
+    pub fn from_url(url: &StoreUrl, emulator_host: Option<&str>) -> Result<Self, CasError> {
+        url.check_provider("gs", "use Application Default Credentials")?;
+        let bucket = url.authority().to_string();
         validate_bucket(&bucket)?;
-        let options = UrlOptions::parse(url, URL_OPTIONS)?;
+        let options = url.options(URL_OPTIONS)?;
         let mut config = GcsConfig::new(bucket);
-        config.prefix = url_prefix(url);
+        config.prefix = url.path().to_string();
         if !config.prefix.is_empty() {
             validate_prefix(&config.prefix).map_err(|e| {
                 CasError::misconfigured(format!("bad prefix in {url}: {}", e.message()))
@@ -167,6 +154,64 @@ pub fn normalize_endpoint(endpoint: &str) -> Result<String, CasError> {
     }
 }
 
+/// Builds a [`GcsStore`] with explicit settings (tests, emulators, or code
+/// that does not want URLs).
+#[derive(Debug, Clone)]
+pub struct GcsStoreBuilder {
+    config: GcsConfig,
+}
+
+impl GcsStoreBuilder {
+    /// A builder for `bucket` with production defaults.
+    pub fn new(bucket: impl Into<String>) -> Self {
+        GcsStoreBuilder {
+            config: GcsConfig::new(bucket),
+        }
+    }
+
+    /// The object-name prefix under which keys live.
+    pub fn prefix(mut self, prefix: impl AsRef<str>) -> Self {
+        self.config.prefix = prefix.as_ref().trim_matches('/').to_string();
+        self
+    }
+
+    /// The endpoint (default `https://storage.googleapis.com`).
+    pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.config.endpoint = endpoint.into();
+        self
+    }
+
+    /// Send no credentials (emulators).
+    pub fn anonymous(mut self) -> Self {
+        self.config.auth = Auth::Anonymous;
+        self
+    }
+
+    /// An emulator at `endpoint`, with anonymous credentials.
+    pub fn emulator(self, endpoint: impl Into<String>) -> Self {
+        self.endpoint(endpoint).anonymous()
+    }
+
+    /// The deadline of one request (default 30 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.config.timeout = timeout;
+        self
+    }
+
+    /// Whether delete is offered (default true). Turn it off for emulators
+    /// that ignore `ifGenerationMatch` on DELETE; delete then answers
+    /// [`casaas_core::ErrorKind::Unsupported`].
+    pub fn conditional_delete(mut self, enabled: bool) -> Self {
+        self.config.conditional_delete = enabled;
+        self
+    }
+
+    /// Checks the settings and creates the clients. Sends no request.
+    pub async fn build(self) -> Result<GcsStore, CasError> {
+        GcsStore::from_config(self.config).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -174,7 +219,12 @@ mod tests {
     use casaas_core::ErrorKind;
 
     fn parse(url: &str) -> Result<GcsConfig, CasError> {
-        GcsConfig::from_url(&Url::parse(url).unwrap(), None)
+        GcsConfig::from_url(&StoreUrl::parse(url)?, None)
+    }
+
+    #[test]
+    fn prefix_is_decoded_once() {
+        assert_eq!(parse("gs://b1b/x%2541").unwrap().prefix, "x%41");
     }
 
     #[test]
@@ -205,8 +255,11 @@ mod tests {
         let c = parse("gs://b1b/?endpoint=https://private.googleapis.com&anonymous=false").unwrap();
         assert_eq!(c.auth, Auth::Default);
         // STORAGE_EMULATOR_HOST, bare host:port form.
-        let c = GcsConfig::from_url(&Url::parse("gs://b1b/p").unwrap(), Some("localhost:9023"))
-            .unwrap();
+        let c = GcsConfig::from_url(
+            &StoreUrl::parse("gs://b1b/p").unwrap(),
+            Some("localhost:9023"),
+        )
+        .unwrap();
         assert_eq!(c.endpoint, "http://localhost:9023");
         assert_eq!(c.auth, Auth::Anonymous);
     }

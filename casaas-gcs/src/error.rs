@@ -3,44 +3,13 @@
 //! Every failed request, whether it went through the storage client (reads,
 //! writes) or through the JSON API client of this crate (list, delete), is
 //! first reduced to a [`Failure`]: the facts that decide what happened. The
-//! pure function [`classify`] then turns those facts into a `CasError`, so
-//! the mapping is unit-tested without a network.
+//! kind comes from the one policy of [`casaas_core::classify`] with GCS's
+//! [`code_table`]; [`map_failure`] builds the `CasError`, so the mapping is
+//! unit-tested without a network.
 
 use std::time::Duration;
 
-use casaas_core::{CasError, ErrorKind};
-
-/// The operation that failed: the same answer means different things for a
-/// read and for a write (a timeout after a write was sent is ambiguous).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    /// Reading an object.
-    Get,
-    /// Create-if-absent (`ifGenerationMatch=0`).
-    Create,
-    /// Replace-if-generation-matches.
-    Replace,
-    /// Delete-if-generation-matches.
-    Delete,
-    /// Listing a prefix.
-    List,
-}
-
-impl Op {
-    fn is_write(self) -> bool {
-        matches!(self, Op::Create | Op::Replace | Op::Delete)
-    }
-
-    fn verb(self) -> &'static str {
-        match self {
-            Op::Get => "read",
-            Op::Create => "create",
-            Op::Replace => "replace",
-            Op::Delete => "delete",
-            Op::List => "list",
-        }
-    }
-}
+use casaas_core::{CasError, Delivery, ErrorKind, Operation, classify};
 
 /// How far a failed request got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,55 +84,79 @@ fn names_missing_bucket(message: &str) -> bool {
         || m.contains("bucket not found")
 }
 
+/// GCS's table of answers for [`casaas_core::classify`]; `None` leaves the
+/// answer to the core policy. `message` is the provider's message, which
+/// alone tells a missing bucket from a missing object on a read.
+pub fn code_table(
+    op: Operation,
+    status: Option<u16>,
+    reason: Option<&str>,
+    message: &str,
+) -> Option<ErrorKind> {
+    match (status?, reason) {
+        // A 404 on an upload or a list can only mean the bucket is missing;
+        // on a read or delete the message tells bucket from object.
+        (404, _)
+            if matches!(op, Operation::Create | Operation::Replace | Operation::List)
+                || names_missing_bucket(message) =>
+        {
+            Some(ErrorKind::Misconfigured)
+        }
+        // gRPC ABORTED: a concurrency conflict, the call was not applied.
+        (409, Some("ABORTED")) => Some(ErrorKind::ConcurrentRequest),
+        _ => None,
+    }
+}
+
 /// Turns the facts of a failed `op` on `key` in `bucket` into the contract's
 /// error, keeping the HTTP status and provider reason as evidence.
-pub fn classify(op: Op, bucket: &str, key: &str, failure: Failure) -> CasError {
-    let verb = op.verb();
+pub fn map_failure(op: Operation, bucket: &str, key: &str, failure: Failure) -> CasError {
+    let verb = op.name();
     let detail = if failure.message.is_empty() {
         String::new()
     } else {
         format!(": {}", failure.message)
     };
-    let (kind, message) = match (failure.stage, failure.status) {
-        (Stage::NotSent, _) => (
-            ErrorKind::Transport,
-            format!("the {verb} request was not sent{detail}"),
-        ),
-        (Stage::Credentials, _) => (
-            ErrorKind::Unauthorized,
-            format!(
-                "no credentials for the {verb} request{detail}; configure Application Default \
-                 Credentials (GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth application-default \
-                 login`), or use anonymous credentials for an emulator"
-            ),
-        ),
-        (Stage::Rejected, _) => (
-            ErrorKind::Misconfigured,
-            format!("the {verb} request could not be built{detail}"),
-        ),
-        (Stage::TimedOut, _) => (
-            ErrorKind::Ambiguous,
-            format!("no answer to the {verb} request in time{detail}"),
-        ),
-        (Stage::Interrupted, _) => (
-            ErrorKind::Ambiguous,
-            format!("the connection broke during the {verb} request{detail}"),
-        ),
-        (Stage::Unreadable, _) if op.is_write() => (
-            ErrorKind::Ambiguous,
-            format!("the answer to the {verb} request could not be read{detail}"),
-        ),
-        (Stage::Unreadable, _) => (
-            ErrorKind::Unsupported,
-            format!(
-                "the store's answer to the {verb} request is not what GCS sends \
-                 (an incomplete emulator?){detail}"
-            ),
-        ),
-        (Stage::Answered, status) => {
-            let status = status.unwrap_or(0);
-            classify_status(op, bucket, status, &failure.message, &detail)
+    let table = |op, status, reason: Option<&str>| code_table(op, status, reason, &failure.message);
+    let policy = |delivery| {
+        classify(
+            op,
+            delivery,
+            failure.status,
+            failure.reason.as_deref(),
+            &table,
+        )
+    };
+    let kind = match failure.stage {
+        Stage::NotSent => policy(Delivery::NotSent),
+        Stage::Credentials => ErrorKind::Unauthorized,
+        Stage::Rejected => ErrorKind::Misconfigured,
+        // Not an answer GCS sends: a read learns the store is not GCS.
+        Stage::Unreadable if !op.writes() => ErrorKind::Unsupported,
+        Stage::Answered | Stage::TimedOut | Stage::Interrupted | Stage::Unreadable => {
+            policy(Delivery::MaybeSent)
         }
+    };
+    let message = match (failure.stage, kind) {
+        (Stage::NotSent, _) => format!("the {verb} request was not sent{detail}"),
+        (Stage::Credentials, _) => format!(
+            "no credentials for the {verb} request{detail}; configure Application Default \
+             Credentials (GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth application-default \
+             login`), or use anonymous credentials for an emulator"
+        ),
+        (Stage::Rejected, _) => format!("the {verb} request could not be built{detail}"),
+        (Stage::TimedOut, _) => format!("no answer to the {verb} request in time{detail}"),
+        (Stage::Interrupted, _) => {
+            format!("the connection broke during the {verb} request{detail}")
+        }
+        (Stage::Unreadable, ErrorKind::Unsupported) => format!(
+            "the store's answer to the {verb} request is not what GCS sends \
+             (an incomplete emulator?){detail}"
+        ),
+        (Stage::Unreadable, _) => {
+            format!("the answer to the {verb} request could not be read{detail}")
+        }
+        (Stage::Answered, kind) => answer_message(kind, verb, bucket, failure.status, &detail),
     };
     let mut err = CasError::new(kind, message).with_key(key);
     if let Some(status) = failure.status {
@@ -175,74 +168,50 @@ pub fn classify(op: Op, bucket: &str, key: &str, failure: Failure) -> CasError {
     if let Some(after) = failure.retry_after {
         err = err.with_retry_after(after);
     }
+    if kind == ErrorKind::Misconfigured && failure.status == Some(404) {
+        err = err.with_bucket_missing();
+    }
     err
 }
 
-fn classify_status(
-    op: Op,
+fn answer_message(
+    kind: ErrorKind,
+    verb: &str,
     bucket: &str,
-    status: u16,
-    message: &str,
+    status: Option<u16>,
     detail: &str,
-) -> (ErrorKind, String) {
-    let verb = op.verb();
-    match status {
-        412 => (
-            ErrorKind::PreconditionFailed,
-            format!("the generation condition did not hold{detail}"),
-        ),
-        429 => (
-            ErrorKind::Throttled,
-            format!(
-                "GCS asked to slow down (about one write per second to one object is \
-                 sustainable){detail}"
-            ),
-        ),
-        // A 404 on an upload or a list can only mean the bucket is missing;
-        // on a read or delete the message tells bucket from object.
-        404 if matches!(op, Op::Create | Op::Replace | Op::List)
-            || names_missing_bucket(message) =>
-        {
-            (
-                ErrorKind::Misconfigured,
-                format!(
-                    "bucket '{bucket}' does not exist or is not visible to these credentials; \
-                     create it or fix the URL{detail}"
-                ),
-            )
+) -> String {
+    match kind {
+        ErrorKind::PreconditionFailed => {
+            format!("the generation condition did not hold{detail}")
         }
-        404 => (ErrorKind::NotFound, format!("no such object{detail}")),
-        401 | 403 => (
-            ErrorKind::Unauthorized,
-            format!(
-                "the credentials may not {verb} in bucket '{bucket}'; grant \
-                 roles/storage.objectUser on the bucket (or storage.objects.get, create, \
-                 delete and list){detail}"
-            ),
+        ErrorKind::Throttled => format!(
+            "GCS asked to slow down (about one write per second to one object is \
+             sustainable){detail}"
         ),
-        409 => (
-            ErrorKind::ConcurrentRequest,
-            format!("a concurrent change to the same object conflicted{detail}"),
+        ErrorKind::Misconfigured => format!(
+            "bucket '{bucket}' does not exist or is not visible to these credentials; \
+             create it or fix the URL{detail}"
         ),
-        501 => (
-            ErrorKind::Unsupported,
-            format!("the store does not implement this {verb} request{detail}"),
+        ErrorKind::NotFound => format!("no such object{detail}"),
+        ErrorKind::Unauthorized => format!(
+            "the credentials may not {verb} in bucket '{bucket}'; grant \
+             roles/storage.objectUser on the bucket (or storage.objects.get, create, \
+             delete and list){detail}"
         ),
-        500..=599 | 408 => (
-            ErrorKind::Ambiguous,
-            format!("the store failed during the {verb} request{detail}"),
-        ),
-        400..=499 => (
-            ErrorKind::InvalidInput,
-            format!("the store rejected the {verb} request{detail}"),
-        ),
-        _ if op.is_write() => (
-            ErrorKind::Ambiguous,
-            format!("unexpected HTTP status {status} to the {verb} request{detail}"),
-        ),
-        _ => (
-            ErrorKind::Unsupported,
-            format!("unexpected HTTP status {status} to the {verb} request{detail}"),
+        ErrorKind::ConcurrentRequest => {
+            format!("a concurrent change to the same object conflicted{detail}")
+        }
+        ErrorKind::Unsupported if status == Some(501) => {
+            format!("the store does not implement this {verb} request{detail}")
+        }
+        ErrorKind::Ambiguous if matches!(status, Some(408 | 500..=599)) => {
+            format!("the store failed during the {verb} request{detail}")
+        }
+        ErrorKind::InvalidInput => format!("the store rejected the {verb} request{detail}"),
+        _ => format!(
+            "unexpected HTTP status {} to the {verb} request{detail}",
+            status.unwrap_or(0)
         ),
     }
 }
@@ -385,8 +354,8 @@ mod tests {
     use super::*;
     use rstest::rstest;
 
-    fn answered(op: Op, status: u16, message: &str) -> CasError {
-        classify(
+    fn answered(op: Operation, status: u16, message: &str) -> CasError {
+        map_failure(
             op,
             "bkt",
             "k",
@@ -395,26 +364,27 @@ mod tests {
     }
 
     #[rstest]
-    #[case(Op::Create, 412, ErrorKind::PreconditionFailed)]
-    #[case(Op::Replace, 412, ErrorKind::PreconditionFailed)]
-    #[case(Op::Delete, 412, ErrorKind::PreconditionFailed)]
-    #[case(Op::Replace, 429, ErrorKind::Throttled)]
-    #[case(Op::Get, 429, ErrorKind::Throttled)]
-    #[case(Op::Create, 500, ErrorKind::Ambiguous)]
-    #[case(Op::Replace, 502, ErrorKind::Ambiguous)]
-    #[case(Op::Replace, 503, ErrorKind::Ambiguous)]
-    #[case(Op::Create, 504, ErrorKind::Ambiguous)]
-    #[case(Op::Get, 503, ErrorKind::Ambiguous)]
-    #[case(Op::Create, 408, ErrorKind::Ambiguous)]
-    #[case(Op::Get, 404, ErrorKind::NotFound)]
-    #[case(Op::Delete, 404, ErrorKind::NotFound)]
-    #[case(Op::Create, 401, ErrorKind::Unauthorized)]
-    #[case(Op::List, 403, ErrorKind::Unauthorized)]
-    #[case(Op::Replace, 409, ErrorKind::ConcurrentRequest)]
-    #[case(Op::Create, 501, ErrorKind::Unsupported)]
-    #[case(Op::Create, 400, ErrorKind::InvalidInput)]
-    #[case(Op::Create, 413, ErrorKind::InvalidInput)]
-    fn status_codes(#[case] op: Op, #[case] status: u16, #[case] kind: ErrorKind) {
+    #[case(Operation::Create, 412, ErrorKind::PreconditionFailed)]
+    #[case(Operation::Replace, 412, ErrorKind::PreconditionFailed)]
+    #[case(Operation::Delete, 412, ErrorKind::PreconditionFailed)]
+    #[case(Operation::Replace, 429, ErrorKind::Throttled)]
+    #[case(Operation::Get, 429, ErrorKind::Throttled)]
+    #[case(Operation::Create, 500, ErrorKind::Ambiguous)]
+    #[case(Operation::Replace, 502, ErrorKind::Ambiguous)]
+    #[case(Operation::Replace, 503, ErrorKind::Ambiguous)]
+    #[case(Operation::Create, 504, ErrorKind::Ambiguous)]
+    #[case(Operation::Get, 503, ErrorKind::Ambiguous)]
+    #[case(Operation::Create, 408, ErrorKind::Ambiguous)]
+    #[case(Operation::Get, 404, ErrorKind::NotFound)]
+    #[case(Operation::Delete, 404, ErrorKind::NotFound)]
+    #[case(Operation::Create, 401, ErrorKind::Unauthorized)]
+    #[case(Operation::List, 403, ErrorKind::Unauthorized)]
+    #[case(Operation::Replace, 409, ErrorKind::Ambiguous)]
+    #[case(Operation::Get, 409, ErrorKind::InvalidInput)]
+    #[case(Operation::Create, 501, ErrorKind::Unsupported)]
+    #[case(Operation::Create, 400, ErrorKind::InvalidInput)]
+    #[case(Operation::Create, 413, ErrorKind::InvalidInput)]
+    fn status_codes(#[case] op: Operation, #[case] status: u16, #[case] kind: ErrorKind) {
         let err = answered(op, status, "No such object: bkt/k");
         assert_eq!(err.kind(), kind, "{op:?} {status}: {err}");
         assert_eq!(err.status(), Some(status));
@@ -423,29 +393,30 @@ mod tests {
     }
 
     #[rstest]
-    #[case(Op::Create, "Not Found")]
-    #[case(Op::Replace, "Not Found")]
-    #[case(Op::List, "Not Found")]
-    #[case(Op::Get, "The specified bucket does not exist.")]
-    #[case(Op::Delete, "The specified bucket does not exist.")]
-    fn missing_bucket_names_the_bucket(#[case] op: Op, #[case] message: &str) {
+    #[case(Operation::Create, "Not Found")]
+    #[case(Operation::Replace, "Not Found")]
+    #[case(Operation::List, "Not Found")]
+    #[case(Operation::Get, "The specified bucket does not exist.")]
+    #[case(Operation::Delete, "The specified bucket does not exist.")]
+    fn missing_bucket_names_the_bucket(#[case] op: Operation, #[case] message: &str) {
         let err = answered(op, 404, message);
         assert_eq!(err.kind(), ErrorKind::Misconfigured, "{err}");
         assert!(err.to_string().contains("bucket 'bkt'"), "{err}");
     }
 
     #[rstest]
-    #[case(Stage::NotSent, Op::Create, ErrorKind::Transport)]
-    #[case(Stage::NotSent, Op::Get, ErrorKind::Transport)]
-    #[case(Stage::TimedOut, Op::Create, ErrorKind::Ambiguous)]
-    #[case(Stage::TimedOut, Op::Get, ErrorKind::Ambiguous)]
-    #[case(Stage::Interrupted, Op::Replace, ErrorKind::Ambiguous)]
-    #[case(Stage::Unreadable, Op::Replace, ErrorKind::Ambiguous)]
-    #[case(Stage::Unreadable, Op::Get, ErrorKind::Unsupported)]
-    #[case(Stage::Credentials, Op::Get, ErrorKind::Unauthorized)]
-    #[case(Stage::Rejected, Op::Create, ErrorKind::Misconfigured)]
-    fn stages(#[case] stage: Stage, #[case] op: Op, #[case] kind: ErrorKind) {
-        let err = classify(op, "bkt", "k", Failure::at(stage, "details"));
+    #[case(Stage::NotSent, Operation::Create, ErrorKind::NotSent)]
+    #[case(Stage::NotSent, Operation::Get, ErrorKind::NotSent)]
+    #[case(Stage::TimedOut, Operation::Create, ErrorKind::Ambiguous)]
+    #[case(Stage::TimedOut, Operation::Get, ErrorKind::Ambiguous)]
+    #[case(Stage::Interrupted, Operation::Get, ErrorKind::Ambiguous)]
+    #[case(Stage::Interrupted, Operation::Replace, ErrorKind::Ambiguous)]
+    #[case(Stage::Unreadable, Operation::Replace, ErrorKind::Ambiguous)]
+    #[case(Stage::Unreadable, Operation::Get, ErrorKind::Unsupported)]
+    #[case(Stage::Credentials, Operation::Get, ErrorKind::Unauthorized)]
+    #[case(Stage::Rejected, Operation::Create, ErrorKind::Misconfigured)]
+    fn stages(#[case] stage: Stage, #[case] op: Operation, #[case] kind: ErrorKind) {
+        let err = map_failure(op, "bkt", "k", Failure::at(stage, "details"));
         assert_eq!(err.kind(), kind, "{err}");
         assert_eq!(err.status(), None);
         assert!(err.to_string().contains("details"), "{err}");
@@ -453,10 +424,15 @@ mod tests {
 
     #[test]
     fn only_writes_after_send_are_ambiguous() {
-        let err = classify(Op::Create, "b", "k", Failure::at(Stage::NotSent, ""));
+        let err = map_failure(Operation::Create, "b", "k", Failure::at(Stage::NotSent, ""));
         assert!(!err.may_have_taken_effect());
         assert!(err.is_retryable());
-        let err = classify(Op::Create, "b", "k", Failure::at(Stage::TimedOut, ""));
+        let err = map_failure(
+            Operation::Create,
+            "b",
+            "k",
+            Failure::at(Stage::TimedOut, ""),
+        );
         assert!(err.may_have_taken_effect());
     }
 
@@ -466,14 +442,14 @@ mod tests {
         let f = from_json_answer(412, None, body);
         assert_eq!(f.reason.as_deref(), Some("conditionNotMet"));
         assert!(f.message.starts_with("At least one"));
-        let err = classify(Op::Delete, "b", "k", f);
+        let err = map_failure(Operation::Delete, "b", "k", f);
         assert_eq!(err.kind(), ErrorKind::PreconditionFailed);
         assert_eq!(err.evidence(), "412 conditionNotMet");
 
         let f = from_json_answer(429, Some("3"), b"Too many\n requests");
         assert_eq!(f.message, "Too many requests");
         assert_eq!(f.reason, None);
-        let err = classify(Op::Replace, "b", "k", f);
+        let err = map_failure(Operation::Replace, "b", "k", f);
         assert_eq!(err.kind(), ErrorKind::Throttled);
         assert_eq!(err.retry_after(), Some(Duration::from_secs(3)));
     }
@@ -493,7 +469,7 @@ mod tests {
         let f = from_sdk(&err);
         assert_eq!((f.stage, f.status), (Stage::Answered, Some(412)));
         assert_eq!(
-            classify(Op::Create, "b", "k", f).kind(),
+            map_failure(Operation::Create, "b", "k", f).kind(),
             ErrorKind::PreconditionFailed
         );
         // A raw (non-JSON) error answer.
@@ -501,23 +477,23 @@ mod tests {
         headers.insert("retry-after", http::HeaderValue::from_static("2"));
         let err =
             google_cloud_storage::Error::http(429, headers, bytes::Bytes::from_static(b"slow"));
-        let e = classify(Op::Replace, "b", "k", from_sdk(&err));
+        let e = map_failure(Operation::Replace, "b", "k", from_sdk(&err));
         assert_eq!(e.kind(), ErrorKind::Throttled);
         assert_eq!(e.retry_after(), Some(Duration::from_secs(2)));
         // Timeouts, refused connections, broken connections.
         let err = google_cloud_storage::Error::timeout("deadline");
         assert_eq!(
-            classify(Op::Replace, "b", "k", from_sdk(&err)).kind(),
+            map_failure(Operation::Replace, "b", "k", from_sdk(&err)).kind(),
             ErrorKind::Ambiguous
         );
         let err = google_cloud_storage::Error::connect("refused");
         assert_eq!(
-            classify(Op::Replace, "b", "k", from_sdk(&err)).kind(),
-            ErrorKind::Transport
+            map_failure(Operation::Replace, "b", "k", from_sdk(&err)).kind(),
+            ErrorKind::NotSent
         );
         let err = google_cloud_storage::Error::io("reset");
         assert_eq!(
-            classify(Op::Replace, "b", "k", from_sdk(&err)).kind(),
+            map_failure(Operation::Replace, "b", "k", from_sdk(&err)).kind(),
             ErrorKind::Ambiguous
         );
         // A gRPC answer without HTTP status.
@@ -526,7 +502,7 @@ mod tests {
                 .set_code(Code::FailedPrecondition)
                 .set_message("no"),
         );
-        let e = classify(Op::Delete, "b", "k", from_sdk(&err));
+        let e = map_failure(Operation::Delete, "b", "k", from_sdk(&err));
         assert_eq!(e.kind(), ErrorKind::PreconditionFailed);
         assert_eq!(e.code(), Some("FAILED_PRECONDITION"));
     }

@@ -12,7 +12,9 @@ use google_cloud_auth::credentials::{CacheableResource, Credentials};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 use crate::config::GcsConfig;
-use crate::error::{Failure, Op, Stage, classify, from_json_answer, from_reqwest};
+use casaas_core::Operation;
+
+use crate::error::{Failure, Stage, from_json_answer, from_reqwest, map_failure};
 
 /// Everything but RFC 3986 unreserved characters is escaped in a path
 /// segment, `/` included (object names go in one segment).
@@ -53,7 +55,7 @@ impl JsonApi {
 
     async fn send(
         &self,
-        op: Op,
+        op: Operation,
         config: &GcsConfig,
         key: &str,
         request: reqwest::RequestBuilder,
@@ -64,7 +66,7 @@ impl JsonApi {
                 Ok(CacheableResource::New { data, .. }) => request = request.headers(data),
                 Ok(CacheableResource::NotModified) => {}
                 Err(e) => {
-                    return Err(classify(
+                    return Err(map_failure(
                         op,
                         &config.bucket,
                         key,
@@ -76,7 +78,7 @@ impl JsonApi {
         let response = request
             .send()
             .await
-            .map_err(|e| classify(op, &config.bucket, key, from_reqwest(&e)))?;
+            .map_err(|e| map_failure(op, &config.bucket, key, from_reqwest(&e)))?;
         let status = response.status().as_u16();
         let retry_after = response
             .headers()
@@ -86,11 +88,11 @@ impl JsonApi {
         let body = response
             .bytes()
             .await
-            .map_err(|e| classify(op, &config.bucket, key, from_reqwest(&e)))?;
+            .map_err(|e| map_failure(op, &config.bucket, key, from_reqwest(&e)))?;
         if (200..300).contains(&status) {
             Ok((status, body))
         } else {
-            Err(classify(
+            Err(map_failure(
                 op,
                 &config.bucket,
                 key,
@@ -111,7 +113,7 @@ impl JsonApi {
             .http
             .delete(url)
             .query(&[("ifGenerationMatch", generation.to_string())]);
-        self.send(Op::Delete, config, key, request)
+        self.send(Operation::Delete, config, key, request)
             .await
             .map(|_| ())
     }
@@ -157,10 +159,10 @@ impl JsonApi {
                 query.push(("pageToken", t));
             }
             let request = self.http.get(&url).query(&query);
-            let (_, body) = self.send(Op::List, config, prefix, request).await?;
+            let (_, body) = self.send(Operation::List, config, prefix, request).await?;
             let page: Page = serde_json::from_slice(&body).map_err(|e| {
-                classify(
-                    Op::List,
+                map_failure(
+                    Operation::List,
                     &config.bucket,
                     prefix,
                     Failure::at(Stage::Unreadable, e.to_string()),
@@ -171,8 +173,8 @@ impl JsonApi {
                     continue;
                 };
                 let generation = item.generation.parse::<i64>().map_err(|e| {
-                    classify(
-                        Op::List,
+                    map_failure(
+                        Operation::List,
                         &config.bucket,
                         key,
                         Failure::at(Stage::Unreadable, format!("generation: {e}")),

@@ -188,3 +188,31 @@ async fn bodies_and_prefixes_round_trip() {
         .unwrap();
     assert_eq!(store.get("sp ace/ü+%?#").await.unwrap().unwrap().version, v);
 }
+
+/// A percent-encoded prefix is decoded once: `gs://b/x%2541` stores objects
+/// under `x%41/`, not `xA/`.
+#[tokio::test]
+async fn percent_encoded_prefix_is_decoded_once() {
+    let server = test_server("fake-gcs");
+    let store = GcsStore::open(&url_with_prefix(&server.url, "x%2541"))
+        .await
+        .unwrap();
+    assert_eq!(store.config().prefix, "x%41");
+    let key = unique_prefix("decode-once");
+    store.create(&key, Bytes::from_static(b"1")).await.unwrap();
+    // The same object through a store whose prefix is set without a URL.
+    let raw = GcsStore::builder(store.config().bucket.clone())
+        .prefix("x%41")
+        .emulator(store.config().endpoint.clone())
+        .build()
+        .await
+        .unwrap();
+    assert!(raw.get(&key).await.unwrap().is_some());
+    let wrong = GcsStore::builder(store.config().bucket.clone())
+        .prefix("xA")
+        .emulator(store.config().endpoint.clone())
+        .build()
+        .await
+        .unwrap();
+    assert!(wrong.get(&key).await.unwrap().is_none());
+}

@@ -53,7 +53,7 @@
 
 #![deny(missing_docs)]
 
-mod errors;
+mod error;
 mod store;
 pub mod url;
 mod version;

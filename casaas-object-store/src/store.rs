@@ -14,7 +14,9 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
-use crate::errors::{Operation, map_error};
+use casaas_core::Operation;
+
+use crate::error::map_error;
 use crate::version::{ObjectVersion, PRODUCED_BY, update_version};
 
 /// How many `head` requests [`ObjectStoreCas::list`] runs at once when it
@@ -296,14 +298,14 @@ impl CasStore for ObjectStoreCas {
         let result = match self.client.get_opts(&path, GetOptions::default()).await {
             Ok(result) => result,
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
-            Err(err) => return Err(map_error(err, Operation::Read, key)),
+            Err(err) => return Err(map_error(err, Operation::Get, key)),
         };
         let version =
             self.version_of(result.meta.e_tag.clone(), result.meta.version.clone(), key)?;
         let body = result
             .bytes()
             .await
-            .map_err(|err| map_error(err, Operation::Read, key))?;
+            .map_err(|err| map_error(err, Operation::Get, key))?;
         Ok(Some(StoredObject { body, version }))
     }
 

@@ -54,7 +54,7 @@
 
 #![deny(missing_docs)]
 
-mod errors;
+mod error;
 mod store;
 pub mod url;
 mod version;

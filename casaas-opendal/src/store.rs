@@ -13,7 +13,9 @@ use futures::{StreamExt, TryStreamExt};
 use opendal::{Capability, Metadata, Operator};
 use sha2::{Digest, Sha256};
 
-use crate::errors::{Operation, map_error};
+use casaas_core::Operation;
+
+use crate::error::map_error;
 use crate::version::{ObjectVersion, PRODUCED_BY};
 
 /// How many requests [`OpendalCas::list`] runs at once when it completes
@@ -228,14 +230,14 @@ impl OpendalCas {
                     Ok(Some(StoredObject { body, version }))
                 }
                 Err(e) if e.kind() == opendal::ErrorKind::NotFound => Ok(None),
-                Err(e) => Err(map_error(e, Operation::Read, key)),
+                Err(e) => Err(map_error(e, Operation::Get, key)),
             };
         }
         for _ in 0..GET_ATTEMPTS {
             let meta = match self.op.stat(&path).await {
                 Ok(meta) => meta,
                 Err(e) if e.kind() == opendal::ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(map_error(e, Operation::Read, key)),
+                Err(e) => return Err(map_error(e, Operation::Get, key)),
             };
             let seen = self.version_of(&meta, key)?;
             let mut read = self.op.read_with(&path);
@@ -254,7 +256,7 @@ impl OpendalCas {
                 // Replaced or deleted since the stat: look again.
                 Err(e) if e.kind() == opendal::ErrorKind::ConditionNotMatch => continue,
                 Err(e) if e.kind() == opendal::ErrorKind::NotFound => continue,
-                Err(e) => return Err(map_error(e, Operation::Read, key)),
+                Err(e) => return Err(map_error(e, Operation::Get, key)),
             };
             if !checked {
                 // No conditional read: accept the body only if a second stat
@@ -263,7 +265,7 @@ impl OpendalCas {
                     Ok(after) if self.version_of(&after, key)? == seen => {}
                     Ok(_) => continue,
                     Err(e) if e.kind() == opendal::ErrorKind::NotFound => continue,
-                    Err(e) => return Err(map_error(e, Operation::Read, key)),
+                    Err(e) => return Err(map_error(e, Operation::Get, key)),
                 }
             }
             return Ok(Some(StoredObject {

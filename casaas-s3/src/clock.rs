@@ -7,7 +7,7 @@ use aws_sdk_s3::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::interceptors::context::BeforeDeserializationInterceptorContextRef;
 
-use crate::errors::parse_http_date;
+use crate::error::parse_http_date;
 
 /// One reading of the server's clock: the `Date` header of a response and
 /// the local wall-clock time when that response arrived.

@@ -31,16 +31,19 @@
 //! ```
 
 mod clock;
-pub mod errors;
+mod config;
+pub mod error;
 mod store;
 
 use std::sync::Arc;
 
-use casaas_core::{CasStore, StoreFuture};
-use url::Url;
+use casaas_core::{CasStore, StoreFuture, StoreUrl};
 
 pub use clock::ServerDate;
-pub use store::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, S3Store, S3StoreBuilder, URL_OPTIONS};
+pub use config::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, S3Config, S3Quirks, S3StoreBuilder, URL_OPTIONS,
+};
+pub use store::S3Store;
 
 /// Registers the `s3://` scheme with [`casaas_core::open_store`]. Stores
 /// opened this way take credentials from the AWS chain. Idempotent.
@@ -48,9 +51,9 @@ pub fn register() {
     casaas_core::register_scheme("s3", open_url);
 }
 
-fn open_url(url: Url) -> StoreFuture {
+fn open_url(url: StoreUrl) -> StoreFuture {
     Box::pin(async move {
-        let store = S3Store::builder().url(url.as_str())?.build().await?;
+        let store = S3Store::open_url(&url).await?;
         Ok(Arc::new(store) as Arc<dyn CasStore>)
     })
 }

@@ -3,95 +3,259 @@
 
 use std::time::{Duration, SystemTime};
 
+use casaas_core::Delivery::{self, MaybeSent};
 use casaas_core::ErrorKind::{self, *};
-use casaas_s3::errors::{Op, Stage, classify_response, classify_transport, parse_retry_after};
+use casaas_core::{Operation, classify};
+use casaas_s3::error::{code_table, parse_retry_after};
 use rstest::rstest;
 
 #[rstest]
 // The condition did not hold.
-#[case(Op::Create, 412, Some("PreconditionFailed"), PreconditionFailed)]
-#[case(Op::Replace, 412, Some("PreconditionFailed"), PreconditionFailed)]
-#[case(Op::Delete, 412, Some("PreconditionFailed"), PreconditionFailed)]
-#[case(Op::Replace, 412, None, PreconditionFailed)]
-// S3's answer to two conditional writes in flight at once.
-#[case(Op::Create, 409, Some("ConditionalRequestConflict"), ConcurrentRequest)]
 #[case(
-    Op::Replace,
-    409,
+    Operation::Create,
+    MaybeSent,
+    Some(412),
+    Some("PreconditionFailed"),
+    PreconditionFailed
+)]
+#[case(
+    Operation::Replace,
+    MaybeSent,
+    Some(412),
+    Some("PreconditionFailed"),
+    PreconditionFailed
+)]
+#[case(
+    Operation::Delete,
+    MaybeSent,
+    Some(412),
+    Some("PreconditionFailed"),
+    PreconditionFailed
+)]
+#[case(Operation::Replace, MaybeSent, Some(412), None, PreconditionFailed)]
+// S3's answer to two conditional writes in flight at once.
+#[case(
+    Operation::Create,
+    MaybeSent,
+    Some(409),
     Some("ConditionalRequestConflict"),
     ConcurrentRequest
 )]
-#[case(Op::Replace, 409, Some("OperationAborted"), ConcurrentRequest)]
+#[case(
+    Operation::Replace,
+    MaybeSent,
+    Some(409),
+    Some("ConditionalRequestConflict"),
+    ConcurrentRequest
+)]
+#[case(
+    Operation::Replace,
+    MaybeSent,
+    Some(409),
+    Some("OperationAborted"),
+    ConcurrentRequest
+)]
 // If-Match on a key that is gone.
-#[case(Op::Replace, 404, Some("NoSuchKey"), NotFound)]
-#[case(Op::Delete, 404, Some("NoSuchKey"), NotFound)]
-#[case(Op::Get, 404, None, NotFound)]
+#[case(Operation::Replace, MaybeSent, Some(404), Some("NoSuchKey"), NotFound)]
+#[case(Operation::Delete, MaybeSent, Some(404), Some("NoSuchKey"), NotFound)]
+#[case(Operation::Get, MaybeSent, Some(404), None, NotFound)]
 // A missing bucket is a configuration error.
-#[case(Op::Create, 404, Some("NoSuchBucket"), Misconfigured)]
-#[case(Op::List, 404, Some("NoSuchBucket"), Misconfigured)]
+#[case(
+    Operation::Create,
+    MaybeSent,
+    Some(404),
+    Some("NoSuchBucket"),
+    Misconfigured
+)]
+#[case(
+    Operation::List,
+    MaybeSent,
+    Some(404),
+    Some("NoSuchBucket"),
+    Misconfigured
+)]
 // Throttling.
-#[case(Op::Create, 503, Some("SlowDown"), Throttled)]
-#[case(Op::Get, 503, Some("SlowDown"), Throttled)]
-#[case(Op::Replace, 429, None, Throttled)]
-#[case(Op::Replace, 429, Some("TooManyRequests"), Throttled)]
-#[case(Op::Replace, 400, Some("RequestLimitExceeded"), Throttled)]
-#[case(Op::Create, 503, Some("ServerBusy"), Throttled)]
+#[case(Operation::Create, MaybeSent, Some(503), Some("SlowDown"), Throttled)]
+#[case(Operation::Get, MaybeSent, Some(503), Some("SlowDown"), Throttled)]
+#[case(Operation::Replace, MaybeSent, Some(429), None, Throttled)]
+#[case(
+    Operation::Replace,
+    MaybeSent,
+    Some(429),
+    Some("TooManyRequests"),
+    Throttled
+)]
+#[case(
+    Operation::Replace,
+    MaybeSent,
+    Some(400),
+    Some("RequestLimitExceeded"),
+    Throttled
+)]
+#[case(Operation::Create, MaybeSent, Some(503), Some("ServerBusy"), Throttled)]
 // Conditions the store does not implement.
-#[case(Op::Create, 501, Some("NotImplemented"), Unsupported)]
-#[case(Op::Delete, 501, None, Unsupported)]
-#[case(Op::Create, 400, Some("InvalidArgument"), Unsupported)]
-#[case(Op::Replace, 400, Some("InvalidRequest"), Unsupported)]
-#[case(Op::Delete, 400, None, Unsupported)]
-#[case(Op::Get, 400, Some("NotImplemented"), Unsupported)]
+#[case(
+    Operation::Create,
+    MaybeSent,
+    Some(501),
+    Some("NotImplemented"),
+    Unsupported
+)]
+#[case(Operation::Delete, MaybeSent, Some(501), None, Unsupported)]
+#[case(
+    Operation::Create,
+    MaybeSent,
+    Some(400),
+    Some("InvalidArgument"),
+    Unsupported
+)]
+#[case(
+    Operation::Replace,
+    MaybeSent,
+    Some(400),
+    Some("InvalidRequest"),
+    Unsupported
+)]
+#[case(Operation::Delete, MaybeSent, Some(400), None, Unsupported)]
+#[case(
+    Operation::Get,
+    MaybeSent,
+    Some(400),
+    Some("NotImplemented"),
+    Unsupported
+)]
 // Server errors: the write may have happened (Ceph RGW answers 500 to
 // some race losers).
-#[case(Op::Create, 500, Some("InternalError"), Ambiguous)]
-#[case(Op::Replace, 500, Some("UnknownError"), Ambiguous)]
-#[case(Op::Replace, 500, None, Ambiguous)]
-#[case(Op::Create, 502, None, Ambiguous)]
-#[case(Op::Create, 503, None, Ambiguous)]
-#[case(Op::Create, 503, Some("ServiceUnavailable"), Ambiguous)]
-#[case(Op::Create, 504, None, Ambiguous)]
-#[case(Op::Create, 400, Some("RequestTimeout"), Ambiguous)]
-#[case(Op::Create, 408, None, Ambiguous)]
+#[case(
+    Operation::Create,
+    MaybeSent,
+    Some(500),
+    Some("InternalError"),
+    Ambiguous
+)]
+#[case(
+    Operation::Replace,
+    MaybeSent,
+    Some(500),
+    Some("UnknownError"),
+    Ambiguous
+)]
+#[case(Operation::Replace, MaybeSent, Some(500), None, Ambiguous)]
+#[case(Operation::Create, MaybeSent, Some(502), None, Ambiguous)]
+#[case(Operation::Create, MaybeSent, Some(503), None, Ambiguous)]
+#[case(
+    Operation::Create,
+    MaybeSent,
+    Some(503),
+    Some("ServiceUnavailable"),
+    Ambiguous
+)]
+#[case(Operation::Create, MaybeSent, Some(504), None, Ambiguous)]
+#[case(
+    Operation::Create,
+    MaybeSent,
+    Some(400),
+    Some("RequestTimeout"),
+    Ambiguous
+)]
+#[case(Operation::Create, MaybeSent, Some(408), None, Ambiguous)]
 // Credentials.
-#[case(Op::Get, 401, None, Unauthorized)]
-#[case(Op::Create, 403, Some("AccessDenied"), Unauthorized)]
-#[case(Op::Create, 403, Some("SignatureDoesNotMatch"), Unauthorized)]
-#[case(Op::List, 403, Some("InvalidAccessKeyId"), Unauthorized)]
+#[case(Operation::Get, MaybeSent, Some(401), None, Unauthorized)]
+#[case(
+    Operation::Create,
+    MaybeSent,
+    Some(403),
+    Some("AccessDenied"),
+    Unauthorized
+)]
+#[case(
+    Operation::Create,
+    MaybeSent,
+    Some(403),
+    Some("SignatureDoesNotMatch"),
+    Unauthorized
+)]
+#[case(
+    Operation::List,
+    MaybeSent,
+    Some(403),
+    Some("InvalidAccessKeyId"),
+    Unauthorized
+)]
 // Wrong region or endpoint.
-#[case(Op::Get, 301, Some("PermanentRedirect"), Misconfigured)]
-#[case(Op::Create, 400, Some("AuthorizationHeaderMalformed"), Misconfigured)]
-#[case(Op::List, 400, Some("InvalidBucketName"), Misconfigured)]
+#[case(
+    Operation::Get,
+    MaybeSent,
+    Some(301),
+    Some("PermanentRedirect"),
+    Misconfigured
+)]
+#[case(
+    Operation::Create,
+    MaybeSent,
+    Some(400),
+    Some("AuthorizationHeaderMalformed"),
+    Misconfigured
+)]
+#[case(
+    Operation::List,
+    MaybeSent,
+    Some(400),
+    Some("InvalidBucketName"),
+    Misconfigured
+)]
 // Input the store refuses.
-#[case(Op::Create, 400, Some("EntityTooLarge"), InvalidInput)]
-#[case(Op::Create, 400, Some("KeyTooLongError"), InvalidInput)]
-#[case(Op::Get, 400, Some("InvalidArgument"), InvalidInput)]
-#[case(Op::Create, 411, Some("MissingContentLength"), InvalidInput)]
-fn response(
-    #[case] op: Op,
-    #[case] status: u16,
+#[case(
+    Operation::Create,
+    MaybeSent,
+    Some(400),
+    Some("EntityTooLarge"),
+    InvalidInput
+)]
+#[case(
+    Operation::Create,
+    MaybeSent,
+    Some(400),
+    Some("KeyTooLongError"),
+    InvalidInput
+)]
+#[case(
+    Operation::Get,
+    MaybeSent,
+    Some(400),
+    Some("InvalidArgument"),
+    InvalidInput
+)]
+#[case(
+    Operation::Create,
+    MaybeSent,
+    Some(411),
+    Some("MissingContentLength"),
+    InvalidInput
+)]
+// Not sent, or sent without an answer.
+#[case(Operation::Create, Delivery::NotSent, None, None, NotSent)]
+#[case(Operation::Replace, Delivery::NotSent, None, None, NotSent)]
+#[case(Operation::Get, Delivery::NotSent, None, None, NotSent)]
+#[case(Operation::Create, MaybeSent, None, None, Ambiguous)]
+#[case(Operation::Replace, MaybeSent, None, None, Ambiguous)]
+#[case(Operation::Delete, MaybeSent, None, None, Ambiguous)]
+#[case(Operation::Get, MaybeSent, None, None, Ambiguous)]
+#[case(Operation::List, MaybeSent, None, None, Ambiguous)]
+// A conflict S3 does not name may hide an applied write.
+#[case(Operation::Replace, MaybeSent, Some(409), None, Ambiguous)]
+fn kinds(
+    #[case] op: Operation,
+    #[case] delivery: Delivery,
+    #[case] status: Option<u16>,
     #[case] code: Option<&str>,
     #[case] kind: ErrorKind,
 ) {
     assert_eq!(
-        classify_response(op, status, code),
+        classify(op, delivery, status, code, &code_table),
         kind,
-        "{op:?} {status} {code:?}"
+        "{op:?} {delivery:?} {status:?} {code:?}"
     );
-}
-
-#[rstest]
-#[case(Op::Create, Stage::NotSent, Transport)]
-#[case(Op::Replace, Stage::NotSent, Transport)]
-#[case(Op::Get, Stage::NotSent, Transport)]
-#[case(Op::Create, Stage::MaybeSent, Ambiguous)]
-#[case(Op::Replace, Stage::MaybeSent, Ambiguous)]
-#[case(Op::Delete, Stage::MaybeSent, Ambiguous)]
-#[case(Op::Get, Stage::MaybeSent, Transport)]
-#[case(Op::List, Stage::MaybeSent, Transport)]
-fn transport(#[case] op: Op, #[case] stage: Stage, #[case] kind: ErrorKind) {
-    assert_eq!(classify_transport(op, stage), kind);
 }
 
 #[test]

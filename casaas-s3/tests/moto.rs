@@ -137,3 +137,36 @@ async fn open_store_by_url() {
     );
     assert!(store.capabilities().conditional_delete);
 }
+
+/// A percent-encoded prefix is decoded once: `s3://b/x%2541` stores keys
+/// under `x%41/`, not `xA/`.
+#[tokio::test]
+async fn percent_encoded_prefix_is_decoded_once() {
+    let server = casaas_core::contract::test_server("moto");
+    let mut url = url::Url::parse(&server.url).unwrap();
+    url.set_path("/x%2541");
+    let store = casaas_s3::S3Store::builder()
+        .url(url.as_str())
+        .unwrap()
+        .static_credentials(
+            server.var("AWS_ACCESS_KEY_ID"),
+            server.var("AWS_SECRET_ACCESS_KEY"),
+        )
+        .build()
+        .await
+        .unwrap();
+    let key = casaas_core::contract::unique_prefix("decode-once");
+    let version = store.create(&key, Bytes::from_static(b"1")).await.unwrap();
+    // The object's full key, as the server lists it.
+    let listed = store
+        .client()
+        .list_objects_v2()
+        .bucket(store.bucket())
+        .prefix(format!("x%41/{key}"))
+        .send()
+        .await
+        .unwrap();
+    let keys: Vec<_> = listed.contents().iter().filter_map(|o| o.key()).collect();
+    assert_eq!(keys, [format!("x%41/{key}")]);
+    store.delete(&key, &version).await.unwrap();
+}

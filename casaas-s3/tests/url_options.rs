@@ -37,7 +37,7 @@ async fn open(url: &str) -> S3Store {
 #[case("s3:///p", "needs a bucket")]
 #[case("gs://bucket/p", "starts with s3://")]
 #[case("s3://bucket:9000/p", "endpoint=http://host:port")]
-#[case("not a url", "not a valid S3 URL")]
+#[case("not a url", "not a valid store URL")]
 fn bad_urls_are_rejected(#[case] url: &str, #[case] says: &str) {
     let err = S3Store::builder().url(url).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Misconfigured, "{url}: {err}");

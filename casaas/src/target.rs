@@ -73,7 +73,7 @@ pub async fn open(target: &LockTarget) -> Result<Arc<dyn CasStore>, Failure> {
 /// Registers the user-info of `url` (as text, so also of a URL that does
 /// not parse) as secrets.
 pub fn register_userinfo(url: &str) {
-    if let Some(userinfo) = userinfo(url) {
+    if let Some(userinfo) = casaas_core::userinfo(url) {
         logging::add_secret(userinfo);
         for part in userinfo.split(':') {
             logging::add_secret(part);
@@ -81,17 +81,8 @@ pub fn register_userinfo(url: &str) {
     }
 }
 
-fn userinfo(url: &str) -> Option<&str> {
-    let (_, rest) = url.split_once("://")?;
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    rest[..authority_end].rfind('@').map(|at| &rest[..at])
-}
-
 fn strip_userinfo_text(url: &str) -> String {
-    match (url.split_once("://"), userinfo(url)) {
-        (Some((scheme, rest)), Some(info)) => format!("{scheme}://{}", &rest[info.len() + 1..]),
-        _ => url.to_string(),
-    }
+    casaas_core::replace_userinfo(url, "")
 }
 
 #[cfg(test)]

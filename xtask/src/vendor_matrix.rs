@@ -586,11 +586,10 @@ fn answer(value: &Value) -> String {
 /// "needed" for that store: xtask's env file gives each server the options it
 /// needs, so the binary then has nothing left to recommend.
 fn quirk_options_in_url(url: Option<&str>) -> Option<String> {
-    const QUIRKS: [&str; 3] = ["etag_unquoted", "conditional_delete", "versioned_bucket"];
-    let query = url?.split_once('?')?.1;
-    let given: Vec<&str> = query
-        .split('&')
-        .filter(|pair| QUIRKS.iter().any(|q| pair.starts_with(&format!("{q}="))))
+    let url = casaas_core::StoreUrl::parse(url?).ok()?;
+    let given: Vec<String> = casaas_s3::S3Quirks::OPTIONS
+        .iter()
+        .filter_map(|name| Some(format!("{name}={}", url.option(name)?)))
         .collect();
     (!given.is_empty()).then(|| format!("{} (set in the URL)", given.join(", ")))
 }

@@ -27,7 +27,7 @@ impl Partitionable {
     fn check(&self) -> Result<(), CasError> {
         if self.cut.load(Ordering::SeqCst) {
             Err(CasError::new(
-                ErrorKind::Transport,
+                ErrorKind::NotSent,
                 "simulated network partition (conformance probe)",
             ))
         } else {

@@ -41,7 +41,7 @@ async fn hot_write(
             *other_answers.entry(answer_label(&e)).or_default() += 1;
             if !matches!(
                 e.kind(),
-                ErrorKind::ConcurrentRequest | ErrorKind::Ambiguous | ErrorKind::Transport
+                ErrorKind::ConcurrentRequest | ErrorKind::Ambiguous | ErrorKind::NotSent
             ) {
                 return Ok(Hot::Failed(format!("a write under load was answered {e}")));
             }

@@ -1,9 +1,10 @@
 //! How S3 answers become [`casaas_core::ErrorKind`]s.
 //!
-//! The mapping is a pure function of the operation, the HTTP status and the
-//! S3 error code ([`classify_response`]), or of whether a failed request left
-//! the machine ([`classify_transport`]), so that each case is unit-tested on
-//! its own. [`from_sdk_error`] is the glue that extracts those facts from an
+//! S3 supplies only its table of error codes ([`code_table`]); the kind
+//! comes from the one policy of [`casaas_core::classify`], a pure function
+//! of the operation, whether the request may have been sent, the HTTP
+//! status and the S3 error code, so that each case is unit-tested on its
+//! own. [`from_sdk_error`] is the glue that extracts those facts from an
 //! `aws-sdk-s3` error.
 
 use std::error::Error as StdError;
@@ -13,47 +14,23 @@ use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::client::dns::ResolveDnsError;
 use aws_smithy_runtime_api::http::Response as HttpResponse;
 use aws_smithy_types::date_time::{DateTime, Format};
-use casaas_core::{CasError, ErrorKind};
+use casaas_core::{CasError, Delivery, ErrorKind, Operation, classify};
 
-/// The store operation a failure belongs to: the same status means
-/// different things for a read and for a conditional write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    /// GetObject.
-    Get,
-    /// PutObject with `If-None-Match: *`.
-    Create,
-    /// PutObject with `If-Match: <etag>`.
-    Replace,
-    /// DeleteObject with `If-Match: <etag>`.
-    Delete,
-    /// ListObjectsV2.
-    List,
-}
-
-impl Op {
-    /// Does this operation send a conditional header?
-    pub fn is_conditional(self) -> bool {
-        matches!(self, Op::Create | Op::Replace | Op::Delete)
-    }
-
-    /// Does this operation change the store?
-    pub fn is_write(self) -> bool {
-        self.is_conditional()
-    }
-
-    fn verb(self) -> &'static str {
-        match self {
-            Op::Get => "GetObject",
-            Op::Create => "PutObject (If-None-Match: *)",
-            Op::Replace => "PutObject (If-Match)",
-            Op::Delete => "DeleteObject (If-Match)",
-            Op::List => "ListObjectsV2",
-        }
+/// The S3 verb of an operation, for messages.
+fn verb(op: Operation) -> &'static str {
+    match op {
+        Operation::Get => "GetObject",
+        Operation::Create => "PutObject (If-None-Match: *)",
+        Operation::Replace => "PutObject (If-Match)",
+        Operation::Delete => "DeleteObject (If-Match)",
+        Operation::List => "ListObjectsV2",
+        Operation::CreateBucket => "CreateBucket",
+        _ => "request",
     }
 }
 
-/// S3 error codes that mean "slow down", whatever the status.
+/// S3 error codes that mean "slow down, nothing was done", whatever the
+/// status (AWS documents 503 `SlowDown` as a refusal to serve the request).
 const THROTTLE_CODES: &[&str] = &[
     "SlowDown",
     "Throttling",
@@ -63,73 +40,49 @@ const THROTTLE_CODES: &[&str] = &[
     "ServerBusy",
 ];
 
-/// Maps an S3 error response (status and error code, if the body had one)
-/// for operation `op` to the contract's error kind.
-///
-/// ```
-/// use casaas_core::ErrorKind;
-/// use casaas_s3::errors::{Op, classify_response};
-///
-/// assert_eq!(classify_response(Op::Create, 412, Some("PreconditionFailed")), ErrorKind::PreconditionFailed);
-/// assert_eq!(classify_response(Op::Replace, 500, Some("InternalError")), ErrorKind::Ambiguous);
-/// ```
-pub fn classify_response(op: Op, status: u16, code: Option<&str>) -> ErrorKind {
+/// S3's table of error codes for [`casaas_core::classify`]: what an answer
+/// means where S3 (or an S3-compatible) documents it; `None` leaves the
+/// answer to the core policy.
+pub fn code_table(op: Operation, status: Option<u16>, code: Option<&str>) -> Option<ErrorKind> {
     let code = code.unwrap_or("");
     if THROTTLE_CODES.contains(&code) {
-        return ErrorKind::Throttled;
+        return Some(ErrorKind::Throttled);
     }
-    match (status, code) {
-        (412, _) => ErrorKind::PreconditionFailed,
-        // S3: another conditional write to this key is in flight; nothing
-        // was written. OperationAborted is the older name for the same.
+    Some(match (status?, code) {
+        // Another conditional write to this key is in flight; nothing was
+        // written. OperationAborted is the older name for the same.
         (409, "ConditionalRequestConflict" | "OperationAborted") => ErrorKind::ConcurrentRequest,
-        (409, _) if op.is_conditional() => ErrorKind::ConcurrentRequest,
         (404, "NoSuchBucket") => ErrorKind::Misconfigured,
-        (404, _) => ErrorKind::NotFound,
-        (429, _) => ErrorKind::Throttled,
-        (401 | 403, _) => ErrorKind::Unauthorized,
         // A wrong region or endpoint: S3 redirects instead of serving.
         (301 | 307 | 308, _)
-        | (400, "AuthorizationHeaderMalformed" | "IllegalLocationConstraintException") => {
-            ErrorKind::Misconfigured
-        }
-        (400, "InvalidBucketName") => ErrorKind::Misconfigured,
+        | (400, "AuthorizationHeaderMalformed" | "IllegalLocationConstraintException")
+        | (400, "InvalidBucketName") => ErrorKind::Misconfigured,
         (400, "EntityTooLarge" | "KeyTooLongError" | "InvalidDigest" | "BadDigest") => {
             ErrorKind::InvalidInput
         }
-        // The server did not finish reading the request: the write may or
-        // may not have been applied by a proxy in front of it.
-        (400, "RequestTimeout") | (408, _) => ErrorKind::Ambiguous,
-        (501, _) | (400, "NotImplemented") => ErrorKind::Unsupported,
+        // The server did not finish reading the request: a proxy in front
+        // of it may have applied the write.
+        (400, "RequestTimeout") => ErrorKind::Ambiguous,
+        (400, "NotImplemented") => ErrorKind::Unsupported,
         // A store that does not know a conditional header rejects it.
         (400, _) if op.is_conditional() => ErrorKind::Unsupported,
-        (400..=499, _) => ErrorKind::InvalidInput,
-        // Some stores (Ceph RGW) answer 500 to the loser of a conditional
-        // race, but a 5xx does not prove that nothing was written.
-        (500..=599, _) => ErrorKind::Ambiguous,
-        _ => ErrorKind::Ambiguous,
-    }
+        _ => return None,
+    })
 }
 
-/// Where a request without a response failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    /// Before anything was sent: building the request, resolving
-    /// credentials, DNS, connection refused or timed out while connecting.
-    NotSent,
-    /// After the request may have been sent: read timeout, reset, the
-    /// operation timeout, a response that could not be parsed.
-    MaybeSent,
-}
-
-/// Maps a failure without an S3 error response to an error kind.
-pub fn classify_transport(op: Op, stage: Stage) -> ErrorKind {
-    match stage {
-        Stage::NotSent => ErrorKind::Transport,
-        Stage::MaybeSent if op.is_write() => ErrorKind::Ambiguous,
-        // A read has no effect to be unsure about; retrying it is the fix.
-        Stage::MaybeSent => ErrorKind::Transport,
-    }
+/// Maps an S3 error response (status and error code, if the body had one)
+/// for operation `op` to the contract's error kind: [`code_table`] under
+/// the core policy.
+///
+/// ```
+/// use casaas_core::{ErrorKind, Operation};
+/// use casaas_s3::error::classify_response;
+///
+/// assert_eq!(classify_response(Operation::Create, 412, Some("PreconditionFailed")), ErrorKind::PreconditionFailed);
+/// assert_eq!(classify_response(Operation::Replace, 500, Some("InternalError")), ErrorKind::Ambiguous);
+/// ```
+pub fn classify_response(op: Operation, status: u16, code: Option<&str>) -> ErrorKind {
+    classify(op, Delivery::MaybeSent, Some(status), code, &code_table)
 }
 
 /// Parses a `Retry-After` header: delay seconds or an HTTP date (relative
@@ -152,14 +105,14 @@ pub fn parse_http_date(value: &str) -> Option<SystemTime> {
 
 /// What the caller was doing, for messages.
 pub(crate) struct Context<'a> {
-    pub op: Op,
+    pub op: Operation,
     pub key: &'a str,
     pub bucket: &'a str,
     pub location: &'a str,
 }
 
 fn message(kind: ErrorKind, ctx: &Context<'_>, code: &str) -> String {
-    let verb = ctx.op.verb();
+    let verb = verb(ctx.op);
     match kind {
         ErrorKind::PreconditionFailed => format!("{verb}: another write is there"),
         ErrorKind::ConcurrentRequest => {
@@ -192,7 +145,7 @@ fn message(kind: ErrorKind, ctx: &Context<'_>, code: &str) -> String {
             ctx.location, ctx.bucket
         ),
         ErrorKind::InvalidInput => format!("{verb}: the store rejected the request as invalid"),
-        ErrorKind::Transport => format!(
+        ErrorKind::NotSent => format!(
             "{verb}: the request did not reach the store at {}",
             ctx.location
         ),
@@ -202,16 +155,16 @@ fn message(kind: ErrorKind, ctx: &Context<'_>, code: &str) -> String {
 
 /// Decides whether a failure without a response happened before anything
 /// was sent, by looking through its chain of causes.
-fn stage_of(err: &(dyn StdError + 'static)) -> Stage {
+fn delivery_of(err: &(dyn StdError + 'static)) -> Delivery {
     let mut next: Option<&(dyn StdError + 'static)> = Some(err);
     while let Some(e) = next {
         if let Some(h) = e.downcast_ref::<hyper_util::client::legacy::Error>()
             && h.is_connect()
         {
-            return Stage::NotSent;
+            return Delivery::NotSent;
         }
         if e.downcast_ref::<ResolveDnsError>().is_some() {
-            return Stage::NotSent;
+            return Delivery::NotSent;
         }
         if let Some(io) = e.downcast_ref::<std::io::Error>()
             && matches!(
@@ -219,11 +172,11 @@ fn stage_of(err: &(dyn StdError + 'static)) -> Stage {
                 std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::AddrNotAvailable
             )
         {
-            return Stage::NotSent;
+            return Delivery::NotSent;
         }
         next = e.source();
     }
-    Stage::MaybeSent
+    Delivery::MaybeSent
 }
 
 /// Converts an `aws-sdk-s3` error into a [`CasError`] carrying the status,
@@ -238,15 +191,14 @@ where
         .raw_response()
         .and_then(|r| r.headers().get("retry-after"))
         .and_then(|v| parse_retry_after(v, SystemTime::now()));
+    let answer = |delivery| classify(ctx.op, delivery, status, code.as_deref(), &code_table);
     let kind = match (&err, status) {
-        (SdkError::ServiceError(_), Some(status)) => {
-            classify_response(ctx.op, status, code.as_deref())
-        }
+        (SdkError::ServiceError(_), Some(_)) => answer(Delivery::MaybeSent),
         (SdkError::ConstructionFailure(_), _) => {
             // Nothing was sent; usually missing credentials or a bad setting.
             let mut error = CasError::misconfigured(format!(
                 "{}: the request could not be built (credentials, region or endpoint): {}",
-                ctx.op.verb(),
+                verb(ctx.op),
                 chain(&err)
             ))
             .with_key(ctx.key);
@@ -255,12 +207,14 @@ where
             }
             return error;
         }
-        (SdkError::ResponseError(_), Some(status)) if status >= 300 => {
-            classify_response(ctx.op, status, code.as_deref())
+        (SdkError::ResponseError(_), Some(status)) if status >= 300 => answer(Delivery::MaybeSent),
+        // A 2xx whose body could not be read, or no answer in time.
+        (SdkError::ResponseError(_) | SdkError::TimeoutError(_), _) => {
+            classify(ctx.op, Delivery::MaybeSent, None, None, &code_table)
         }
-        (SdkError::ResponseError(_), _) => classify_transport(ctx.op, Stage::MaybeSent),
-        (SdkError::TimeoutError(_), _) => classify_transport(ctx.op, Stage::MaybeSent),
-        (SdkError::DispatchFailure(_), _) | (_, _) => classify_transport(ctx.op, stage_of(&err)),
+        (SdkError::DispatchFailure(_), _) | (_, _) => {
+            classify(ctx.op, delivery_of(&err), None, None, &code_table)
+        }
     };
     let mut message = message(kind, ctx, code.as_deref().unwrap_or(""));
     if status.is_none() {
@@ -275,6 +229,9 @@ where
     }
     if let Some(after) = retry_after {
         error = error.with_retry_after(after);
+    }
+    if error.code() == Some("NoSuchBucket") {
+        error = error.with_bucket_missing();
     }
     error.with_source(err)
 }

@@ -5,27 +5,13 @@
 //! ...). What remains (`Generic`) is a transport failure or an unexpected
 //! status, after object_store's own retries. Such an answer to a write may
 //! follow an attempt that took effect, so it is always
-//! [`ErrorKind::Ambiguous`] on writes.
+//! [`ErrorKind::Ambiguous`] on writes. The variants are this adapter's table
+//! of codes under the one policy of [`casaas_core::classify`].
 
 use std::error::Error as _;
 
-use casaas_core::{CasError, ErrorKind};
+use casaas_core::{CasError, Delivery, ErrorKind, Operation, classify};
 use object_store::client::{HttpError, HttpErrorKind};
-
-/// Which kind of request failed: writes get the cautious classification.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Operation {
-    Read,
-    List,
-    Create,
-    Replace,
-}
-
-impl Operation {
-    fn is_write(self) -> bool {
-        matches!(self, Operation::Create | Operation::Replace)
-    }
-}
 
 /// The HTTP status object_store's message names, if any. Its retry error
 /// type is private, but its message reads "... status code: 503 ...".
@@ -59,35 +45,42 @@ fn http_kind(err: &object_store::Error) -> Option<HttpErrorKind> {
     None
 }
 
+/// object_store's table for [`casaas_core::classify`]: its error variants
+/// (the code) already name most outcomes; a `Generic` failure of a write
+/// may follow object_store's own retry of an attempt that took effect.
+fn code_table(op: Operation, status: Option<u16>, code: Option<&str>) -> Option<ErrorKind> {
+    Some(match (code?, status) {
+        ("NotFound", _) => ErrorKind::NotFound,
+        ("AlreadyExists" | "Precondition" | "NotModified", _) => ErrorKind::PreconditionFailed,
+        ("NotImplemented" | "NotSupported", _) => ErrorKind::Unsupported,
+        ("PermissionDenied", _) => ErrorKind::Unauthorized,
+        ("UnknownConfigurationKey", _) => ErrorKind::Misconfigured,
+        ("InvalidPath", _) => ErrorKind::InvalidInput,
+        ("Generic", Some(400 | 501)) if op.writes() => ErrorKind::Unsupported,
+        ("Generic", Some(404)) => ErrorKind::Misconfigured,
+        ("Generic", _) if op.writes() => ErrorKind::Ambiguous,
+        _ => return None,
+    })
+}
+
 /// Maps `err` from an operation on `key`. Condition failures
 /// (`AlreadyExists`, `Precondition`) map to [`ErrorKind::PreconditionFailed`]
 /// here; the store decides separately whether they may hide its own write.
 pub(crate) fn map_error(err: object_store::Error, op: Operation, key: &str) -> CasError {
     use object_store::Error as E;
     let status = status_in(&err);
-    let (kind, code, message) = match &err {
-        E::NotFound { .. } => (
-            ErrorKind::NotFound,
-            "NotFound",
-            "the object is not there".to_string(),
-        ),
+    let (code, message) = match &err {
+        E::NotFound { .. } => ("NotFound", "the object is not there".to_string()),
         E::AlreadyExists { .. } => (
-            ErrorKind::PreconditionFailed,
             "AlreadyExists",
             "another write is already there".to_string(),
         ),
         E::Precondition { .. } => (
-            ErrorKind::PreconditionFailed,
             "Precondition",
             "the object's current version is not the expected one".to_string(),
         ),
-        E::NotModified { .. } => (
-            ErrorKind::PreconditionFailed,
-            "NotModified",
-            "the store answered not modified".to_string(),
-        ),
+        E::NotModified { .. } => ("NotModified", "the store answered not modified".to_string()),
         E::NotImplemented { operation, .. } => (
-            ErrorKind::Unsupported,
             "NotImplemented",
             format!(
                 "this object_store backend does not implement {operation}; a store without \
@@ -96,66 +89,50 @@ pub(crate) fn map_error(err: object_store::Error, op: Operation, key: &str) -> C
             ),
         ),
         E::NotSupported { .. } => (
-            ErrorKind::Unsupported,
             "NotSupported",
             "this object_store backend does not support the operation".to_string(),
         ),
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => (
-            ErrorKind::Unauthorized,
             "PermissionDenied",
             "check the credentials the object_store client was built with".to_string(),
         ),
         E::UnknownConfigurationKey { key, .. } => (
-            ErrorKind::Misconfigured,
             "UnknownConfigurationKey",
             format!("'{key}' is not an object_store configuration key"),
         ),
-        E::InvalidPath { .. } => (
-            ErrorKind::InvalidInput,
-            "InvalidPath",
-            "object_store refused the path".to_string(),
+        E::InvalidPath { .. } => ("InvalidPath", "object_store refused the path".to_string()),
+        _ => match http_kind(&err) {
+            Some(HttpErrorKind::Connect) if status.is_none() => ("Connect", err.to_string()),
+            _ => ("Generic", err.to_string()),
+        },
+    };
+    let delivery = if code == "Connect" {
+        Delivery::NotSent
+    } else {
+        Delivery::MaybeSent
+    };
+    let kind = classify(op, delivery, status, Some(code), &code_table);
+    let message = match (code, kind) {
+        ("Generic", ErrorKind::Unsupported) => {
+            format!("the store refused the conditional write: {message}")
+        }
+        ("Generic", ErrorKind::Misconfigured) => {
+            format!("check the bucket or container: {message}")
+        }
+        ("Generic", ErrorKind::Ambiguous) if op.writes() => format!(
+            "the write may or may not have taken effect (object_store may have retried \
+             it): {message}"
         ),
-        _ => generic(&err, op, status),
+        _ => message,
     };
     let mut mapped = CasError::new(kind, message).with_key(key).with_code(code);
+    if code == "Generic" && kind == ErrorKind::Misconfigured {
+        mapped = mapped.with_bucket_missing();
+    }
     if let Some(status) = status {
         mapped = mapped.with_status(status);
     }
     mapped.with_source(err)
-}
-
-fn generic(
-    err: &object_store::Error,
-    op: Operation,
-    status: Option<u16>,
-) -> (ErrorKind, &'static str, String) {
-    let detail = err.to_string();
-    match status {
-        Some(400 | 501) if op.is_write() => (
-            ErrorKind::Unsupported,
-            "BadRequest",
-            format!("the store refused the conditional write: {detail}"),
-        ),
-        Some(404) => (
-            ErrorKind::Misconfigured,
-            "NotFound",
-            format!("check the bucket or container: {detail}"),
-        ),
-        _ if op.is_write() => (
-            ErrorKind::Ambiguous,
-            "Generic",
-            format!(
-                "the write may or may not have taken effect (object_store may have retried \
-                 it): {detail}"
-            ),
-        ),
-        Some(429 | 503) => (ErrorKind::Throttled, "Generic", detail),
-        Some(_) => (ErrorKind::Ambiguous, "Generic", detail),
-        None => match http_kind(err) {
-            Some(HttpErrorKind::Connect) => (ErrorKind::Transport, "Connect", detail),
-            _ => (ErrorKind::Ambiguous, "Generic", detail),
-        },
-    }
 }
 
 #[cfg(test)]
@@ -191,8 +168,18 @@ mod tests {
             store: "S3",
             source: boxed("Server returned non-2xx status code: 503 Service Unavailable: "),
         };
+        // A bare 503 is no proof the store refused the request (the one
+        // policy); a 429 is.
         assert_eq!(
-            map_error(err, Operation::Read, "k").kind(),
+            map_error(err, Operation::Get, "k").kind(),
+            ErrorKind::Ambiguous
+        );
+        let err = object_store::Error::Generic {
+            store: "S3",
+            source: boxed("Server returned non-2xx status code: 429 Too Many Requests: "),
+        };
+        assert_eq!(
+            map_error(err, Operation::Get, "k").kind(),
             ErrorKind::Throttled
         );
     }

@@ -7,69 +7,41 @@
 //! temporary. A temporary failure of a write may follow an attempt that took
 //! effect, so on writes it is [`ErrorKind::Ambiguous`].
 
-use casaas_core::{CasError, ErrorKind};
+use casaas_core::{CasError, Delivery, ErrorKind, Operation, classify};
 
-/// Which kind of request failed: writes get the cautious classification.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Operation {
-    Read,
-    List,
-    Create,
-    Replace,
-    Delete,
-}
-
-impl Operation {
-    fn is_write(self) -> bool {
-        matches!(
-            self,
-            Operation::Create | Operation::Replace | Operation::Delete
-        )
-    }
+/// OpenDAL's table for [`casaas_core::classify`]: its error kinds (the
+/// code) name outcomes; a rate limit on a write may follow OpenDAL's own
+/// retry of an attempt that took effect, so only reads are throttled.
+fn code_table(op: Operation, _status: Option<u16>, code: Option<&str>) -> Option<ErrorKind> {
+    Some(match code? {
+        "NotFound" => ErrorKind::NotFound,
+        "ConditionNotMatch" | "AlreadyExists" => ErrorKind::PreconditionFailed,
+        "Conflict" => ErrorKind::ConcurrentRequest,
+        "Unsupported" => ErrorKind::Unsupported,
+        "PermissionDenied" => ErrorKind::Unauthorized,
+        "ConfigInvalid" => ErrorKind::Misconfigured,
+        "RateLimited" if !op.writes() => ErrorKind::Throttled,
+        _ => return None,
+    })
 }
 
 /// Maps `err` from an operation on `key`.
 pub(crate) fn map_error(err: opendal::Error, op: Operation, key: &str) -> CasError {
-    use opendal::ErrorKind as K;
     let code = err.kind().into_static();
-    let (kind, message) = match err.kind() {
-        K::NotFound => (ErrorKind::NotFound, "the object is not there".to_string()),
-        K::ConditionNotMatch | K::AlreadyExists => (
-            ErrorKind::PreconditionFailed,
-            "the object's current version is not the expected one".to_string(),
-        ),
-        K::Conflict => (
-            ErrorKind::ConcurrentRequest,
-            "another conditional request on the object was in flight".to_string(),
-        ),
-        K::Unsupported => (
-            ErrorKind::Unsupported,
-            "the OpenDAL service does not support this condition or operation".to_string(),
-        ),
-        K::PermissionDenied => (
-            ErrorKind::Unauthorized,
-            "check the credentials the operator was built with".to_string(),
-        ),
-        K::ConfigInvalid => (
-            ErrorKind::Misconfigured,
-            "the operator's configuration is invalid".to_string(),
-        ),
-        _ if op.is_write() => (
-            ErrorKind::Ambiguous,
-            "the write may or may not have taken effect".to_string(),
-        ),
-        K::RateLimited => (
-            ErrorKind::Throttled,
-            "the store asked to slow down".to_string(),
-        ),
-        _ if err.is_temporary() => (
-            ErrorKind::Ambiguous,
-            "a temporary failure; retrying is sensible".to_string(),
-        ),
-        _ => (
-            ErrorKind::Ambiguous,
-            "an unexpected answer from the store".to_string(),
-        ),
+    let kind = classify(op, Delivery::MaybeSent, None, Some(code), &code_table);
+    let message = match kind {
+        ErrorKind::NotFound => "the object is not there",
+        ErrorKind::PreconditionFailed => "the object's current version is not the expected one",
+        ErrorKind::ConcurrentRequest => "another conditional request on the object was in flight",
+        ErrorKind::Unsupported => {
+            "the OpenDAL service does not support this condition or operation"
+        }
+        ErrorKind::Unauthorized => "check the credentials the operator was built with",
+        ErrorKind::Misconfigured => "the operator's configuration is invalid",
+        ErrorKind::Throttled => "the store asked to slow down",
+        _ if op.writes() => "the write may or may not have taken effect",
+        _ if err.is_temporary() => "a temporary failure; retrying is sensible",
+        _ => "an unexpected answer from the store",
     };
     // OpenDAL's Display carries the operation, service and path, and the
     // transport's own error after "=>"; it never holds credentials.
@@ -171,12 +143,12 @@ mod tests {
             ),
             (
                 opendal::ErrorKind::RateLimited,
-                Operation::Read,
+                Operation::Get,
                 ErrorKind::Throttled,
             ),
             (
                 opendal::ErrorKind::NotFound,
-                Operation::Read,
+                Operation::Get,
                 ErrorKind::NotFound,
             ),
         ] {

@@ -1,0 +1,502 @@
+//! [`StoreUrl`]: a store URL parsed once.
+//!
+//! Every backend is named by a URL (`s3://bucket/prefix?region=…`). It is
+//! parsed here, once: the scheme, the authority (bucket, account or store
+//! name) and the path are percent-decoded exactly once, the query becomes
+//! named options read through one parser for booleans and durations, and
+//! printing the URL never shows a secret. The registry hands a `StoreUrl` to
+//! the provider that registered the scheme; the provider turns it into its
+//! typed configuration and nobody looks at the text again.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use url::Url;
+
+use crate::CasError;
+
+/// What a redacted secret is replaced with in printed URLs.
+pub const REDACTED: &str = "[redacted]";
+
+/// A store URL: `SCHEME://AUTHORITY/PATH?OPTIONS`, parsed once.
+///
+/// ```
+/// use casaas_core::StoreUrl;
+///
+/// let url = StoreUrl::parse("s3://locks/my%20app/x%2541?region=eu-west-1&path_style=yes").unwrap();
+/// assert_eq!(url.scheme(), "s3");
+/// assert_eq!(url.authority(), "locks");
+/// // Decoded exactly once: `%2541` is `%41`, not `A`.
+/// assert_eq!(url.path(), "my app/x%41");
+/// let options = url.options(&["region", "path_style"]).unwrap();
+/// assert_eq!(options.get("region"), Some("eu-west-1"));
+/// assert!(options.get_bool("path_style", false).unwrap());
+/// // Printing never shows a secret.
+/// let url = StoreUrl::parse("az://acct/c?sig=abc&endpoint=http://u:pw@127.0.0.1:1").unwrap();
+/// assert_eq!(url.to_string(), "az://acct/c?sig=[redacted]&endpoint=http://[redacted]@127.0.0.1:1");
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct StoreUrl {
+    url: Url,
+    authority: String,
+    path: String,
+    options: Vec<(String, String)>,
+}
+
+impl StoreUrl {
+    /// Parses a store URL. Fails (as `Misconfigured`) when the text is not a
+    /// URL, when an option is given twice, or when a part is not UTF-8 once
+    /// decoded.
+    pub fn parse(text: &str) -> Result<Self, CasError> {
+        let url = Url::parse(text).map_err(|e| {
+            CasError::misconfigured(format!(
+                "{:?} is not a valid store URL ({e}); expected e.g. memory://NAME/prefix, \
+                 file:///abs/dir, s3://bucket/prefix, gs://bucket/prefix or \
+                 az://account/container/prefix",
+                redact_text_url(text)
+            ))
+        })?;
+        Self::from_url(url)
+    }
+
+    fn from_url(url: Url) -> Result<Self, CasError> {
+        let authority = decode(url.host_str().unwrap_or_default(), "authority")?;
+        let path = decode(url.path(), "path")?.trim_matches('/').to_string();
+        let mut options: Vec<(String, String)> = Vec::new();
+        for (name, value) in url.query_pairs() {
+            if options.iter().any(|(n, _)| n == name.as_ref()) {
+                return Err(CasError::misconfigured(format!(
+                    "option '{name}' is given twice in the URL"
+                )));
+            }
+            options.push((name.into_owned(), value.into_owned()));
+        }
+        Ok(StoreUrl {
+            url,
+            authority,
+            path,
+            options,
+        })
+    }
+
+    /// The scheme, lowercase (`s3`, `gs`, `az`, `file`, `memory`).
+    pub fn scheme(&self) -> &str {
+        self.url.scheme()
+    }
+
+    /// The authority, decoded: the bucket (`s3`, `gs`), the account (`az`)
+    /// or the store name (`memory`); empty when the URL has none.
+    pub fn authority(&self) -> &str {
+        &self.authority
+    }
+
+    /// The path, decoded once, without leading or trailing `/`: the prefix
+    /// for most schemes (`container/prefix` for `az`).
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The path split at its first `/`, each part decoded once:
+    /// (`container`, `prefix`) of `az://account/container/prefix`. An
+    /// encoded `%2F` in the first segment stays inside it.
+    pub fn first_segment(&self) -> Result<(String, String), CasError> {
+        let raw = self.url.path().trim_matches('/');
+        let (first, rest) = raw.split_once('/').unwrap_or((raw, ""));
+        Ok((
+            decode(first, "path")?,
+            decode(rest, "path")?.trim_matches('/').to_string(),
+        ))
+    }
+
+    /// The port, if the URL gives one (store URLs name buckets, not
+    /// servers: providers reject it).
+    pub fn port(&self) -> Option<u16> {
+        self.url.port()
+    }
+
+    /// Does the URL carry a user name or password? Providers reject that:
+    /// credentials never come from a store URL.
+    pub fn has_credentials(&self) -> bool {
+        !self.url.username().is_empty() || self.url.password().is_some()
+    }
+
+    /// Does the URL carry a `#fragment`?
+    pub fn has_fragment(&self) -> bool {
+        self.url.fragment().is_some()
+    }
+
+    /// The local path a `file://` URL names, decoded once.
+    pub fn file_path(&self) -> Option<PathBuf> {
+        self.url.to_file_path().ok()
+    }
+
+    /// The checks every provider makes before reading its URL: the scheme
+    /// is `scheme`, and the URL carries no credentials (`advice` says where
+    /// they come from instead), no port (a store URL names a bucket or an
+    /// account; the server is the `endpoint=` option) and no fragment.
+    pub fn check_provider(&self, scheme: &str, advice: &str) -> Result<(), CasError> {
+        if self.scheme() != scheme {
+            return Err(CasError::misconfigured(format!(
+                "scheme '{}' is not {scheme}: this store URL starts with {scheme}://",
+                self.scheme()
+            )));
+        }
+        if self.has_credentials() {
+            // Never echoed.
+            return Err(CasError::misconfigured(format!(
+                "credentials never go in the URL: they must not be put in an {scheme}:// URL; \
+                 {advice}"
+            )));
+        }
+        if self.port().is_some() {
+            return Err(CasError::misconfigured(format!(
+                "an {scheme}:// URL has no port: it names a bucket or account, not a \
+                 host:port; give the server as endpoint=http://host:port"
+            )));
+        }
+        if self.has_fragment() {
+            return Err(CasError::misconfigured(format!(
+                "an {scheme}:// URL takes no #fragment"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The options, checked against the names a backend knows, so that a
+    /// misspelt option is an error rather than silently ignored.
+    pub fn options(&self, allowed: &[&str]) -> Result<UrlOptions, CasError> {
+        if let Some((name, _)) = self
+            .options
+            .iter()
+            .find(|(name, _)| !allowed.contains(&name.as_str()))
+        {
+            return Err(CasError::misconfigured(format!(
+                "unknown option '{name}' in {} URL; known options: {}",
+                self.scheme(),
+                if allowed.is_empty() {
+                    "none".to_string()
+                } else {
+                    allowed.join(", ")
+                }
+            )));
+        }
+        Ok(UrlOptions {
+            values: self.options.clone(),
+        })
+    }
+
+    /// The raw value of option `name`, for tools that report on a URL
+    /// rather than open it (a backend reads its options through
+    /// [`options`](Self::options), which rejects unknown names).
+    pub fn option(&self, name: &str) -> Option<&str> {
+        self.options
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The same URL with `options` (`name=value`, or a bare `name` for
+    /// `name=true`) set, replacing values already there.
+    pub fn with_options<S: AsRef<str>>(&self, options: &[S]) -> Result<Self, CasError> {
+        let mut values = self.options.clone();
+        for option in options {
+            let option = option.as_ref();
+            let (name, value) = option.split_once('=').unwrap_or((option, "true"));
+            match values.iter_mut().find(|(n, _)| n == name) {
+                Some(slot) => slot.1 = value.to_string(),
+                None => values.push((name.to_string(), value.to_string())),
+            }
+        }
+        let mut url = self.url.clone();
+        url.set_query(None);
+        if !values.is_empty() {
+            url.query_pairs_mut().extend_pairs(values.iter());
+        }
+        Self::from_url(url)
+    }
+
+    /// The secrets the URL carries: its user name and password, the values
+    /// of secret-looking options, and the user info of URLs inside option
+    /// values (`endpoint=http://user:password@host`). For registering them
+    /// with a redactor that scrubs text where they appear without the URL.
+    pub fn secrets(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        let mut userinfo = |url: &Url| {
+            if let Some(password) = url.password() {
+                found.push(format!("{}:{password}", url.username()));
+                found.push(password.to_string());
+            }
+            if !url.username().is_empty() {
+                found.push(url.username().to_string());
+            }
+        };
+        userinfo(&self.url);
+        for (_, value) in &self.options {
+            if let Ok(inner) = Url::parse(value) {
+                userinfo(&inner);
+            }
+        }
+        for (name, value) in &self.options {
+            if is_secret_name(name) {
+                found.push(value.clone());
+            }
+        }
+        found.retain(|s| !s.is_empty());
+        found
+    }
+
+    /// The full URL text, secrets included, for handing to a client that
+    /// must open it again. Never print it: use `Display`.
+    pub fn as_unredacted_str(&self) -> &str {
+        self.url.as_str()
+    }
+}
+
+impl fmt::Display for StoreUrl {
+    /// The URL with user info and the values of secret-looking options
+    /// replaced by `[redacted]`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://", self.scheme())?;
+        if self.has_credentials() {
+            write!(f, "{REDACTED}@")?;
+        }
+        if let Some(host) = self.url.host_str() {
+            f.write_str(host)?;
+        }
+        if let Some(port) = self.url.port() {
+            write!(f, ":{port}")?;
+        }
+        f.write_str(self.url.path())?;
+        for (i, (name, value)) in self.options.iter().enumerate() {
+            let value = if is_secret_name(name) {
+                REDACTED.to_string()
+            } else {
+                redact_text_url(value)
+            };
+            write!(f, "{}{name}={value}", if i == 0 { '?' } else { '&' })?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for StoreUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StoreUrl({self})")
+    }
+}
+
+impl std::str::FromStr for StoreUrl {
+    type Err = CasError;
+
+    fn from_str(text: &str) -> Result<Self, CasError> {
+        StoreUrl::parse(text)
+    }
+}
+
+/// Whether an option or parameter named `name` holds a secret (a key, a
+/// signature, a token, a password).
+pub fn is_secret_name(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    const PARTS: [&str; 11] = [
+        "secret",
+        "password",
+        "passwd",
+        "token",
+        "signature",
+        "credential",
+        "access_key",
+        "accesskey",
+        "account_key",
+        "api_key",
+        "connection_string",
+    ];
+    const WHOLE: [&str; 8] = [
+        "sig",
+        "sas",
+        "key",
+        "pwd",
+        "pass",
+        "auth",
+        "apikey",
+        "authorization",
+    ];
+    PARTS.iter().any(|p| lower.contains(p))
+        || WHOLE.contains(&lower.as_str())
+        || lower.ends_with("_key")
+        || lower.ends_with("-key")
+}
+
+/// The user info (`user:password`) of a URL-looking text, found in the text
+/// itself so that it works on a URL that does not parse (whose secrets must
+/// not be echoed in the parse error either).
+pub fn userinfo(text: &str) -> Option<&str> {
+    let start = text.find("://")? + 3;
+    let rest = &text[start..];
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    rest[..end].rfind('@').map(|at| &rest[..at])
+}
+
+/// A URL-looking text with its user info replaced by `replacement`
+/// (`""` removes it with its `@`); other text unchanged.
+pub fn replace_userinfo(text: &str, replacement: &str) -> String {
+    match (text.find("://"), userinfo(text)) {
+        (Some(i), Some(info)) => {
+            let head = &text[..i + 3];
+            let tail = &text[i + 3 + info.len() + 1..];
+            if replacement.is_empty() {
+                format!("{head}{tail}")
+            } else {
+                format!("{head}{replacement}@{tail}")
+            }
+        }
+        _ => text.to_string(),
+    }
+}
+
+fn redact_text_url(text: &str) -> String {
+    replace_userinfo(text, REDACTED)
+}
+
+fn decode(text: &str, part: &str) -> Result<String, CasError> {
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| CasError::misconfigured(format!("the store URL's {part} is not valid UTF-8")))
+}
+
+/// The options of a [`StoreUrl`], already checked against the names a
+/// backend knows. One parser for every boolean and every duration.
+#[derive(Debug, Clone, Default)]
+pub struct UrlOptions {
+    values: Vec<(String, String)>,
+}
+
+impl UrlOptions {
+    /// The raw value of option `name`.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.values
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// A boolean option: `true`/`false`/`1`/`0`/`yes`/`no`, absent = `default`.
+    pub fn get_bool(&self, name: &str, default: bool) -> Result<bool, CasError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(text) => parse_bool(text).ok_or_else(|| {
+                CasError::misconfigured(format!(
+                    "option '{name}' must be true or false (or 1/0, yes/no), not {text:?}"
+                ))
+            }),
+        }
+    }
+
+    /// A duration option in (possibly fractional) seconds, e.g. `timeout=2.5`.
+    pub fn get_seconds(&self, name: &str) -> Result<Option<Duration>, CasError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(text) => text
+                .parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .map(|s| Some(Duration::from_secs_f64(s)))
+                .ok_or_else(|| {
+                    CasError::misconfigured(format!(
+                        "option '{name}' must be a positive number of seconds, not {text:?}"
+                    ))
+                }),
+        }
+    }
+}
+
+/// The one reading of a boolean option: `true`/`1`/`yes` or
+/// `false`/`0`/`no`, case-insensitive.
+pub fn parse_bool(text: &str) -> Option<bool> {
+    match text.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" => Some(true),
+        "false" | "0" | "no" => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decoded_exactly_once() {
+        let url = StoreUrl::parse("s3://b/x%2541/my%20locks/").unwrap();
+        assert_eq!(url.authority(), "b");
+        assert_eq!(url.path(), "x%41/my locks");
+        let url = StoreUrl::parse("az://acct/c%2Fd/x%2541").unwrap();
+        assert_eq!(
+            url.first_segment().unwrap(),
+            ("c/d".to_string(), "x%41".to_string())
+        );
+        let url = StoreUrl::parse("file:///var/lib/app/x%2541").unwrap();
+        assert_eq!(url.file_path().unwrap(), PathBuf::from("/var/lib/app/x%41"));
+    }
+
+    #[test]
+    fn options() {
+        let url = StoreUrl::parse("s3://b/p?path_style=YES&timeout=1.5&quirk=0").unwrap();
+        let opts = url.options(&["path_style", "timeout", "quirk"]).unwrap();
+        assert!(opts.get_bool("path_style", false).unwrap());
+        assert!(!opts.get_bool("quirk", true).unwrap());
+        assert!(opts.get_bool("absent", true).unwrap());
+        assert_eq!(
+            opts.get_seconds("timeout").unwrap(),
+            Some(Duration::from_millis(1500))
+        );
+        let err = url.options(&["timeout"]).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown option 'path_style'"),
+            "{err}"
+        );
+        let url = StoreUrl::parse("s3://b/p?path_style=maybe").unwrap();
+        let opts = url.options(&["path_style"]).unwrap();
+        assert!(opts.get_bool("path_style", false).is_err());
+        assert!(StoreUrl::parse("s3://b/p?a=1&a=2").is_err());
+    }
+
+    #[test]
+    fn with_options_replaces_and_adds() {
+        let url = StoreUrl::parse("s3://b/x%2541?etag_unquoted=false&region=r").unwrap();
+        let url = url
+            .with_options(&["etag_unquoted=true", "conditional_delete"])
+            .unwrap();
+        let opts = url
+            .options(&["etag_unquoted", "region", "conditional_delete"])
+            .unwrap();
+        assert!(opts.get_bool("etag_unquoted", false).unwrap());
+        assert!(opts.get_bool("conditional_delete", false).unwrap());
+        assert_eq!(opts.get("region"), Some("r"));
+        assert_eq!(url.path(), "x%41");
+    }
+
+    #[test]
+    fn printing_redacts() {
+        let url = StoreUrl::parse("s3://key:secret@bucket/p?token=t0k&region=x").unwrap();
+        let shown = format!("{url} {url:?}");
+        assert!(
+            !shown.contains("secret") && !shown.contains("t0k"),
+            "{shown}"
+        );
+        assert_eq!(
+            url.to_string(),
+            "s3://[redacted]@bucket/p?token=[redacted]&region=x"
+        );
+        let url = StoreUrl::parse("s3://ak:sk@b/p?sig=s1g&endpoint=http://u2:pw2@h:1").unwrap();
+        assert_eq!(
+            url.secrets(),
+            ["ak:sk", "sk", "ak", "u2:pw2", "pw2", "u2", "s1g"]
+        );
+        assert_eq!(userinfo("s3://u:p@w@b/k?x=@"), Some("u:p@w"));
+        assert_eq!(replace_userinfo("s3://u:p@b/k", ""), "s3://b/k");
+        assert_eq!(replace_userinfo("s3://b/k?e=a@b", ""), "s3://b/k?e=a@b");
+        let err = StoreUrl::parse("s3://u:pw@[bad/p").unwrap_err();
+        assert!(!err.to_string().contains("pw"), "{err}");
+    }
+}

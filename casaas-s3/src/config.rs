@@ -1,0 +1,456 @@
+//! Where an S3 store is and how it talks: the typed [`S3Config`] (from an
+//! `s3://` [`StoreUrl`] or set on [`S3StoreBuilder`]), the vendor quirks
+//! ([`S3Quirks`]), and credentials.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_config::BehaviorVersion;
+use aws_credential_types::Credentials;
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::{Region, RequestChecksumCalculation, ResponseChecksumValidation};
+use aws_smithy_types::retry::RetryConfig;
+use aws_smithy_types::timeout::TimeoutConfig;
+use casaas_core::{CasError, StoreUrl, UrlOptions, validate_key};
+use url::Url;
+
+use crate::clock::{DateInterceptor, DateSlot};
+use crate::store::S3Store;
+
+/// Connect timeout unless `connect_timeout=` says otherwise.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Whole-operation timeout unless `timeout=` says otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The query options an `s3://` URL accepts: the connection options, then
+/// the vendor quirks ([`S3Quirks::OPTIONS`]).
+pub const URL_OPTIONS: &[&str] = &[
+    "endpoint",
+    "region",
+    "path_style",
+    "profile",
+    "connect_timeout",
+    "timeout",
+    S3Quirks::ETAG_UNQUOTED,
+    S3Quirks::CONDITIONAL_DELETE,
+    S3Quirks::VERSIONED_BUCKET,
+];
+
+/// How an S3-compatible store departs from AWS S3, each a URL option (see
+/// `docs/providers/s3.md`). The one place these options are named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct S3Quirks {
+    /// Send the `If-Match` ETag without its quotes (Ceph RGW 16.2 answers
+    /// 412 to the quoted current ETag). Option `etag_unquoted`, default false.
+    pub etag_unquoted: bool,
+    /// The store honours `If-Match` on DeleteObject. When false, delete
+    /// answers `Unsupported` without sending anything. Option
+    /// `conditional_delete`, default true.
+    pub conditional_delete: bool,
+    /// The bucket is versioned, which some S3-compatibles handle differently
+    /// (Ceph RGW ignores `If-None-Match` there). Option `versioned_bucket`,
+    /// default false.
+    pub versioned_bucket: bool,
+}
+
+impl S3Quirks {
+    /// The URL option of [`etag_unquoted`](Self::etag_unquoted).
+    pub const ETAG_UNQUOTED: &'static str = "etag_unquoted";
+    /// The URL option of [`conditional_delete`](Self::conditional_delete).
+    pub const CONDITIONAL_DELETE: &'static str = "conditional_delete";
+    /// The URL option of [`versioned_bucket`](Self::versioned_bucket).
+    pub const VERSIONED_BUCKET: &'static str = "versioned_bucket";
+    /// Every quirk option, in order.
+    pub const OPTIONS: [&'static str; 3] = [
+        Self::ETAG_UNQUOTED,
+        Self::CONDITIONAL_DELETE,
+        Self::VERSIONED_BUCKET,
+    ];
+
+    fn apply(&mut self, options: &UrlOptions) -> Result<(), CasError> {
+        self.etag_unquoted = options.get_bool(Self::ETAG_UNQUOTED, self.etag_unquoted)?;
+        self.conditional_delete =
+            options.get_bool(Self::CONDITIONAL_DELETE, self.conditional_delete)?;
+        self.versioned_bucket = options.get_bool(Self::VERSIONED_BUCKET, self.versioned_bucket)?;
+        Ok(())
+    }
+}
+
+impl Default for S3Quirks {
+    fn default() -> Self {
+        S3Quirks {
+            etag_unquoted: false,
+            conditional_delete: true,
+            versioned_bucket: false,
+        }
+    }
+}
+
+/// The settings of one S3 store. Holds no secrets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Config {
+    /// The bucket.
+    pub bucket: String,
+    /// The key prefix, without leading or trailing `/` (may be empty).
+    pub prefix: String,
+    /// The endpoint of an S3-compatible server, if given.
+    pub endpoint: Option<String>,
+    /// The region, if given.
+    pub region: Option<String>,
+    /// The named profile of `~/.aws/config`, if given.
+    pub profile: Option<String>,
+    /// Path-style addressing (`endpoint/bucket/key`).
+    pub path_style: bool,
+    /// How long connecting may take.
+    pub connect_timeout: Duration,
+    /// How long a whole request may take.
+    pub timeout: Duration,
+    /// How the store departs from AWS S3.
+    pub quirks: S3Quirks,
+    /// Keys per ListObjectsV2 page (the server's default otherwise).
+    pub list_page_size: Option<i32>,
+}
+
+impl Default for S3Config {
+    fn default() -> Self {
+        S3Config {
+            bucket: String::new(),
+            prefix: String::new(),
+            endpoint: None,
+            region: None,
+            profile: None,
+            path_style: false,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            timeout: DEFAULT_TIMEOUT,
+            quirks: S3Quirks::default(),
+            list_page_size: None,
+        }
+    }
+}
+
+impl S3Config {
+    /// Reads `s3://bucket/prefix?options`. Unknown or repeated options,
+    /// credentials in the URL and malformed values are rejected with a
+    /// message that says what to fix.
+    ///
+    /// ```
+    /// use casaas_core::StoreUrl;
+    /// use casaas_s3::S3Config;
+    ///
+    /// let url = StoreUrl::parse("s3://b/x%2541?etag_unquoted=yes").unwrap();
+    /// let config = S3Config::from_url(&url).unwrap();
+    /// assert_eq!(config.prefix, "x%41");
+    /// assert!(config.quirks.etag_unquoted);
+    /// ```
+    pub fn from_url(url: &StoreUrl) -> Result<Self, CasError> {
+        let mut config = S3Config::default();
+        config.apply_url(url)?;
+        Ok(config)
+    }
+
+    fn apply_url(&mut self, url: &StoreUrl) -> Result<(), CasError> {
+        url.check_provider(
+            "s3",
+            "use the AWS credential chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, \
+             AWS_PROFILE, roles) instead",
+        )?;
+        if url.authority().is_empty() {
+            return Err(CasError::misconfigured(
+                "the S3 URL needs a bucket: s3://bucket/prefix",
+            ));
+        }
+        self.bucket = url.authority().to_string();
+        self.prefix = url.path().to_string();
+        let options = url.options(URL_OPTIONS)?;
+        if let Some(endpoint) = options.get("endpoint") {
+            self.endpoint = Some(endpoint.to_string());
+        }
+        if let Some(region) = options.get("region") {
+            self.region = Some(region.to_string());
+        }
+        if let Some(profile) = options.get("profile") {
+            self.profile = Some(profile.to_string());
+        }
+        self.path_style = options.get_bool("path_style", self.path_style)?;
+        if let Some(t) = options.get_seconds("connect_timeout")? {
+            self.connect_timeout = t;
+        }
+        if let Some(t) = options.get_seconds("timeout")? {
+            self.timeout = t;
+        }
+        self.quirks.apply(&options)
+    }
+}
+
+/// Static credentials given to the builder. Never printed.
+#[derive(Clone)]
+struct StaticCredentials {
+    access_key_id: String,
+    secret_access_key: String,
+}
+
+impl fmt::Debug for StaticCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("StaticCredentials(<redacted>)")
+    }
+}
+
+/// Builds an [`S3Store`] from a URL, explicit settings, or both.
+///
+/// Credentials come from the standard AWS chain (environment, profiles,
+/// SSO, process, web identity, instance roles) unless
+/// [`static_credentials`](Self::static_credentials) is given. They are
+/// never read from the URL and never printed.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), casaas_core::CasError> {
+/// use casaas_s3::S3Store;
+///
+/// let store = S3Store::builder()
+///     .url("s3://locks/app1?endpoint=http://127.0.0.1:9000&path_style=true&region=us-east-1")?
+///     .static_credentials("ACCESS_KEY", "SECRET_KEY")
+///     .build()
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct S3StoreBuilder {
+    config: S3Config,
+    credentials: Option<StaticCredentials>,
+}
+
+impl S3StoreBuilder {
+    /// Takes bucket, prefix and options from an
+    /// `s3://bucket/prefix?endpoint=…&region=…&path_style=true` URL.
+    /// Unknown or repeated options, credentials in the URL and malformed
+    /// values are rejected with a message that says what to fix.
+    pub fn url(self, url: &str) -> Result<Self, CasError> {
+        self.store_url(&StoreUrl::parse(url)?)
+    }
+
+    /// Takes bucket, prefix and options from a parsed `s3://` URL.
+    pub fn store_url(mut self, url: &StoreUrl) -> Result<Self, CasError> {
+        self.config.apply_url(url)?;
+        Ok(self)
+    }
+
+    /// The settings so far.
+    pub fn config(&self) -> &S3Config {
+        &self.config
+    }
+
+    /// The bucket.
+    pub fn bucket(mut self, bucket: impl Into<String>) -> Self {
+        self.config.bucket = bucket.into();
+        self
+    }
+
+    /// The key prefix every key lives under (no leading or trailing `/`
+    /// needed); replaces the URL's.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.prefix = prefix.into().trim_matches('/').to_string();
+        self
+    }
+
+    /// The endpoint of an S3-compatible server, e.g. `http://127.0.0.1:9000`.
+    /// Without it, `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL` or AWS apply.
+    pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.config.endpoint = Some(endpoint.into());
+        self
+    }
+
+    /// The region; without it, `AWS_REGION` or the profile's.
+    pub fn region(mut self, region: impl Into<String>) -> Self {
+        self.config.region = Some(region.into());
+        self
+    }
+
+    /// The named profile of `~/.aws/config` to load settings from.
+    pub fn profile(mut self, profile: impl Into<String>) -> Self {
+        self.config.profile = Some(profile.into());
+        self
+    }
+
+    /// Path-style addressing (`endpoint/bucket/key`), which most
+    /// S3-compatible servers need.
+    pub fn path_style(mut self, on: bool) -> Self {
+        self.config.path_style = on;
+        self
+    }
+
+    /// Explicit credentials instead of the AWS chain (tests, emulators).
+    /// With them and no region, the region defaults to `us-east-1`, so that
+    /// nothing consults instance metadata.
+    pub fn static_credentials(
+        mut self,
+        access_key_id: impl Into<String>,
+        secret_access_key: impl Into<String>,
+    ) -> Self {
+        self.credentials = Some(StaticCredentials {
+            access_key_id: access_key_id.into(),
+            secret_access_key: secret_access_key.into(),
+        });
+        self
+    }
+
+    /// How long connecting may take (a failure here sends nothing).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// How long a whole request may take; past it, a write is ambiguous.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.config.timeout = timeout;
+        self
+    }
+
+    /// See [`S3Quirks::etag_unquoted`].
+    pub fn etag_unquoted(mut self, on: bool) -> Self {
+        self.config.quirks.etag_unquoted = on;
+        self
+    }
+
+    /// See [`S3Quirks::conditional_delete`].
+    pub fn conditional_delete(mut self, on: bool) -> Self {
+        self.config.quirks.conditional_delete = on;
+        self
+    }
+
+    /// See [`S3Quirks::versioned_bucket`].
+    pub fn versioned_bucket(mut self, on: bool) -> Self {
+        self.config.quirks.versioned_bucket = on;
+        self
+    }
+
+    /// Keys per ListObjectsV2 page (the server's default, 1000, otherwise).
+    pub fn list_page_size(mut self, keys: u16) -> Self {
+        self.config.list_page_size = Some(i32::from(keys.max(1)));
+        self
+    }
+
+    /// Loads the AWS configuration and builds the store. Makes no request.
+    pub async fn build(self) -> Result<S3Store, CasError> {
+        let S3StoreBuilder {
+            config,
+            credentials,
+        } = self;
+        if config.bucket.is_empty() {
+            return Err(CasError::misconfigured("no bucket given for the S3 store"));
+        }
+        if !config.prefix.is_empty() {
+            validate_key(&config.prefix).map_err(|e| {
+                CasError::misconfigured(format!(
+                    "the S3 store's prefix is unusable: {}",
+                    e.message()
+                ))
+            })?;
+        }
+        if let Some(endpoint) = &config.endpoint {
+            let parsed = Url::parse(endpoint).map_err(|e| {
+                CasError::misconfigured(format!(
+                    "endpoint {endpoint:?} is not a URL ({e}); expected e.g. http://127.0.0.1:9000"
+                ))
+            })?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                return Err(CasError::misconfigured(format!(
+                    "endpoint {endpoint:?} must start with http:// or https://"
+                )));
+            }
+        }
+        let timeouts = TimeoutConfig::builder()
+            .connect_timeout(config.connect_timeout)
+            .operation_timeout(config.timeout)
+            .operation_attempt_timeout(config.timeout)
+            .build();
+        // Retries off: a re-sent conditional write can turn one's own
+        // success into a 412. The protocol layer retries, knowing the outcome.
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .retry_config(RetryConfig::disabled())
+            .timeout_config(timeouts.clone());
+        let region = match (&config.region, &credentials) {
+            (Some(r), _) => Some(r.clone()),
+            (None, Some(_)) => Some("us-east-1".to_string()),
+            (None, None) => None,
+        };
+        if let Some(region) = &region {
+            loader = loader.region(Region::new(region.clone()));
+        }
+        if let Some(profile) = &config.profile {
+            loader = loader.profile_name(profile);
+        }
+        if let Some(creds) = &credentials {
+            loader = loader.credentials_provider(Credentials::new(
+                creds.access_key_id.clone(),
+                creds.secret_access_key.clone(),
+                None,
+                None,
+                "casaas-static",
+            ));
+        }
+        if let Some(endpoint) = &config.endpoint {
+            loader = loader.endpoint_url(endpoint);
+        }
+        let sdk = loader.load().await;
+        let region = sdk.region().map(|r| r.to_string()).ok_or_else(|| {
+            CasError::misconfigured(
+                "no AWS region: add region=… to the URL or set AWS_REGION (or a profile's region)",
+            )
+        })?;
+        // For messages only: the SDK itself also honours AWS_ENDPOINT_URL_S3.
+        let endpoint = sdk
+            .endpoint_url()
+            .map(str::to_owned)
+            .or_else(|| std::env::var("AWS_ENDPOINT_URL_S3").ok());
+        let date: DateSlot = Arc::new(Mutex::new(None));
+        let sdk_config = aws_sdk_s3::config::Builder::from(&sdk)
+            .retry_config(RetryConfig::disabled())
+            .timeout_config(timeouts)
+            .force_path_style(config.path_style)
+            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+            .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+            .interceptor(DateInterceptor { slot: date.clone() })
+            .build();
+        let location = endpoint
+            .clone()
+            .unwrap_or_else(|| format!("AWS S3 ({region})"));
+        Ok(S3Store::new(
+            Client::from_conf(sdk_config),
+            config,
+            location,
+            region,
+            date,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn prefix_is_decoded_once() {
+        let url = StoreUrl::parse("s3://b/x%2541").unwrap();
+        assert_eq!(S3Config::from_url(&url).unwrap().prefix, "x%41");
+    }
+
+    #[test]
+    fn quirks_read_every_boolean_form() {
+        for (text, on) in [("true", true), ("1", true), ("yes", true), ("no", false)] {
+            let url = StoreUrl::parse(&format!("s3://b/p?etag_unquoted={text}")).unwrap();
+            assert_eq!(
+                S3Config::from_url(&url).unwrap().quirks.etag_unquoted,
+                on,
+                "{text}"
+            );
+        }
+        let url = StoreUrl::parse("s3://b/p").unwrap();
+        assert_eq!(
+            S3Config::from_url(&url).unwrap().quirks,
+            S3Quirks::default()
+        );
+    }
+}
