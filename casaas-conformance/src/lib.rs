@@ -33,6 +33,7 @@
 //! ```
 
 pub mod cli;
+pub mod evidence;
 mod model;
 mod paced;
 mod prefixed;

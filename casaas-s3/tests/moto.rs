@@ -126,7 +126,7 @@ async fn server_date_is_recorded() {
 #[tokio::test]
 async fn open_store_by_url() {
     casaas_s3::register();
-    let server = casaas_core::contract::test_server("moto");
+    let server = casaas_core::testkit::test_server("moto");
     // Credentials come from the chain; here the URL alone must still open
     // (no request is made until used).
     let store = casaas_core::open_store(&server.url).await.unwrap();

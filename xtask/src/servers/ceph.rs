@@ -50,6 +50,19 @@ impl Server for Ceph {
         "ceph"
     }
 
+    fn kind(&self) -> &'static str {
+        "Ceph RADOS Gateway, single node"
+    }
+
+    fn version(&self, _ctx: &Ctx) -> Option<String> {
+        Command::new("dpkg-query")
+            .args(["-W", "-f=${Version}", "radosgw"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| format!("radosgw {}", String::from_utf8_lossy(&o.stdout).trim()))
+    }
+
     fn install(&self, _ctx: &Ctx) -> Result<()> {
         if BINARIES.iter().all(|b| on_path(b)) {
             return Ok(());
