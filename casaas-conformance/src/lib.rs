@@ -64,3 +64,9 @@ pub use report::{
 pub use suite::{
     ConformanceError, Reopen, Reopened, Suite, Target, says_bucket_missing, url_with_options,
 };
+
+/// The README's example, compiled (and run where it needs no server) as a
+/// doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;

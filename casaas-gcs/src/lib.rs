@@ -443,3 +443,9 @@ mod tests {
         assert!(store.describe().starts_with("gs://casaas-test/p/"));
     }
 }
+
+/// The README's example, compiled (and run where it needs no server) as a
+/// doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;

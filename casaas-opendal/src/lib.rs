@@ -70,3 +70,9 @@ pub const OPENDAL_VERSION: &str = "0.59";
 pub fn register() {
     casaas_core::register_adapter("opendal", url::open_adapter);
 }
+
+/// The README's example, compiled (and run where it needs no server) as a
+/// doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
