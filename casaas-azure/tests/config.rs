@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use casaas_azure::{AzureBlobStore, AzureBlobStoreBuilder, AzureCredentials, DEV_ACCOUNT_KEY};
-use casaas_core::{CasStore, ErrorKind, contract::unique_prefix};
+use casaas_core::testkit::unique_prefix;
+use casaas_core::{CasStore, ErrorKind};
 
 const KEY: &str = "c2VjcmV0LWtleS12YWx1ZQ==";
 

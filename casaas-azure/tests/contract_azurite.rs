@@ -32,7 +32,7 @@ async fn percent_encoded_prefix_is_decoded_once() {
         .await
         .unwrap();
     assert_eq!(store.prefix(), "x%41/");
-    let key = casaas_core::contract::unique_prefix("decode-once");
+    let key = casaas_core::testkit::unique_prefix("decode-once");
     let version = store.create(&key, Bytes::from_static(b"1")).await.unwrap();
     // The same blob through a store whose prefix is set without a URL.
     let raw = common::builder(&server)

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use casaas_core::lease::AcquireOptions;
-use casaas_core::{CasStore, CountingStore, Lease, LeaseConfig, LeaseError};
+use casaas_core::CasStore;
+use casaas_core::lease::{Lease, LeaseConfig, LeaseError};
+use casaas_core::testkit::CountingStore;
 
 use crate::clients::SharedStore;
 use crate::plot;

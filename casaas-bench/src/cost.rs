@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use casaas_core::LeaseConfig;
+use casaas_core::lease::LeaseConfig;
 
 use crate::section::Section;
 

@@ -240,7 +240,7 @@ async fn run(
         ttl: FAILOVER_TTL,
         rows,
     };
-    sections.push(failover.section(casaas_core::LeaseConfig::default().drift_margin)?);
+    sections.push(failover.section(casaas_core::lease::LeaseConfig::default().drift_margin)?);
 
     let mut scale_rows = Vec::new();
     for name in ["memory", "file"] {

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use casaas_core::lease::{AcquireOutcome, LeaseRecord};
-use casaas_core::{CasStore, CountingStore, Lease, LeaseConfig, Version};
+use casaas_core::lease::{Lease, LeaseConfig};
+use casaas_core::testkit::CountingStore;
+use casaas_core::{CasStore, Version};
 
 use crate::clients::{Etcd, RedisLock, SharedStore};
 use crate::plot;

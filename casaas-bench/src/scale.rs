@@ -10,10 +10,8 @@ use anyhow::{Context, Result};
 use async_trait::async_trait;
 use bytes::Bytes;
 use casaas_core::lease::AcquireOptions;
-use casaas_core::{
-    Capabilities, CasError, CasStore, Lease, LeaseConfig, LeaseGuard, ListEntry, StoredObject,
-    Version,
-};
+use casaas_core::lease::{Lease, LeaseConfig, LeaseGuard};
+use casaas_core::{Capabilities, CasError, CasStore, ListEntry, StoredObject, Version};
 use futures::StreamExt;
 
 use crate::section::{Section, ms};

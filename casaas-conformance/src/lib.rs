@@ -33,6 +33,7 @@
 //! ```
 
 pub mod cli;
+pub mod evidence;
 mod model;
 mod paced;
 mod prefixed;
@@ -61,3 +62,9 @@ pub use report::{
     ToolInfo, judge, rfc3339,
 };
 pub use suite::{ConformanceError, Reopen, Reopened, Suite, Target, url_with_options};
+
+/// The README's example, compiled (and run where it needs no server) as a
+/// doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;

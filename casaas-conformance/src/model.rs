@@ -308,6 +308,14 @@ pub struct ProbeResult {
 }
 
 impl ProbeResult {
+    /// The evidence read through a typed view of [`crate::evidence`];
+    /// `None` if it does not fit the view.
+    pub fn evidence_as<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
+        serde_json::to_value(&self.evidence)
+            .ok()
+            .and_then(|v| serde_json::from_value(v).ok())
+    }
+
     /// Whether this result makes the store unsafe for leases on its own:
     /// a critical probe that did not pass.
     pub fn blocks_leases(&self) -> bool {

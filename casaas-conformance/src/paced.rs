@@ -527,7 +527,8 @@ impl CasStore for PacedStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use casaas_core::{Fault, FaultConfig, FaultyStore, MemoryStore};
+    use casaas_core::MemoryStore;
+    use casaas_core::testkit::{Fault, FaultConfig, FaultyStore};
 
     fn resolving(inner: Arc<dyn CasStore>, pacer: Arc<Pacer>) -> PacedStore {
         PacedStore::new(inner, pacer, Arc::default(), Mode::Resolving)

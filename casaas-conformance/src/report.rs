@@ -131,6 +131,12 @@ pub struct Report {
 }
 
 impl Report {
+    /// The result of probe `id` (see [`crate::evidence::probe_id`]), if it
+    /// ran.
+    pub fn probe(&self, id: &str) -> Option<&ProbeResult> {
+        self.probes.iter().find(|p| p.id == id)
+    }
+
     /// Assembles a report and computes its verdict.
     #[allow(clippy::too_many_arguments)]
     pub fn new(

@@ -795,11 +795,11 @@ async fn one_write_per_second_per_key_fits_the_time_budget() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lost_answers_after_applying_are_resolved_and_judged_safe() {
     // About 30% of writes are applied, then their answer is lost.
-    let config = casaas_core::FaultConfig {
+    let config = casaas_core::testkit::FaultConfig {
         lose_response: 0.3,
         ..Default::default()
     };
-    let faulty = Arc::new(casaas_core::FaultyStore::new(
+    let faulty = Arc::new(casaas_core::testkit::FaultyStore::new(
         MemoryStore::new(),
         11,
         config,

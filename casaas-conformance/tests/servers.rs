@@ -5,7 +5,7 @@
 
 use std::process::Command;
 
-use casaas_core::contract::test_server;
+use casaas_core::testkit::test_server;
 use serde_json::Value;
 
 /// Quick run of a subset of probes against server `name`: exit status and

@@ -36,7 +36,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pointer = FencedResource::<u64>::new(store, "table/_commit")?;
     for _ in 0..3 {
         // Stop before a side effect if the lease might expire during it.
-        held.checkpoint(Duration::from_secs(2))?;
+        held.ensure_held_for(Duration::from_secs(2))?;
         let committed = pointer
             .update(held.token(), |current| current.copied().unwrap_or(0) + 1)
             .await?;

@@ -18,7 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use casaas_core::lease::FencedLog;
-use casaas_core::{CasStore, CountingStore, FileStore, MemoryStore};
+use casaas_core::testkit::CountingStore;
+use casaas_core::{CasStore, FileStore, MemoryStore};
 
 struct Args {
     entries: u64,

@@ -10,9 +10,12 @@
 //! - backends chosen by URL at run time: [`open_store`], [`register_scheme`];
 //! - the embedded backends: [`MemoryStore`] (reference semantics) and
 //!   [`FileStore`] (a real CAS across processes on one machine);
-//! - wrappers for testing and measuring any backend: [`FaultyStore`] and
-//!   [`CountingStore`];
-//! - the [`contract`] test suite every backend passes.
+//! - the protocols built on the contract, in [`lease`]: [`Lease`](lease::Lease),
+//!   leader election, the fenced resource and the fenced log.
+//!
+//! Test support (the contract suite every backend passes, fault injection,
+//! request counting, the lookup of test servers) is behind the `testkit`
+//! feature, for dev-dependencies.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -29,21 +32,19 @@
 
 #![deny(missing_docs)]
 
-pub mod contract;
 mod error;
-mod fault;
 mod file;
 pub mod lease;
 mod memory;
 mod registry;
 mod store;
 mod url;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 mod version;
 
 pub use error::{CasError, CodeTable, Delivery, ErrorKind, Operation, classify};
-pub use fault::{CountingStore, Fault, FaultConfig, FaultCounts, FaultyStore, RequestCounts};
 pub use file::FileStore;
-pub use lease::{Lease, LeaseConfig, LeaseError, LeaseGuard};
 pub use memory::MemoryStore;
 pub use registry::{
     AdapterFactory, StoreFactory, StoreFuture, open_store, open_store_url, register_adapter,
@@ -56,3 +57,8 @@ pub use url::{
     REDACTED, StoreUrl, UrlOptions, is_secret_name, parse_bool, replace_userinfo, userinfo,
 };
 pub use version::{Version, VersionPair};
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;

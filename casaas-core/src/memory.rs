@@ -21,7 +21,7 @@ struct Shared {
 ///
 /// It is the reference the other backends are compared with and the substrate
 /// of the deterministic simulation (wrap it in a
-/// [`FaultyStore`](crate::FaultyStore) to inject failures).
+/// `FaultyStore` (in the `testkit` feature) to inject failures).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use casaas_core::contract::Check;
-use casaas_core::{CasStore, ErrorKind, FaultConfig, FaultyStore, FileStore, MemoryStore, Version};
+use casaas_core::testkit::contract::Check;
+use casaas_core::testkit::{FaultConfig, FaultyStore};
+use casaas_core::{CasStore, ErrorKind, FileStore, MemoryStore, Version};
 use rstest::rstest;
 
 #[derive(Debug, Clone, Copy)]

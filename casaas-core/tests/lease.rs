@@ -10,7 +10,8 @@ use casaas_core::lease::{
     AcquireOptions, AcquireOutcome, Clock, DriftingClock, Entropy, LEASE_SCHEMA_VERSION, Lease,
     LeaseConfig, LeaseError, LeaseRecord, LostReason, SystemClock,
 };
-use casaas_core::{CasStore, ErrorKind, Fault, FaultConfig, FaultyStore, FileStore, MemoryStore};
+use casaas_core::testkit::{Fault, FaultConfig, FaultyStore};
+use casaas_core::{CasStore, ErrorKind, FileStore, MemoryStore};
 
 const KEY: &str = "locks/leader";
 
@@ -317,7 +318,7 @@ async fn renewal_precondition_failure_is_lost_at_once() {
     assert!(cancel.is_cancelled());
     assert_eq!(guard.remaining(), Duration::ZERO);
     assert!(matches!(
-        guard.checkpoint(Duration::ZERO),
+        guard.ensure_held_for(Duration::ZERO),
         Err(LeaseError::Lost(LostReason::Superseded { .. }))
     ));
     assert!(matches!(
@@ -394,14 +395,14 @@ async fn throttled_renewals_are_retried() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn checkpoint_reports_remaining_validity() {
+async fn ensure_held_for_reports_remaining_validity() {
     let store: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
     let guard = lease(&store, "a")
         .acquire(AcquireOptions::default())
         .await
         .unwrap();
-    guard.checkpoint(Duration::from_secs(9)).unwrap();
-    match guard.checkpoint(Duration::from_secs(10)) {
+    guard.ensure_held_for(Duration::from_secs(9)).unwrap();
+    match guard.ensure_held_for(Duration::from_secs(10)) {
         Err(LeaseError::InsufficientValidity {
             remaining,
             required,
@@ -624,7 +625,7 @@ async fn drift_beyond_the_bound_breaks_exclusion() {
 /// What each operation costs in requests (documented in docs/protocol.md).
 #[tokio::test(start_paused = true)]
 async fn request_costs() {
-    let counting = casaas_core::CountingStore::new(MemoryStore::new());
+    let counting = casaas_core::testkit::CountingStore::new(MemoryStore::new());
     let store: Arc<dyn CasStore> = Arc::new(counting.clone());
     let a = lease(&store, "a");
     let guard = acquired(a.try_acquire().await.unwrap());

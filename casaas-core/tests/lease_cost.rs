@@ -11,7 +11,8 @@ use casaas_core::lease::{
     AcquireOptions, AcquireOutcome, Clock, Election, Entropy, FencedLog, FencedResource, Lease,
     LeaseConfig, LeaseError, LeaseGuard, LeaseRecord, SleepFuture, SystemClock,
 };
-use casaas_core::{CasStore, CountingStore, MemoryStore, RequestCounts};
+use casaas_core::testkit::{CountingStore, RequestCounts};
+use casaas_core::{CasStore, MemoryStore};
 
 const KEY: &str = "locks/cost";
 const TTL: Duration = Duration::from_secs(10);

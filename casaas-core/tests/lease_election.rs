@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use casaas_core::lease::{Election, Leader, Lease, LeaseConfig, LeaseRecord, LostReason};
-use casaas_core::{CasStore, FaultConfig, FaultyStore, MemoryStore};
+use casaas_core::testkit::{FaultConfig, FaultyStore};
+use casaas_core::{CasStore, MemoryStore};
 use tokio_util::sync::CancellationToken;
 
 const KEY: &str = "election/primary";

@@ -8,7 +8,8 @@ use bytes::Bytes;
 use casaas_core::lease::{
     AcquireOptions, FencedLog, FencedResource, Lease, LeaseConfig, LeaseError,
 };
-use casaas_core::{CasStore, Fault, FaultConfig, FaultyStore, FileStore, MemoryStore};
+use casaas_core::testkit::{Fault, FaultConfig, FaultyStore};
+use casaas_core::{CasStore, FileStore, MemoryStore};
 
 #[tokio::test]
 async fn fenced_resource_refuses_lower_tokens() {
@@ -107,7 +108,7 @@ async fn paused_leader_is_fenced_out() {
     let old = Lease::new(store.clone(), "table/lock", "old", config.clone()).unwrap();
     let old_guard = old.acquire(AcquireOptions::default()).await.unwrap();
     // The old leader checks its lease, then pauses before writing.
-    old_guard.checkpoint(Duration::from_secs(1)).unwrap();
+    old_guard.ensure_held_for(Duration::from_secs(1)).unwrap();
     let old_token = old_guard.token();
     old_guard.abandon();
 

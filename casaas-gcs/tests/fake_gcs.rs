@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use casaas_core::contract::{test_server, unique_prefix};
+use casaas_core::testkit::{test_server, unique_prefix};
 use casaas_core::{CasStore, ErrorKind};
 use casaas_gcs::GcsStore;
 

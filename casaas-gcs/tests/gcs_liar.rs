@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use casaas_core::CasStore;
-use casaas_core::contract::{test_server, unique_prefix};
+use casaas_core::testkit::{test_server, unique_prefix};
 use casaas_gcs::GcsStore;
 
 async fn open(label: &str) -> GcsStore {

@@ -13,8 +13,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use casaas_core::lease::{AcquireOptions, FencedLog, LeaseError};
-use casaas_core::{CasStore, Lease, LeaseConfig};
+use casaas_core::CasStore;
+use casaas_core::lease::{AcquireOptions, FencedLog, Lease, LeaseConfig, LeaseError};
 use casaas_object_store::ObjectStoreCas;
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
@@ -59,7 +59,7 @@ async fn run_writer(
     .await?;
     for commit in commits {
         // Before each side effect: still the writer, with time to spare?
-        guard.checkpoint(Duration::from_secs(2))?;
+        guard.ensure_held_for(Duration::from_secs(2))?;
         let entry = log.append(guard.token(), commit).await?;
         println!(
             "{writer}: committed version {} ({:?})",

@@ -69,3 +69,9 @@ pub const OBJECT_STORE_VERSION: &str = "0.14";
 pub fn register() {
     casaas_core::register_adapter("object_store", url::open_adapter);
 }
+
+/// The README's example, compiled (and run where it needs no server) as a
+/// doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;

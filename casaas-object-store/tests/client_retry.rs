@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use casaas_core::lease::{AcquireOutcome, FencedLog};
-use casaas_core::{CasStore, ErrorKind, Lease, LeaseConfig};
+use casaas_core::lease::{AcquireOutcome, FencedLog, Lease, LeaseConfig};
+use casaas_core::{CasStore, ErrorKind};
 use casaas_object_store::ObjectStoreCas;
 use futures::stream::BoxStream;
 use object_store::memory::InMemory;

@@ -57,11 +57,11 @@ async fn local_file_system_reports_no_conditional_replace() {
     assert!(err.to_string().contains("PutMode::Update"), "{err}");
 
     // A lease refuses such a store up front rather than failing later.
-    let lease = casaas_core::Lease::new(
+    let lease = casaas_core::lease::Lease::new(
         Arc::new(store),
         "leader",
         "me",
-        casaas_core::LeaseConfig::default(),
+        casaas_core::lease::LeaseConfig::default(),
     );
     assert!(lease.is_err());
 }

@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use casaas_core::contract::{test_server, unique_prefix};
-use casaas_core::lease::AcquireOutcome;
-use casaas_core::{CasStore, ErrorKind, Lease, LeaseConfig};
+use casaas_core::lease::{AcquireOutcome, Lease, LeaseConfig};
+use casaas_core::testkit::{test_server, unique_prefix};
+use casaas_core::{CasStore, ErrorKind};
 use casaas_object_store::ObjectStoreCas;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use casaas_core::lease::{AcquireOptions, FencedLog};
-use casaas_core::{CasStore, ErrorKind, Lease, LeaseConfig};
+use casaas_core::lease::{AcquireOptions, FencedLog, Lease, LeaseConfig};
+use casaas_core::{CasStore, ErrorKind};
 use casaas_opendal::OpendalCas;
 use opendal::{Operator, services};
 
@@ -41,7 +41,7 @@ async fn commit_with_lease(
     log.append(guard.token(), format!("{writer} takes over"))
         .await?;
     for action in actions {
-        guard.checkpoint(Duration::from_secs(2))?;
+        guard.ensure_held_for(Duration::from_secs(2))?;
         let entry = log.append(guard.token(), action.to_string()).await?;
         println!("{writer}: committed version {}: {action}", entry.seq);
     }

@@ -29,7 +29,7 @@
 //! - GCS: create-if-absent, replace and delete on the generation
 //!   (`if_version_match`).
 //! - `fs`, `memory`: create-if-absent only — enough for Delta-style commit
-//!   files, not for leases (`casaas_core::Lease::new` refuses such a store).
+//!   files, not for leases (`casaas_core::lease::Lease::new` refuses such a store).
 //!
 //! Reads cost a `stat` plus a conditional read (one request for a direct
 //! provider), so that body and version always belong to the same write.
@@ -70,3 +70,9 @@ pub const OPENDAL_VERSION: &str = "0.59";
 pub fn register() {
     casaas_core::register_adapter("opendal", url::open_adapter);
 }
+
+/// The README's example, compiled (and run where it needs no server) as a
+/// doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;

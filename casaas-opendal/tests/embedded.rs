@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use casaas_core::contract::Check;
+use casaas_core::testkit::contract::Check;
 use casaas_core::{CasStore, ErrorKind};
 use casaas_opendal::OpendalCas;
 use opendal::{Operator, services};
@@ -46,8 +46,13 @@ async fn create_only_backend_honours_create(store: impl Fn() -> Arc<dyn CasStore
     assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
     // Leases refuse the store up front.
     assert!(
-        casaas_core::Lease::new(store, "leader", "me", casaas_core::LeaseConfig::default())
-            .is_err()
+        casaas_core::lease::Lease::new(
+            store,
+            "leader",
+            "me",
+            casaas_core::lease::LeaseConfig::default()
+        )
+        .is_err()
     );
 }
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use casaas_core::CasStore;
-use casaas_core::contract::{Check, run_check};
+use casaas_core::testkit::contract::{Check, run_check};
 
 async fn fresh_store() -> Arc<dyn CasStore> {
     common::server_store("fake-gcs", "opendal-fake-gcs", |store| {

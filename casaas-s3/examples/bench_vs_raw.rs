@@ -20,7 +20,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_smithy_types::retry::RetryConfig;
 use bytes::Bytes;
 use casaas_core::CasStore;
-use casaas_core::contract::{test_server, unique_prefix};
+use casaas_core::testkit::{test_server, unique_prefix};
 use casaas_s3::S3Store;
 use url::Url;
 

@@ -57,3 +57,9 @@ fn open_url(url: StoreUrl) -> StoreFuture {
         Ok(Arc::new(store) as Arc<dyn CasStore>)
     })
 }
+
+/// The README's example, compiled (and run where it needs no server) as a
+/// doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;

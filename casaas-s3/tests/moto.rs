@@ -126,7 +126,7 @@ async fn server_date_is_recorded() {
 #[tokio::test]
 async fn open_store_by_url() {
     casaas_s3::register();
-    let server = casaas_core::contract::test_server("moto");
+    let server = casaas_core::testkit::test_server("moto");
     // Credentials come from the chain; here the URL alone must still open
     // (no request is made until used).
     let store = casaas_core::open_store(&server.url).await.unwrap();
@@ -142,7 +142,7 @@ async fn open_store_by_url() {
 /// under `x%41/`, not `xA/`.
 #[tokio::test]
 async fn percent_encoded_prefix_is_decoded_once() {
-    let server = casaas_core::contract::test_server("moto");
+    let server = casaas_core::testkit::test_server("moto");
     let mut url = url::Url::parse(&server.url).unwrap();
     url.set_path("/x%2541");
     let store = casaas_s3::S3Store::builder()
@@ -155,7 +155,7 @@ async fn percent_encoded_prefix_is_decoded_once() {
         .build()
         .await
         .unwrap();
-    let key = casaas_core::contract::unique_prefix("decode-once");
+    let key = casaas_core::testkit::unique_prefix("decode-once");
     let version = store.create(&key, Bytes::from_static(b"1")).await.unwrap();
     // The object's full key, as the server lists it.
     let listed = store

@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use casaas_core::contract::{Check, run_check};
+use casaas_core::testkit::contract::{Check, run_check};
 use casaas_core::{CasStore, ErrorKind};
 
 #[tokio::test]

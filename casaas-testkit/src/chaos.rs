@@ -49,7 +49,7 @@ pub enum Event {
         /// When (monotonic ns).
         at: u64,
     },
-    /// A checkpoint passed: the worker believed it held `token` until `until`.
+    /// A lease check passed: the worker believed it held `token` until `until`.
     Belief {
         /// Worker id.
         worker: u32,

@@ -6,7 +6,7 @@
 
 use std::process::Command;
 
-use casaas_core::contract::test_server;
+use casaas_core::testkit::{server_env, test_server};
 
 const KEY_ID: &str = "AKIACHAOSLEAKCHECK01";
 const SECRET: &str = "chaos-secret-never-printed-7f3a9c1e";
@@ -16,13 +16,13 @@ fn a_chaos_run_at_trace_level_prints_no_credential() {
     let server = test_server("moto");
     let dir = tempfile::tempdir().unwrap();
     let env_file = dir.path().join("env");
-    std::fs::write(
-        &env_file,
-        format!(
-            "AWS_ACCESS_KEY_ID={KEY_ID}\nAWS_SECRET_ACCESS_KEY={SECRET}\nAWS_REGION=us-east-1\n"
-        ),
-    )
-    .unwrap();
+    let vars = [
+        ("AWS_ACCESS_KEY_ID", KEY_ID),
+        ("AWS_SECRET_ACCESS_KEY", SECRET),
+        ("AWS_REGION", "us-east-1"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()));
+    std::fs::write(&env_file, server_env::render(&server.url, &vars)).unwrap();
     let work = dir.path().join("work");
     let output = Command::new(env!("CARGO_BIN_EXE_chaos"))
         .args(["run", "--url", &server.url])

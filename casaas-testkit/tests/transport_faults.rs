@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use casaas_core::contract::{TestServer, test_server, unique_prefix};
 use casaas_core::lease::{AcquireOutcome, Lease, LeaseConfig};
+use casaas_core::testkit::{TestServer, test_server, unique_prefix};
 use casaas_core::{CasError, CasStore, ErrorKind};
 use casaas_testkit::chaos_proxy::{endpoint_of, rewrite_store_url};
 use casaas_testkit::{ChaosProxy, ProxyFault};

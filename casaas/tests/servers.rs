@@ -8,7 +8,7 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use casaas_core::contract::{TestServer, test_server, unique_prefix};
+use casaas_core::testkit::{TestServer, test_server, unique_prefix};
 use common::*;
 use nix::sys::signal::Signal;
 

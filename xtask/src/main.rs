@@ -23,6 +23,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use casaas_core::testkit::server_env;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -127,7 +128,10 @@ fn cargo(root: &PathBuf, args: &[&str]) -> Result<()> {
         .current_dir(root)
         // No test may ever reach a cloud metadata endpoint.
         .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env("CASAAS_SERVERS_DIR", root.join(".casaas").join("servers"))
+        .env(
+            server_env::SERVERS_DIR_VAR,
+            root.join(".casaas").join("servers"),
+        )
         .status()
         .with_context(|| format!("running cargo {}", args.join(" ")))?;
     if !status.success() {
@@ -143,9 +147,7 @@ fn sim(root: &PathBuf, ops: u64, seed: u64, primitives: &[String]) -> Result<()>
         "--quiet",
         "--release",
         "-p",
-        "casaas-core",
-        "--example",
-        "simulate",
+        "casaas-sim",
         "--",
         "--ops",
         &ops,
@@ -166,11 +168,11 @@ fn chaos(ctx: &servers::Ctx, root: &PathBuf, server: &str, minutes: f64, seed: u
         bail!("--minutes must be between 0 and 1440");
     }
     servers::up(ctx, &[server.to_string()])?;
-    let env_file = ctx.server_dir(server).join("env");
-    let url = std::fs::read_to_string(&env_file)?
-        .lines()
-        .find_map(|l| l.strip_prefix("CASAAS_TEST_URL=").map(str::to_string))
-        .with_context(|| format!("{} has no CASAAS_TEST_URL", env_file.display()))?;
+    let env_file = ctx.env_file(server);
+    let url = ctx.test_server(server)?.url;
+    if url.is_empty() {
+        bail!("{} has no store URL", env_file.display());
+    }
     let seconds = (minutes * 60.0).round().max(1.0) as u64;
     eprintln!("xtask: chaos against {server} for {seconds}s (seed {seed})");
     cargo(

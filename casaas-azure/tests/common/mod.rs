@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use casaas_azure::{AzureBlobStore, AzureBlobStoreBuilder};
-use casaas_core::contract::{TestServer, test_server, unique_prefix};
+use casaas_core::testkit::{TestServer, test_server, unique_prefix};
 
 pub fn server() -> TestServer {
     test_server("azurite")

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use casaas_core::{CasError, Version};
 use futures::future::BoxFuture;
 
+use crate::evidence::probe_id;
 use crate::model::{Outcome, Severity, StepError};
 use crate::probe::{Probe, ProbeContext};
 
@@ -48,7 +49,7 @@ impl Probe for BuiltIn {
 }
 
 macro_rules! builtin {
-    ($func:path, $id:literal, $severity:ident, $title:literal, $explanation:literal $(,)?) => {
+    ($func:path, $id:expr, $severity:ident, $title:literal, $explanation:literal $(,)?) => {
         Box::new(BuiltIn {
             id: $id,
             title: $title,
@@ -135,7 +136,7 @@ pub fn standard() -> Vec<Box<dyn Probe>> {
         // First: the rate it measures paces every later probe's writes.
         builtin!(
             performance::throttle,
-            "throttle",
+            probe_id::THROTTLE,
             Info,
             "Per-key write rate the store sustains",
             "A low per-key write limit bounds how short a lease TTL can be, since a holder renews about three times per TTL.",
@@ -149,7 +150,7 @@ pub fn standard() -> Vec<Box<dyn Probe>> {
         ),
         builtin!(
             semantics::create_conflict,
-            "create_conflict",
+            probe_id::CREATE_CONFLICT,
             Critical,
             "Losing create leaves the object unchanged",
             "A create that silently overwrites an existing object lets a second contender replace the holder's lease, so two processes hold the lock at once.",
@@ -163,7 +164,7 @@ pub fn standard() -> Vec<Box<dyn Probe>> {
         ),
         builtin!(
             semantics::replace_stale,
-            "replace_stale",
+            probe_id::REPLACE_STALE,
             Critical,
             "Stale replace rejected, object unchanged",
             "If a replace from an old version succeeds, a paused holder's renewal overwrites the new holder's lease and both act as holder.",
@@ -205,14 +206,14 @@ pub fn standard() -> Vec<Box<dyn Probe>> {
         ),
         builtin!(
             races::race_create,
-            "race_create",
+            probe_id::RACE_CREATE,
             Critical,
             "Concurrent creates: exactly one winner",
             "More than one winner of a create race means two processes acquire the same free lock at the same time.",
         ),
         builtin!(
             races::race_replace,
-            "race_replace",
+            probe_id::RACE_REPLACE,
             Critical,
             "Concurrent replaces from one version: exactly one winner",
             "More than one winner of a replace race means two contenders take over the same expired lease, both holding it.",
@@ -226,14 +227,14 @@ pub fn standard() -> Vec<Box<dyn Probe>> {
         ),
         builtin!(
             performance::latency,
-            "latency",
+            probe_id::LATENCY,
             Info,
             "Latency of read, create and replace",
             "High or erratic latency eats into the lease's safety margin: set the TTL well above the p99 of a replace.",
         ),
         builtin!(
             clock::clock_skew,
-            "clock_skew",
+            probe_id::CLOCK_SKEW,
             Info,
             "Server clock skew (HTTP Date header)",
             "Default leases do not rely on wall clocks; a large skew only matters for the opt-in rule that trusts record expiry times.",

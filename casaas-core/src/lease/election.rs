@@ -68,14 +68,14 @@ impl Leadership {
         self.guard.token()
     }
 
-    /// The lease guard (remaining validity, checkpoint, lost future, ...).
+    /// The lease guard (remaining validity, `ensure_held_for`, lost future, ...).
     pub fn guard(&self) -> &LeaseGuard {
         &self.guard
     }
 
-    /// See [`LeaseGuard::checkpoint`].
-    pub fn checkpoint(&self, min_remaining: Duration) -> Result<(), LeaseError> {
-        self.guard.checkpoint(min_remaining)
+    /// See [`LeaseGuard::ensure_held_for`].
+    pub fn ensure_held_for(&self, min_remaining: Duration) -> Result<(), LeaseError> {
+        self.guard.ensure_held_for(min_remaining)
     }
 
     /// See [`LeaseGuard::lost`].

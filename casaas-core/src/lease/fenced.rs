@@ -431,7 +431,7 @@ where
         )
     }
 
-    /// [`LeaseGuard::checkpoint`] with `min_remaining`, then
+    /// [`LeaseGuard::ensure_held_for`] with `min_remaining`, then
     /// [`update`](FencedResource::update) with the guard's token.
     pub async fn update_guarded<F>(
         &self,
@@ -442,7 +442,7 @@ where
     where
         F: FnMut(Option<&T>) -> T + Send,
     {
-        guard.checkpoint(min_remaining)?;
+        guard.ensure_held_for(min_remaining)?;
         self.update(guard.token(), f).await
     }
 }

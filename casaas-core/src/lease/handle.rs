@@ -95,7 +95,7 @@ pub(crate) struct Shared {
 /// A held lease. Renews itself in the background every `renew_interval`
 /// (a task spawned on the current tokio runtime, which must exist).
 ///
-/// Before each side effect, call [`checkpoint`](LeaseGuard::checkpoint) (or
+/// Before each side effect, call [`ensure_held_for`](LeaseGuard::ensure_held_for) (or
 /// pass [`token`](LeaseGuard::token) to a fenced resource, which is the only
 /// real protection against a paused holder).
 ///
@@ -517,7 +517,7 @@ impl LeaseGuard {
 
     /// Call before each side effect: `Ok` only if the lease is held with at
     /// least `min_remaining` of validity left.
-    pub fn checkpoint(&self, min_remaining: Duration) -> Result<(), LeaseError> {
+    pub fn ensure_held_for(&self, min_remaining: Duration) -> Result<(), LeaseError> {
         if let Some(reason) = self.lost_reason() {
             return Err(LeaseError::Lost(reason));
         }

@@ -34,7 +34,7 @@
 //! let lease = Lease::new(store, "locks/leader", "worker-1", LeaseConfig::default())?;
 //! let guard = lease.acquire(Default::default()).await?;
 //! assert_eq!(guard.token(), 1);
-//! guard.checkpoint(Duration::from_secs(1))?; // before each side effect
+//! guard.ensure_held_for(Duration::from_secs(1))?; // before each side effect
 //! guard.release().await?;
 //! # Ok(())
 //! # }

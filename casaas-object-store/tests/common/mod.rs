@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use casaas_core::CasStore;
-use casaas_core::contract::{TestServer, test_server, unique_prefix};
+use casaas_core::testkit::{TestServer, test_server, unique_prefix};
 use casaas_object_store::ObjectStoreCas;
 use object_store::ObjectStore;
 use object_store::StaticCredentialProvider;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use casaas_core::CasStore;
-use casaas_core::contract::{test_server, unique_prefix};
+use casaas_core::testkit::{test_server, unique_prefix};
 use casaas_s3::{S3Store, S3StoreBuilder};
 
 /// A builder for server `name`: its URL (with its quirk options), its

@@ -25,6 +25,7 @@ use anyhow::{Context, Result, bail};
 use casaas_core::lease::{
     AcquireOptions, Entropy, FencedLog, FencedResource, Lease, LeaseConfig, LeaseError,
 };
+use casaas_core::testkit::TestServer;
 use casaas_core::{CasStore, open_store};
 use casaas_testkit::chaos::{
     COUNTER_KEY, Event, LOCK_KEY, LOG_PREFIX, Observed, check, monotonic_ns, ns, parse_logs,
@@ -169,7 +170,7 @@ fn worker(args: &[String]) -> Result<()> {
             });
             let hold_until = Instant::now() + ttl.mul_f64(rng.random_range(0.05..0.6));
             while Instant::now() < hold_until {
-                if guard.checkpoint(ttl / 10).is_err() {
+                if guard.ensure_held_for(ttl / 10).is_err() {
                     break;
                 }
                 let now = monotonic_ns();
@@ -282,16 +283,6 @@ fn signal(pid: u32, sig: &str) {
         .status();
 }
 
-fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(text
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect())
-}
-
 fn run(args: &[String]) -> Result<bool> {
     let map = arg_map(args)?;
     let url: String = get(&map, "url", None)?;
@@ -303,7 +294,11 @@ fn run(args: &[String]) -> Result<bool> {
         bail!("--workers must be at least 2");
     }
     let env = match map.get("env-file") {
-        Some(path) => read_env_file(Path::new(path))?,
+        Some(path) => {
+            TestServer::read(Path::new(path))
+                .with_context(|| format!("reading {path}"))?
+                .env
+        }
         None => BTreeMap::new(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

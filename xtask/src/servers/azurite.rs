@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::{Ctx, Procs, Server, Started, npm_prefix, wait_for_http};
+use super::{Ctx, Procs, Server, Started, npm_prefix, npm_version, wait_for_http};
 
 /// The pinned release. It declares node >= 22 but runs on node 20 (npm
 /// only warns).
@@ -32,6 +32,18 @@ pub struct Azurite;
 impl Server for Azurite {
     fn name(&self) -> &'static str {
         "azurite"
+    }
+
+    fn label(&self) -> &'static str {
+        "Azurite"
+    }
+
+    fn kind(&self) -> &'static str {
+        "Azure Blob emulator (Azurite)"
+    }
+
+    fn version(&self, ctx: &Ctx) -> Option<String> {
+        npm_version(ctx, "azurite", "azurite")
     }
 
     fn install(&self, ctx: &Ctx) -> Result<()> {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::{Ctx, Procs, Server, Started, free_port, run, wait_for_http, wait_for_tcp};
+use super::{Ctx, Procs, dpkg_version, Server, Started, free_port, run, wait_for_http, wait_for_tcp};
 
 /// The Debian packages that provide the daemons and tools used below
 /// (`curl` signs the one request that creates the bucket).
@@ -48,6 +48,14 @@ pub struct Ceph;
 impl Server for Ceph {
     fn name(&self) -> &'static str {
         "ceph"
+    }
+
+    fn kind(&self) -> &'static str {
+        "Ceph RADOS Gateway, single node"
+    }
+
+    fn version(&self, _ctx: &Ctx) -> Option<String> {
+        dpkg_version("radosgw")
     }
 
     fn install(&self, _ctx: &Ctx) -> Result<()> {

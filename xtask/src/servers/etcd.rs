@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::{Ctx, Procs, Server, Started, apt_install, free_port, wait_for_http};
+use super::{Ctx, dpkg_version, Procs, Server, Started, apt_install, free_port, wait_for_http};
 
 /// The single-member etcd cluster.
 pub struct Etcd;
@@ -15,6 +15,14 @@ pub struct Etcd;
 impl Server for Etcd {
     fn name(&self) -> &'static str {
         "etcd"
+    }
+
+    fn kind(&self) -> &'static str {
+        "etcd key-value store, single member (Debian package)"
+    }
+
+    fn version(&self, _ctx: &Ctx) -> Option<String> {
+        dpkg_version("etcd-server")
     }
 
     fn install(&self, _ctx: &Ctx) -> Result<()> {

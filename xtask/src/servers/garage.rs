@@ -31,6 +31,14 @@ impl Server for Garage {
         "garage"
     }
 
+    fn kind(&self) -> &'static str {
+        "Garage, single node"
+    }
+
+    fn version(&self, ctx: &Ctx) -> Option<String> {
+        installed_version(ctx).map(|v| format!("garage {v}"))
+    }
+
     fn default_enabled(&self) -> bool {
         false
     }

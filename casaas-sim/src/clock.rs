@@ -8,7 +8,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use tokio::time::Instant;
 
-use super::lock;
+use crate::lock;
 
 /// True (simulated) time since the start of the run.
 #[derive(Debug, Clone, Copy)]

@@ -15,13 +15,13 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use super::checker::fenced_log as check;
-use super::clock::{SimClock, random_duration};
-use super::config::{Findings, Primitive, PrimitiveReport, SimConfig};
 pub use super::fenced_resource::Outcome;
 use super::fenced_resource::{freezer, outcome};
-use super::network::World;
-use super::{fnv, lock};
+use crate::checker::fenced_log as check;
+use crate::clock::{SimClock, random_duration};
+use crate::config::{Findings, Primitive, PrimitiveReport, SimConfig};
+use crate::network::World;
+use crate::{fnv, lock};
 
 /// Logs live under this prefix, one per `ENTRIES_PER_LOG` appends started,
 /// so that no log grows long enough for listing it to dominate the run.

@@ -4,7 +4,7 @@
 //! safety property.
 //!
 //! ```text
-//! cargo run --release -p casaas-core --example simulate -- --ops 100000 --seed 1
+//! cargo run --release -p casaas-sim -- --ops 100000 --seed 1
 //! ```
 //!
 //! Prints a summary per primitive (with a digest of its history: the same
@@ -13,9 +13,6 @@
 //! `ops=N violations=V` with the totals; exits with status 1 if any property
 //! was violated. See docs/simulation.md.
 
-#[path = "simulate/harness.rs"]
-mod harness;
-
 use std::process::ExitCode;
 
 /// How many violations to print in full, per primitive, by default.
@@ -23,9 +20,9 @@ const SHOWN: u64 = 5;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: simulate [--ops N] [--seed S] [--primitive NAME]... [--show N] [--wall-clock] [--broken-drift] [--broken-skew] [--no-safety-margin]\n\
+        "usage: casaas-sim [--ops N] [--seed S] [--primitive NAME]... [--show N] [--wall-clock] [--broken-drift] [--broken-skew] [--no-safety-margin]\n\
          NAME: {}",
-        harness::Primitive::ALL.map(|p| p.name()).join(", ")
+        casaas_sim::Primitive::ALL.map(|p| p.name()).join(", ")
     );
     ExitCode::from(2)
 }
@@ -63,7 +60,7 @@ fn main() -> ExitCode {
                 match args
                     .next()
                     .as_deref()
-                    .and_then(harness::Primitive::from_name)
+                    .and_then(casaas_sim::Primitive::from_name)
                 {
                     Some(p) => only.push(p),
                     None => return usage(),
@@ -80,9 +77,9 @@ fn main() -> ExitCode {
         }
     }
     let mut config = if broken {
-        harness::SimConfig::drift_beyond_bound(ops, seed)
+        casaas_sim::SimConfig::drift_beyond_bound(ops, seed)
     } else {
-        harness::SimConfig::new(ops, seed)
+        casaas_sim::SimConfig::new(ops, seed)
     };
     if wall_clock || broken_skew {
         config = config.wall_clock();
@@ -98,7 +95,7 @@ fn main() -> ExitCode {
         config = config.only(&only);
     }
     let started = std::time::Instant::now();
-    let report = match harness::run(&config) {
+    let report = match casaas_sim::run(&config) {
         Ok(report) => report,
         Err(err) => {
             eprintln!("simulation failed to run: {err}");
@@ -121,7 +118,7 @@ fn main() -> ExitCode {
         .map(|p| format!(" --primitive {}", p.name()))
         .collect();
     println!(
-        "replay: cargo run --release -p casaas-core --example simulate -- --ops {ops} --seed {seed}{primitives}{flags} (took {:.1?}, {:.0} ops/s)",
+        "replay: cargo run --release -p casaas-sim -- --ops {ops} --seed {seed}{primitives}{flags} (took {:.1?}, {:.0} ops/s)",
         started.elapsed(),
         report.ops as f64 / started.elapsed().as_secs_f64().max(1e-9)
     );

@@ -16,11 +16,11 @@ use casaas_core::lease::{Entropy, FencedResource, LeaseError};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::checker::fenced_resource as check;
-use super::clock::{SimClock, random_duration};
-use super::config::{Findings, Primitive, PrimitiveReport, SimConfig};
-use super::network::World;
-use super::{fnv, lock};
+use crate::checker::fenced_resource as check;
+use crate::clock::{SimClock, random_duration};
+use crate::config::{Findings, Primitive, PrimitiveReport, SimConfig};
+use crate::network::World;
+use crate::{fnv, lock};
 
 /// The counter every client increments.
 const COUNTER_KEY: &str = "sim/counter";

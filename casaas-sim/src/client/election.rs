@@ -12,11 +12,11 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tokio_util::sync::CancellationToken;
 
-use super::checker::election as check;
-use super::clock::{SimClock, random_duration};
-use super::config::{Findings, Primitive, PrimitiveReport, SimConfig};
-use super::network::World;
-use super::{fnv, lock};
+use crate::checker::election as check;
+use crate::clock::{SimClock, random_duration};
+use crate::config::{Findings, Primitive, PrimitiveReport, SimConfig};
+use crate::network::World;
+use crate::{fnv, lock};
 
 /// The election's lock object.
 const ELECTION_KEY: &str = "sim/election";

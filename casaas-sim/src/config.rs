@@ -3,8 +3,8 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use casaas_core::FaultConfig;
 use casaas_core::lease::{ExpiryMode, LeaseConfig};
+use casaas_core::testkit::FaultConfig;
 
 /// A public primitive the simulation drives, with a checker of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -95,7 +95,7 @@ pub struct SimConfig {
     /// (no timer fires, no request leaves, no answer arrives; a GC pause or
     /// a stopped VM) for up to `max_pause`.
     pub freeze: f64,
-    /// Probability that the holder stalls between passing its checkpoint
+    /// Probability that the holder stalls between passing its lease check
     /// and writing (the gap only fencing closes), for up to `max_pause`.
     pub stall_after_check: f64,
     /// Longest stall or freeze.
@@ -253,7 +253,7 @@ impl Report {
             let _ = writeln!(summary, "{}: {}", p.primitive.name(), p.summary);
             let _ = write!(digests, "{}={:016x};", p.primitive.name(), p.digest);
         }
-        let digest = super::fnv(&digests);
+        let digest = crate::fnv(&digests);
         let _ = write!(summary, "seed={seed} digest={digest:016x}");
         Report {
             ops: primitives.iter().map(|p| p.ops).sum(),

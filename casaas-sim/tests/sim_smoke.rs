@@ -1,13 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
-//! Smoke tests of the deterministic lease simulation (the harness of
-//! `examples/simulate.rs`): a seed replays exactly, the protocol shows no
-//! violation, and a broken configuration is caught, which proves the checker
-//! can fail.
+//! Smoke tests of the deterministic simulation: a seed replays exactly, the
+//! protocol shows no violation, and a broken configuration is caught, which
+//! proves the checker can fail.
 
-#[path = "../examples/simulate/harness.rs"]
-mod harness;
-
-use harness::{SimConfig, run};
+use casaas_sim::{SimConfig, run};
 
 const OPS: u64 = 4_000;
 

@@ -9,17 +9,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use casaas_core::testkit::{FaultCounts, FaultyStore};
 use casaas_core::{
-    Capabilities, CasError, CasStore, ErrorKind, FaultCounts, FaultyStore, ListEntry, MemoryStore,
-    StoredObject, Version,
+    Capabilities, CasError, CasStore, ErrorKind, ListEntry, MemoryStore, StoredObject, Version,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tokio_util::sync::CancellationToken;
 
-use super::clock::{Freeze, SimClock, TrueTime, spread_rates};
-use super::config::SimConfig;
-use super::lock;
+use crate::clock::{Freeze, SimClock, TrueTime, spread_rates};
+use crate::config::SimConfig;
+use crate::lock;
 
 /// Called with (true time, key, body) for every write the store applied.
 pub type ApplyHook = Arc<dyn Fn(Duration, &str, &Bytes) + Send + Sync>;

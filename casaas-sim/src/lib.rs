@@ -7,28 +7,14 @@
 //! advances only when every task waits, and a run is a function of its
 //! seed. See docs/simulation.md.
 
-#![allow(dead_code)]
-
-#[path = "checker.rs"]
 mod checker;
-#[path = "clock.rs"]
+mod client;
 mod clock;
-#[path = "config.rs"]
 mod config;
-#[path = "election.rs"]
-mod election;
-#[path = "fenced_log.rs"]
-mod fenced_log;
-#[path = "fenced_resource.rs"]
-mod fenced_resource;
-#[path = "lease.rs"]
-mod lease;
-#[path = "network.rs"]
 mod network;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-#[allow(unused_imports)]
 pub use config::{Findings, Primitive, PrimitiveReport, Report, SimConfig};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -52,14 +38,18 @@ pub fn run(config: &SimConfig) -> Result<Report, String> {
         let seed = config.seed_for(primitive);
         let report = runtime.block_on(async {
             match primitive {
-                Primitive::Lease => lease::simulate(config, ops, seed, config.clients, 1).await,
+                Primitive::Lease => {
+                    client::lease::simulate(config, ops, seed, config.clients, 1).await
+                }
                 Primitive::SharedLease => {
                     let clients = (config.clients / 2).max(2);
-                    lease::simulate(config, ops, seed, clients, 3).await
+                    client::lease::simulate(config, ops, seed, clients, 3).await
                 }
-                Primitive::Election => election::simulate(config, ops, seed).await,
-                Primitive::FencedResource => fenced_resource::simulate(config, ops, seed).await,
-                Primitive::FencedLog => fenced_log::simulate(config, ops, seed).await,
+                Primitive::Election => client::election::simulate(config, ops, seed).await,
+                Primitive::FencedResource => {
+                    client::fenced_resource::simulate(config, ops, seed).await
+                }
+                Primitive::FencedLog => client::fenced_log::simulate(config, ops, seed).await,
             }
         })?;
         primitives.push(report);

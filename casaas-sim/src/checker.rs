@@ -2,12 +2,12 @@
 //! in true time (or over what the store really holds), each returning the
 //! violations it found, described for debugging.
 
-/// `lease` and `shared_lease`: belief intervals, tokens, checkpoints, fencing.
+/// `lease` and `shared_lease`: belief intervals, tokens, held_checks, fencing.
 pub mod lease {
     use std::time::Duration;
 
-    use super::super::lease::History;
-    use super::super::secs;
+    use crate::client::lease::History;
+    use crate::secs;
 
     /// Describes guard `g` (client, task, clock rate, token) for messages.
     pub type Who<'a> = &'a dyn Fn(usize) -> String;
@@ -97,17 +97,17 @@ pub mod lease {
             .collect()
     }
 
-    /// Every checkpoint that passed lies within its guard's belief (the
-    /// guard's checkpoint agrees with its remaining validity). The end is
-    /// included: a guard released or lost at the instant of a checkpoint
+    /// Every lease check that passed lies within its guard's belief (the
+    /// guard's check agrees with its remaining validity). The end is
+    /// included: a guard released or lost at the instant of a check
     /// (same simulated time, later in execution) still held at the check.
-    pub fn checkpoints_within_belief(h: &History, who: Who<'_>, context: &str) -> Vec<String> {
-        h.checkpoints
+    pub fn held_checks_within_belief(h: &History, who: Who<'_>, context: &str) -> Vec<String> {
+        h.held_checks
             .iter()
             .filter(|&&(g, at)| !h.guards[g].beliefs.iter().any(|&(s, e)| s <= at && at <= e))
             .map(|&(g, at)| {
                 format!(
-                    "{context}: checkpoint passed outside belief: {} at {}; acquired at {}, believed {}",
+                    "{context}: held check passed outside belief: {} at {}; acquired at {}, believed {}",
                     who(g),
                     secs(at),
                     secs(h.guards[g].acquired_at),
@@ -124,7 +124,7 @@ pub mod lease {
 
     /// Fencing: every write the resource accepted carries a token no lower
     /// than any accepted before it, and came from the holder of the highest
-    /// token granted so far when it passed its checkpoint. Also returns how
+    /// token granted so far when it passed its lease check. Also returns how
     /// many writes were accepted after a newer token was granted but before
     /// its holder wrote (allowed: the window fencing leaves open).
     pub fn fencing(h: &History, context: &str) -> (Vec<String>, u64) {
@@ -151,13 +151,13 @@ pub mod lease {
                 ));
             }
             highest_accepted = highest_accepted.max(token);
-            let checkpoint = Duration::from_nanos(value.checkpoint_ns);
-            let granted = granted_before(checkpoint);
+            let checked_at = Duration::from_nanos(value.checked_at_ns);
+            let granted = granted_before(checked_at);
             if token < granted {
                 violations.push(format!(
-                    "{context}: fence: client {} wrote with token {token} (checkpoint at {}) though token {granted} was granted by then",
+                    "{context}: fence: client {} wrote with token {token} (lease checked at {}) though token {granted} was granted by then",
                     value.client,
-                    secs(checkpoint)
+                    secs(checked_at)
                 ));
             }
             if token < granted_before(at) {
@@ -210,8 +210,8 @@ pub mod lease {
 pub mod election {
     use std::time::Duration;
 
-    use super::super::election::History;
-    use super::super::secs;
+    use crate::client::election::History;
+    use crate::secs;
 
     /// The leader's work of one term never overlaps another term's work in
     /// true time: a term's work (including the cleanup after its
@@ -292,7 +292,7 @@ pub mod election {
 
 /// `fenced_resource`: exactly-once increments, judged per update.
 pub mod fenced_resource {
-    use super::super::fenced_resource::{History, Outcome};
+    use crate::client::fenced_resource::{History, Outcome};
 
     /// An update reported applied was applied exactly once.
     pub fn ok_applied_exactly_once(h: &History, context: &str) -> Vec<String> {
@@ -386,7 +386,7 @@ pub mod fenced_resource {
 pub mod fenced_log {
     use std::collections::BTreeMap;
 
-    use super::super::fenced_log::{History, Outcome, StoredEntry};
+    use crate::client::fenced_log::{History, Outcome, StoredEntry};
 
     /// Each log's entries are numbered 1, 2, ... without a gap, and every
     /// entry's recorded sequence number is its key's.
@@ -556,19 +556,18 @@ pub mod fenced_log {
 }
 
 /// Each checker, fed a history that breaks its property, reports it (and
-/// stays quiet on one that keeps it): the checkers can fail. These run with
-/// `cargo test -p casaas-core --test sim_smoke`, which includes the harness.
+/// stays quiet on one that keeps it): the checkers can fail.
 #[cfg(test)]
 #[allow(clippy::field_reassign_with_default)] // histories built up step by step
 mod tests {
     use std::collections::BTreeMap;
     use std::time::Duration;
 
-    use super::super::election::{History as ElectionHistory, NoticeAfterStop, WorkRec};
-    use super::super::fenced_log::{AppendRec, History as LogHistory, StoredEntry};
-    use super::super::fenced_resource::{History as CounterHistory, Outcome, UpdateRec};
-    use super::super::lease::{GuardRec, History as LeaseHistory, SimValue};
     use super::{election, fenced_log, fenced_resource, lease};
+    use crate::client::election::{History as ElectionHistory, NoticeAfterStop, WorkRec};
+    use crate::client::fenced_log::{AppendRec, History as LogHistory, StoredEntry};
+    use crate::client::fenced_resource::{History as CounterHistory, Outcome, UpdateRec};
+    use crate::client::lease::{GuardRec, History as LeaseHistory, SimValue};
 
     fn s(secs: u64) -> Duration {
         Duration::from_secs(secs)
@@ -600,25 +599,25 @@ mod tests {
     }
 
     #[test]
-    fn lease_checkers_report_checkpoints_tokens_and_fencing() {
+    fn lease_checkers_report_held_checks_tokens_and_fencing() {
         let mut h = LeaseHistory::default();
         h.guards = vec![guard(0, 1, 0, &[(0, 10)]), guard(1, 2, 12, &[(12, 20)])];
-        h.checkpoints = vec![(0, s(5)), (0, s(11))];
-        assert_eq!(lease::checkpoints_within_belief(&h, &who, "t").len(), 1);
+        h.held_checks = vec![(0, s(5)), (0, s(11))];
+        assert_eq!(lease::held_checks_within_belief(&h, &who, "t").len(), 1);
         h.lock_writes = vec![
             (s(0), "a".into(), 1, false),
             (s(12), "b".into(), 2, false),
             (s(13), "a".into(), 1, false),
         ];
         assert_eq!(lease::lock_token_monotonic(&h, "t").len(), 1);
-        let value = |client, token, checkpoint: u64| SimValue {
+        let value = |client, token, checked_at: u64| SimValue {
             client,
             token,
-            checkpoint_ns: checkpoint * 1_000_000_000,
+            checked_at_ns: checked_at * 1_000_000_000,
         };
         h.fenced_writes = vec![(s(5), 1, value(0, 1, 4)), (s(14), 2, value(1, 2, 13))];
         assert!(lease::fencing(&h, "t").0.is_empty());
-        // Token 1 accepted after token 2, from a checkpoint after token 2
+        // Token 1 accepted after token 2, from a lease check after token 2
         // was granted.
         h.fenced_writes.push((s(15), 1, value(0, 1, 13)));
         assert_eq!(lease::fencing(&h, "t").0.len(), 2);

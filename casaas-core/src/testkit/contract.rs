@@ -138,8 +138,8 @@ macro_rules! contract_suite {
             $(
                 #[test]
                 fn $name() {
-                    $crate::contract::run_check(
-                        $crate::contract::Check::$check,
+                    $crate::testkit::contract::run_check(
+                        $crate::testkit::contract::Check::$check,
                         super::$make,
                         $tasks,
                         $rounds,
@@ -402,77 +402,4 @@ async fn race_replace(store: Arc<dyn CasStore>, tasks: usize, rounds: usize) {
             .await
             .1;
     }
-}
-
-/// A real server started by `cargo xtask servers up NAME`, as tests see it.
-#[derive(Clone)]
-pub struct TestServer {
-    /// The casaas store URL (`CASAAS_TEST_URL` in the server's env file).
-    pub url: String,
-    /// Every variable of the env file (credentials, endpoints).
-    pub env: std::collections::BTreeMap<String, String>,
-}
-
-impl std::fmt::Debug for TestServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never print credential values.
-        f.debug_struct("TestServer")
-            .field("url", &self.url)
-            .field("env", &self.env.keys().collect::<Vec<_>>())
-            .finish()
-    }
-}
-
-impl TestServer {
-    /// The value of `name` from the env file; panics naming the variable
-    /// (never its value) if absent.
-    pub fn var(&self, name: &str) -> &str {
-        self.env
-            .get(name)
-            .map(String::as_str)
-            .unwrap_or_else(|| panic!("the test server's env file has no {name}"))
-    }
-}
-
-/// Finds the env file of server `name`, written by `cargo xtask servers up`,
-/// in `$CASAAS_SERVERS_DIR/NAME/env` or `.casaas/servers/NAME/env` in the
-/// current directory or a parent. Panics with what to run if it is missing:
-/// a provider test must never pass by skipping its server.
-pub fn test_server(name: &str) -> TestServer {
-    let candidates: Vec<std::path::PathBuf> = match std::env::var_os("CASAAS_SERVERS_DIR") {
-        Some(dir) => vec![std::path::PathBuf::from(dir).join(name).join("env")],
-        None => std::env::current_dir()
-            .unwrap()
-            .ancestors()
-            .map(|a| a.join(".casaas").join("servers").join(name).join("env"))
-            .collect(),
-    };
-    let Some(text) = candidates
-        .iter()
-        .find_map(|p| std::fs::read_to_string(p).ok())
-    else {
-        panic!(
-            "server '{name}' is not running: start it with `cargo xtask servers up {name}` \
-             (or run everything with `cargo xtask ci`)"
-        );
-    };
-    let env: std::collections::BTreeMap<String, String> = text
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    TestServer {
-        url: env.get("CASAAS_TEST_URL").cloned().unwrap_or_default(),
-        env,
-    }
-}
-
-/// A prefix no other test run uses: `casaas-test/<label>-<pid>-<random>`.
-pub fn unique_prefix(label: &str) -> String {
-    use rand::Rng;
-    format!(
-        "casaas-test/{label}-{}-{:08x}",
-        std::process::id(),
-        rand::rng().random::<u32>()
-    )
 }
