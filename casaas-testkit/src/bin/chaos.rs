@@ -48,8 +48,8 @@ const EXIT_HOLDING: f64 = 0.05;
 /// (uniform): about 280 kills and pauses in ten minutes.
 const DISRUPTION_EVERY_MS: std::ops::Range<u64> = 1200..3000;
 
-/// How long to hold, as a fraction of the TTL: mostly short holds (a few
-/// fenced writes, the next contender takes over quickly), and one in ten
+/// How long to hold, as a fraction of the TTL: mostly short holds (one round of
+/// fenced writes; the next contender takes over quickly), and one in ten
 /// long enough to renew once or twice while writing.
 fn hold_fraction(rng: &mut ChaCha8Rng) -> f64 {
     if rng.random_bool(0.1) {
