@@ -140,11 +140,11 @@ where
     tracing_subscriber::fmt()
         .with_writer(|| RedactingStderr)
         .with_ansi(false)
-        .with_env_filter(
+        .with_env_filter(sdk_capped(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
                 tracing_subscriber::EnvFilter::new("warn,casaas_core::lease=error")
             }),
-        )
+        ))
         .try_init()
         .ok();
     register_providers();
@@ -395,4 +395,18 @@ impl Progress for Bar {
             ));
         }
     }
+}
+
+/// The Azure SDK's debug and trace events print each signed request whole, with its
+/// `Authorization: SharedKey ACCOUNT:SIGNATURE` header: they stay off even
+/// at `RUST_LOG=trace`.
+fn sdk_capped(filter: tracing_subscriber::EnvFilter) -> tracing_subscriber::EnvFilter {
+    [
+        "azure_storage=info",
+        "azure_core=info",
+        "azure_storage_blobs=info",
+    ]
+    .iter()
+    .filter_map(|directive| directive.parse().ok())
+    .fold(filter, tracing_subscriber::EnvFilter::add_directive)
 }

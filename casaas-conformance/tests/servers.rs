@@ -131,3 +131,166 @@ fn gcs_liar_is_not_safe() {
     assert_eq!(code, 1, "{report:#}");
     assert_eq!(verdict(&report, "create_conflict"), "unsupported");
 }
+
+/// Credentials no output may contain: a distinctive AWS key pair and session
+/// token for moto (which accepts any), and Azurite's account key (which it
+/// checks, so the run proves the key was used).
+const MOTO_SECRETS: [&str; 2] = [
+    "conformance-trace-secret-never-printed-5b1e",
+    "conformance-trace-session-token-never-printed-77c0",
+];
+
+/// A quick run against `name` with `RUST_LOG=trace` and `env` as the only
+/// credential variables: exit status, stdout, stderr and the JSON report
+/// as written.
+fn traced_run(name: &str, env: &[(String, String)]) -> (i32, String, String, String) {
+    let server = test_server(name);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_casaas-conformance"));
+    command
+        .arg(&server.url)
+        .args(["--quick", "--format", "json", "--output"])
+        .arg(&json)
+        .env("RUST_LOG", "trace")
+        .env("AWS_EC2_METADATA_DISABLED", "true");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_") || k.starts_with("AZURE_") {
+            command.env_remove(k);
+        }
+    }
+    command.env("AWS_EC2_METADATA_DISABLED", "true");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let out = command.output().unwrap();
+    let report = std::fs::read_to_string(&json).unwrap_or_default();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        report,
+    )
+}
+
+/// Every occurrence of `marker` in `text` is followed by a redaction, never
+/// by a value.
+fn only_redacted_after(text: &str, marker: &str) -> bool {
+    text.match_indices(marker).all(|(at, _)| {
+        let rest = &text[at + marker.len()..];
+        rest.is_empty() || rest.starts_with('[') || rest.starts_with('*') || rest.starts_with('&')
+    })
+}
+
+fn assert_no_credential(name: &str, outputs: &[(&str, &str)], secrets: &[&str]) {
+    for (what, text) in outputs {
+        for secret in secrets {
+            assert!(
+                !text.contains(secret),
+                "{name}: a credential appears in {what}"
+            );
+        }
+        for marker in ["sig=", "Signature=", "x-amz-security-token: "] {
+            assert!(
+                only_redacted_after(text, marker),
+                "{name}: a signature appears in {what} after '{marker}'"
+            );
+        }
+        if let Some(at) = text.find("SharedKey devstoreaccount1:") {
+            let start = text[..at]
+                .rfind("Z \u{1b}")
+                .or_else(|| text[..at].rfind("TRACE"))
+                .unwrap_or(0);
+            let before: String = text[start..at].chars().rev().take(3000).collect();
+            let before: String = before.chars().rev().collect();
+            panic!("{name}: an Authorization header appears in {what}, after: {before}");
+        }
+    }
+}
+
+#[test]
+fn a_traced_run_against_moto_prints_no_credential() {
+    let server = test_server("moto");
+    let mut env: Vec<(String, String)> = server
+        .env
+        .iter()
+        .filter(|(k, _)| !k.starts_with("AWS_ACCESS_KEY") && !k.starts_with("AWS_SECRET"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    env.push(("AWS_ACCESS_KEY_ID".into(), "AKIACONFORMANCETRACE".into()));
+    env.push(("AWS_SECRET_ACCESS_KEY".into(), MOTO_SECRETS[0].into()));
+    env.push(("AWS_SESSION_TOKEN".into(), MOTO_SECRETS[1].into()));
+    let (code, stdout, stderr, report) = traced_run("moto", &env);
+    let parsed: Value = serde_json::from_str(&report).unwrap_or_else(|e| {
+        panic!(
+            "no JSON report ({e}); exit {code}; stderr tail: {}",
+            tail(&stderr)
+        )
+    });
+    // Any verdict will do (a loaded machine can make a probe inconclusive):
+    // what matters is that the run got that far.
+    assert!(
+        parsed["verdict"].is_string(),
+        "the run ran to a verdict: {code}"
+    );
+    assert!(
+        stderr.len() > 10_000,
+        "trace logging was on: {} bytes",
+        stderr.len()
+    );
+    assert_no_credential(
+        "moto",
+        &[
+            ("stdout", &stdout),
+            ("stderr", &stderr),
+            ("the report", &report),
+        ],
+        &MOTO_SECRETS,
+    );
+}
+
+#[test]
+fn a_traced_run_against_azurite_prints_no_credential() {
+    let server = test_server("azurite");
+    let key = server.var("AZURE_STORAGE_KEY").to_string();
+    let env: Vec<(String, String)> = server
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let (code, stdout, stderr, report) = traced_run("azurite", &env);
+    let parsed: Value = serde_json::from_str(&report).unwrap_or_else(|e| {
+        panic!(
+            "no JSON report ({e}); exit {code}; stderr tail: {}",
+            tail(&stderr)
+        )
+    });
+    // Azurite checks the shared-key signature of every request: a safe
+    // verdict means the key was used throughout.
+    // Any verdict will do (a loaded machine can make a probe inconclusive):
+    // what matters is that the run got that far.
+    assert!(
+        parsed["verdict"].is_string(),
+        "the run ran to a verdict: {code}"
+    );
+    assert!(
+        stderr.len() > 10_000,
+        "trace logging was on: {} bytes",
+        stderr.len()
+    );
+    assert_no_credential(
+        "azurite",
+        &[
+            ("stdout", &stdout),
+            ("stderr", &stderr),
+            ("the report", &report),
+        ],
+        &[&key],
+    );
+}
+
+/// The last 2000 characters of `text` (for failure messages).
+fn tail(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    chars[chars.len().saturating_sub(2000)..].iter().collect()
+}

@@ -39,6 +39,27 @@ use rand_chacha::ChaCha8Rng;
 /// stalls are longer).
 const CLIENT_TIMEOUT_S: u64 = 1;
 
+/// How often a worker exits holding the lease instead of releasing it. A
+/// takeover after a silent holder costs a whole TTL, and kills and pauses of
+/// holders produce takeovers too, so this stays low enough for the run to
+/// reach hundreds of acquisitions in ten minutes.
+const EXIT_HOLDING: f64 = 0.05;
+
+/// The harness kills or pauses one worker every this many milliseconds
+/// (uniform): about 280 kills and pauses in ten minutes.
+const DISRUPTION_EVERY_MS: std::ops::Range<u64> = 1200..3000;
+
+/// How long to hold, as a fraction of the TTL: mostly short holds (one round of
+/// fenced writes; the next contender takes over quickly), and one in ten
+/// long enough to renew once or twice while writing.
+fn hold_fraction(rng: &mut ChaCha8Rng) -> f64 {
+    if rng.random_bool(0.1) {
+        rng.random_range(0.4..1.0)
+    } else {
+        rng.random_range(0.0..0.1)
+    }
+}
+
 fn arg_map(args: &[String]) -> Result<HashMap<String, String>> {
     let mut map = HashMap::new();
     let mut it = args.iter();
@@ -168,7 +189,7 @@ fn worker(args: &[String]) -> Result<()> {
                 token,
                 at: monotonic_ns(),
             });
-            let hold_until = Instant::now() + ttl.mul_f64(rng.random_range(0.05..0.6));
+            let hold_until = Instant::now() + ttl.mul_f64(hold_fraction(&mut rng));
             while Instant::now() < hold_until {
                 if guard.ensure_held_for(ttl / 10).is_err() {
                     break;
@@ -207,9 +228,9 @@ fn worker(args: &[String]) -> Result<()> {
                     op,
                     result: outcome(&r).into(),
                 });
-                tokio::time::sleep(Duration::from_millis(rng.random_range(20..200))).await;
+                tokio::time::sleep(Duration::from_millis(rng.random_range(10..60))).await;
             }
-            if rng.random_bool(0.2) {
+            if rng.random_bool(EXIT_HOLDING) {
                 // Exit holding the lease, as a crashed process would.
                 std::process::exit(0);
             }
@@ -323,9 +344,13 @@ fn run(args: &[String]) -> Result<bool> {
         let direct_url =
             rewrite_store_url(&url, None, None, &prefix).map_err(anyhow::Error::msg)?;
         let store = open_direct(&direct_url, &env).await?;
-        // Renewals every ttl/3 must respect the store's write rate per key.
+        // Renewals every ttl/3 must respect the store's write rate per key;
+        // no more than that, since every takeover waits a whole TTL.
         let ttl_ms = match store.capabilities().min_write_interval {
-            Some(min) => ttl_ms.max(u64::try_from((min * 7 / 2).as_millis()).unwrap_or(u64::MAX)),
+            Some(min) => ttl_ms.max(
+                u64::try_from((min * 3 + Duration::from_millis(60)).as_millis())
+                    .unwrap_or(u64::MAX),
+            ),
             None => ttl_ms,
         };
         let keep_dir = map.get("work-dir").map(PathBuf::from);
@@ -352,7 +377,7 @@ fn run(args: &[String]) -> Result<bool> {
         let ttl = Duration::from_millis(ttl_ms);
         let mut paused: Vec<(u32, Instant)> = Vec::new();
         while Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(rng.random_range(800..2500))).await;
+            tokio::time::sleep(Duration::from_millis(rng.random_range(DISRUPTION_EVERY_MS))).await;
             // Thaw the workers whose pause is over.
             let now = Instant::now();
             paused.retain(|(pid, until)| {
