@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use casaas_core::contract::{test_server, unique_prefix};
+use casaas_core::testkit::{test_server, unique_prefix};
 use casaas_core::{CasStore, ErrorKind};
 use casaas_testkit::chaos_proxy::rewrite_store_url;
 
