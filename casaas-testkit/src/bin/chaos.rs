@@ -486,13 +486,14 @@ async fn open_direct(url: &str, env: &BTreeMap<String, String>) -> Result<Arc<dy
 
 /// The counter and every log entry, read raw.
 async fn observe(store: &dyn CasStore) -> Result<Observed> {
-    let counter = store.get(COUNTER_KEY).await?.map(|o| o.body);
+    let counter = with_retries(|| store.get(COUNTER_KEY)).await?.map(|o| o.body);
     let mut log_entries = BTreeMap::new();
-    for entry in store.list(&format!("{LOG_PREFIX}/")).await? {
+    let log_prefix = format!("{LOG_PREFIX}/");
+    for entry in with_retries(|| store.list(&log_prefix)).await? {
         if entry.key.ends_with("/_head") {
             continue;
         }
-        if let Some(object) = store.get(&entry.key).await? {
+        if let Some(object) = with_retries(|| store.get(&entry.key)).await? {
             log_entries.insert(entry.key, object.body);
         }
     }
@@ -500,4 +501,28 @@ async fn observe(store: &dyn CasStore) -> Result<Observed> {
         counter,
         log_entries,
     })
+}
+
+/// Runs one of the checker's reads, again after a pause when the store
+/// answered with an error that may pass (a timeout or a throttle on a
+/// machine loaded by the run itself): reads change nothing, and a verdict
+/// lost to one slow answer would leave the run without its final line.
+async fn with_retries<T, F, Fut>(read: F) -> Result<T, casaas_core::CasError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T, casaas_core::CasError>>,
+{
+    const ATTEMPTS: u32 = 6;
+    let mut attempt = 1;
+    loop {
+        match read().await {
+            Ok(value) => return Ok(value),
+            Err(e) if attempt < ATTEMPTS && e.is_retryable() => {
+                tracing::warn!(attempt, error = %e, "checker read failed; reading again");
+                tokio::time::sleep(Duration::from_millis(500 * u64::from(attempt))).await;
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
