@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use casaas_core::lease::AcquireOptions;
 use casaas_core::CasStore;
+use casaas_core::lease::AcquireOptions;
 use casaas_core::lease::{Lease, LeaseConfig, LeaseError};
 use casaas_core::testkit::CountingStore;
 

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use casaas_core::lease::AcquireOptions;
 use casaas_core::CasStore;
+use casaas_core::lease::AcquireOptions;
 use casaas_core::lease::{Lease, LeaseConfig};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};

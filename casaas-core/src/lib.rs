@@ -38,9 +38,9 @@ pub mod lease;
 mod memory;
 mod registry;
 mod store;
-mod url;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+mod url;
 mod version;
 
 pub use error::{CasError, CodeTable, Delivery, ErrorKind, Operation, classify};

@@ -25,8 +25,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use casaas_core::testkit::{TestServer, test_server, unique_prefix};
 use casaas_core::lease::{AcquireOutcome, Lease, LeaseConfig, LeaseError};
+use casaas_core::testkit::{TestServer, test_server, unique_prefix};
 use casaas_core::{CasError, CasStore, open_store};
 use casaas_testkit::chaos_proxy::{endpoint_of, rewrite_store_url};
 

@@ -486,7 +486,9 @@ async fn open_direct(url: &str, env: &BTreeMap<String, String>) -> Result<Arc<dy
 
 /// The counter and every log entry, read raw.
 async fn observe(store: &dyn CasStore) -> Result<Observed> {
-    let counter = with_retries(|| store.get(COUNTER_KEY)).await?.map(|o| o.body);
+    let counter = with_retries(|| store.get(COUNTER_KEY))
+        .await?
+        .map(|o| o.body);
     let mut log_entries = BTreeMap::new();
     let log_prefix = format!("{LOG_PREFIX}/");
     for entry in with_retries(|| store.list(&log_prefix)).await? {

@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::{Ctx, Procs, dpkg_version, Server, Started, free_port, run, wait_for_http, wait_for_tcp};
+use super::{
+    Ctx, Procs, Server, Started, dpkg_version, free_port, run, wait_for_http, wait_for_tcp,
+};
 
 /// The Debian packages that provide the daemons and tools used below
 /// (`curl` signs the one request that creates the bucket).

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::{Ctx, dpkg_version, Procs, Server, Started, apt_install, free_port, wait_for_http};
+use super::{Ctx, Procs, Server, Started, apt_install, dpkg_version, free_port, wait_for_http};
 
 /// The single-member etcd cluster.
 pub struct Etcd;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::{Ctx, dpkg_version, Procs, Server, Started, apt_install, wait_for_tcp};
+use super::{Ctx, Procs, Server, Started, apt_install, dpkg_version, wait_for_tcp};
 
 /// One Redis server.
 pub struct Redis;
