@@ -400,7 +400,7 @@ impl Progress for Bar {
 /// The Azure SDK's debug and trace events print each signed request whole, with its
 /// `Authorization: SharedKey ACCOUNT:SIGNATURE` header: they stay off even
 /// at `RUST_LOG=trace`.
-fn sdk_capped(filter: tracing_subscriber::EnvFilter) -> tracing_subscriber::EnvFilter {
+pub fn sdk_capped(filter: tracing_subscriber::EnvFilter) -> tracing_subscriber::EnvFilter {
     [
         "azure_storage=info",
         "azure_core=info",

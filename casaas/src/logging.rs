@@ -79,7 +79,9 @@ pub fn init(format: LogFormat, verbose: u8) {
         1 => "warn,casaas=info,casaas_core=info",
         _ => "debug",
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let filter = casaas_conformance::cli::sdk_capped(
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default)),
+    );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(RedactingStderr);
