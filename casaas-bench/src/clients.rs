@@ -17,43 +17,17 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-/// `KEY=VALUE` lines of a server's env file.
+/// The variables of a server's env file.
 pub fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(text
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect())
+    Ok(casaas_core::testkit::server_env::parse(&text))
 }
 
 /// Opens a casaas store from `url`, with the credentials of `env` (a
 /// server's env file) where the provider needs them.
 pub async fn open(url: &str, env: &BTreeMap<String, String>) -> Result<Arc<dyn CasStore>> {
-    if url.starts_with("s3://") {
-        let (Some(key), Some(secret)) = (
-            env.get("AWS_ACCESS_KEY_ID"),
-            env.get("AWS_SECRET_ACCESS_KEY"),
-        ) else {
-            bail!("the env file gives no AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY for {url}");
-        };
-        let store = casaas_s3::S3Store::builder()
-            .url(url)?
-            .static_credentials(key, secret)
-            .build()
-            .await?;
-        return Ok(Arc::new(store));
-    }
-    if url.starts_with("az://") {
-        let store = casaas_azure::AzureBlobStoreBuilder::from_url_with_env(url, |name| {
-            env.get(name).cloned()
-        })?
-        .build()
-        .await?;
-        return Ok(Arc::new(store));
-    }
-    Ok(casaas_core::open_store(url).await?)
+    casaas_testkit::open_with_env(url, env).await
 }
 
 /// A shared store as a `CasStore` of its own, so it can be wrapped

@@ -18,7 +18,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -343,7 +342,7 @@ fn run(args: &[String]) -> Result<bool> {
                 .map_err(anyhow::Error::msg)?;
         let direct_url =
             rewrite_store_url(&url, None, None, &prefix).map_err(anyhow::Error::msg)?;
-        let store = open_direct(&direct_url, &env).await?;
+        let store = casaas_testkit::open_with_env(&direct_url, &env).await?;
         // Renewals every ttl/3 must respect the store's write rate per key;
         // no more than that, since every takeover waits a whole TTL.
         let ttl_ms = match store.capabilities().min_write_interval {
@@ -453,35 +452,6 @@ fn run(args: &[String]) -> Result<bool> {
         }
         Ok(verdict.violations() == 0)
     })
-}
-
-/// A store straight on the server (no proxy), with the run's credentials.
-async fn open_direct(url: &str, env: &BTreeMap<String, String>) -> Result<Arc<dyn CasStore>> {
-    if url.starts_with("s3://") {
-        let (Some(key), Some(secret)) = (
-            env.get("AWS_ACCESS_KEY_ID"),
-            env.get("AWS_SECRET_ACCESS_KEY"),
-        ) else {
-            bail!(
-                "the env file gives no AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY for the checker"
-            );
-        };
-        let store = casaas_s3::S3Store::builder()
-            .url(url)?
-            .static_credentials(key, secret)
-            .build()
-            .await?;
-        return Ok(Arc::new(store));
-    }
-    if url.starts_with("az://") {
-        let store = casaas_azure::AzureBlobStoreBuilder::from_url_with_env(url, |name| {
-            env.get(name).cloned()
-        })?
-        .build()
-        .await?;
-        return Ok(Arc::new(store));
-    }
-    Ok(open_store(url).await?)
 }
 
 /// The counter and every log entry, read raw.

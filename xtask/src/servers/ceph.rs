@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use super::{
-    Ctx, Procs, Server, Started, dpkg_version, free_port, run, wait_for_http, wait_for_tcp,
+    Ctx, Procs, Server, Started, apt_install, dpkg_version, free_port, run, wait_for_http,
+    wait_for_tcp,
 };
 
 /// The Debian packages that provide the daemons and tools used below
@@ -61,37 +62,7 @@ impl Server for Ceph {
     }
 
     fn install(&self, _ctx: &Ctx) -> Result<()> {
-        if BINARIES.iter().all(|b| on_path(b)) {
-            return Ok(());
-        }
-        let started = Instant::now();
-        run(Command::new("apt-get").args(["update", "-qq"]))?;
-        run(Command::new("apt-get")
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .args([
-                "install",
-                "-y",
-                "-qq",
-                "--no-install-recommends",
-                // A throwaway test install: skip the fsyncs, and skip the
-                // manual pages and docs (so man-db's slow reindex never runs).
-                "-o",
-                "Dpkg::Options::=--force-unsafe-io",
-                "-o",
-                "Dpkg::Options::=--path-exclude=/usr/share/man/*",
-                "-o",
-                "Dpkg::Options::=--path-exclude=/usr/share/doc/*",
-            ])
-            .args(PACKAGES))?;
-        eprintln!(
-            "xtask: ceph: apt-get installed {} in {:.1} s",
-            PACKAGES.join(" "),
-            started.elapsed().as_secs_f64()
-        );
-        if let Some(missing) = BINARIES.iter().find(|b| !on_path(b)) {
-            bail!("apt-get install finished but `{missing}` is still not on PATH");
-        }
-        Ok(())
+        apt_install("ceph", PACKAGES, BINARIES)
     }
 
     fn start(&self, _ctx: &Ctx, port: u16, procs: &mut Procs) -> Result<Started> {
@@ -316,16 +287,6 @@ fn random_uuid() -> Result<String> {
         .context("reading a random UUID")?
         .trim()
         .to_string())
-}
-
-/// Is `program` an executable file in one of the PATH directories?
-fn on_path(program: &str) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).any(|d| {
-        fs::metadata(d.join(program))
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    })
 }
 
 #[cfg(test)]
