@@ -57,9 +57,17 @@ fn verdict<'a>(report: &'a Value, id: &str) -> &'a str {
 const CORE: &str =
     "create_conflict,replace_stale,missing_key,race_create,race_replace,lease_protocol";
 
+/// Every critical probe but the races and the lease protocol (whose
+/// acquirers race): moto's conditional writes are not atomic, so a race
+/// there may have two winners whatever the client does
+/// (casaas-testkit/tests/server_races.rs).
 #[test]
-fn moto_is_safe() {
-    let (code, report) = probe("moto", &format!("{CORE},s3_etag_forms,clock_skew"));
+fn moto_passes_all_but_the_races() {
+    let (code, report) = probe(
+        "moto",
+        "create_if_absent,create_conflict,replace_if_match,replace_stale,missing_key,\
+         s3_etag_forms,clock_skew",
+    );
     assert_eq!(code, 0, "{report:#}");
     assert_eq!(report["verdict"], "safe");
     assert_eq!(report["summary"], "SAFE FOR LEASES");

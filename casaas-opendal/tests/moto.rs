@@ -12,7 +12,12 @@ async fn fresh_store() -> Arc<dyn CasStore> {
     common::server_store("moto", "opendal-moto", |store| store).await
 }
 
-casaas_core::contract_suite!(fresh_store, tasks = 8, rounds = 20);
+// No race checks on moto: its conditional writes are not atomic (two
+// concurrent writes conditioned on one state can both succeed; see
+// casaas-testkit/tests/server_races.rs), so a round with two winners there
+// proves nothing about this backend. The races run on Ceph RGW, Azurite,
+// fake-gcs and the embedded backends.
+casaas_core::contract_suite!(fresh_store, tasks = 8, rounds = 20, races = false);
 
 #[tokio::test]
 async fn capabilities_claim_create_and_replace() {
