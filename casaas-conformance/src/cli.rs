@@ -57,7 +57,10 @@ struct Cli {
     /// Concurrent writers in each race round.
     #[arg(long, default_value_t = 8, value_name = "N")]
     concurrency: usize,
-    /// Race rounds (default 10 with --quick, 100 otherwise).
+    /// Race rounds, exactly. By default each race runs at least 10 rounds
+    /// (--quick) or 100, then more for up to 10 s or 30 s (at most 300 or
+    /// 2000 rounds), so that a store whose races break only now and then
+    /// is caught.
     #[arg(long, value_name = "R")]
     rounds: Option<usize>,
     /// Pace writes to one key to at most one per this interval (e.g. `1s`,

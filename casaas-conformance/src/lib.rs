@@ -51,7 +51,10 @@ pub use model::{
 };
 pub use paced::{IntervalSource, Pacer, PacingReport};
 pub use prefixed::PrefixedStore;
-pub use probe::{NoProgress, Probe, ProbeContext, Progress, ServerClock, Settings};
+pub use probe::{
+    NoProgress, Probe, ProbeContext, Progress, RacePlan, ServerClock, Settings,
+    detectable_race_rate,
+};
 pub use probes::{S3_ONLY_PROBES, UnavailableProbe};
 pub use redact::{
     REDACTED, redact_text, redact_url, register_secret, register_secrets_from_env,

@@ -19,7 +19,9 @@ pub struct Settings {
     pub quick: bool,
     /// Concurrent writers in each race round.
     pub concurrency: usize,
-    /// Race rounds; `None` picks the mode's default (10 quick, 100 thorough).
+    /// Race rounds, exactly; `None` lets each race run the mode's
+    /// [`RacePlan`]: a minimum of rounds, then more until its time budget
+    /// is spent.
     pub rounds: Option<usize>,
     /// The longest one probe may take before it is reported as an error.
     pub probe_timeout: Duration,
@@ -55,9 +57,31 @@ impl Settings {
         }
     }
 
-    /// Rounds of each race.
+    /// How many rounds each race runs: exactly `rounds` when given,
+    /// otherwise the mode's plan.
+    pub fn race_plan(&self) -> RacePlan {
+        match self.rounds {
+            Some(n) => RacePlan {
+                min_rounds: n,
+                max_rounds: n,
+                budget: Duration::ZERO,
+            },
+            None if self.quick => RacePlan {
+                min_rounds: 10,
+                max_rounds: 300,
+                budget: Duration::from_secs(10),
+            },
+            None => RacePlan {
+                min_rounds: 100,
+                max_rounds: 2000,
+                budget: Duration::from_secs(30),
+            },
+        }
+    }
+
+    /// The fewest rounds each race runs (what the report states).
     pub fn race_rounds(&self) -> usize {
-        self.rounds.unwrap_or(if self.quick { 10 } else { 100 })
+        self.race_plan().min_rounds
     }
 
     /// Write-then-read rounds of the read-after-write probe.
@@ -78,6 +102,44 @@ impl Settings {
             (5000, Duration::from_secs(20))
         }
     }
+}
+
+/// How long a race probe goes on.
+///
+/// A store whose conditional writes are not atomic lets two racers win only
+/// now and then (about one round in a hundred on moto 5.2), and a probe
+/// that runs too few rounds calls it safe. So a race runs `min_rounds`,
+/// then keeps going while its time `budget` lasts, up to `max_rounds`: a
+/// fast store gets many rounds (a thousand rounds catch a race of one round
+/// in a hundred with near certainty), a slow or throttling store still
+/// finishes in time. A round that broke exclusion ends the extension: the
+/// verdict is settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RacePlan {
+    /// Rounds always run.
+    pub min_rounds: usize,
+    /// Rounds never exceeded.
+    pub max_rounds: usize,
+    /// Rounds past `min_rounds` start only while the race has run for less
+    /// than this.
+    pub budget: Duration,
+}
+
+impl RacePlan {
+    /// Whether round number `started` (0-based) should start, `elapsed`
+    /// into the race, with `broken` rounds found so far.
+    pub fn should_start(&self, started: usize, elapsed: Duration, broken: bool) -> bool {
+        started < self.min_rounds || (started < self.max_rounds && elapsed < self.budget && !broken)
+    }
+}
+
+/// The smallest per-round rate of a race that `rounds` clean rounds would
+/// have shown with 99% probability: `1 - 0.01^(1/rounds)`.
+pub fn detectable_race_rate(rounds: usize) -> f64 {
+    if rounds == 0 {
+        return 1.0;
+    }
+    1.0 - 0.01f64.powf(1.0 / rounds as f64)
 }
 
 /// A backend hook: the server's own clock, as stated in the HTTP `Date`

@@ -728,6 +728,21 @@ fn render(
             }
         }
     }
+    // What other tests found on a server, which the probes above may miss.
+    for server in servers::all() {
+        if !runs
+            .iter()
+            .any(|r| server_of(&r.target.name) == Some(server.name()))
+        {
+            continue;
+        }
+        for finding in server.known_findings() {
+            failures.push_str(&format!(
+                "- **{}** (found by other tests, not reliably by the probes): {finding}\n",
+                server.name()
+            ));
+        }
+    }
     if !failures.is_empty() {
         md.push_str("\n### Findings\n\n");
         md.push_str(&failures);
@@ -765,6 +780,36 @@ mod tests {
         assert_eq!(server_of("memory"), None);
         assert_eq!(kind_of("azurite+opendal"), "Azurite via OpenDAL 0.59");
         assert_eq!(kind_of("moto+object_store"), "moto via object_store 0.14");
+    }
+
+    #[test]
+    fn a_servers_known_findings_are_printed_beside_the_probes() {
+        let run = |name: &str| Run {
+            target: Target {
+                name: name.into(),
+                kind: kind_of(name),
+                version: "moto 5.2.1".into(),
+                url: None,
+                env: Vec::new(),
+            },
+            report: None,
+            exit: None,
+            problem: Some("could not start".into()),
+            seconds: 0.0,
+        };
+        let md = render(&[run("moto")], &[], false, "cargo xtask vendor-matrix", "x");
+        assert!(md.contains("### Findings"), "{md}");
+        assert!(md.contains("- **moto** (found by other tests"), "{md}");
+        assert!(md.contains("**not atomic**"), "{md}");
+        // Only for servers in the run.
+        let md = render(
+            &[run("azurite")],
+            &[],
+            false,
+            "cargo xtask vendor-matrix",
+            "x",
+        );
+        assert!(!md.contains("**moto**"), "{md}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -11,7 +12,7 @@ use tokio::sync::Barrier;
 
 use super::{answer_label, nonce};
 use crate::model::{Outcome, StepError, StepExt};
-use crate::probe::ProbeContext;
+use crate::probe::{ProbeContext, detectable_race_rate};
 
 #[derive(Default)]
 struct Tally {
@@ -60,8 +61,16 @@ impl Tally {
         }
     }
 
+    /// Rounds that broke exclusion: two winners, a write stored although
+    /// its writer was refused, or a winner whose write is not the one kept.
+    fn unsafe_rounds(&self) -> u64 {
+        self.multiple_winners as u64 + self.phantom_writes + self.wrong_stored
+    }
+
     fn outcome(self, what: &str, concurrency: usize, started: Instant) -> Outcome {
-        let unsafe_rounds = self.multiple_winners as u64 + self.phantom_writes + self.wrong_stored;
+        let unsafe_rounds = self.unsafe_rounds();
+        // Only rounds with one winner are evidence of exclusion.
+        let detectable = detectable_race_rate(self.one_winner);
         let reruns = if self.reruns > 0 {
             format!(
                 " ({} rounds without a winner were run again on a fresh key)",
@@ -72,8 +81,10 @@ impl Tally {
         };
         let outcome = if unsafe_rounds == 0 && self.no_winner == 0 {
             Outcome::pass(format!(
-                "{} rounds of {concurrency} concurrent {what}: exactly one winner each{reruns}",
-                self.rounds
+                "{} rounds of {concurrency} concurrent {what}: exactly one winner each{reruns}; \
+                 a race in {:.2}% of rounds or more would have shown with 99% probability",
+                self.rounds,
+                detectable * 100.0
             ))
         } else if unsafe_rounds == 0 {
             // No winner is no evidence of exclusion: every racer was refused,
@@ -109,6 +120,7 @@ impl Tally {
             .with("phantom_writes", self.phantom_writes)
             .with("racers_throttled_out", self.throttled_out)
             .with("rounds_run_again", self.reruns)
+            .with("detectable_race_rate_99", (detectable * 1e4).round() / 1e4)
             .with("loser_answers", self.answers)
             .with("duration_ms", started.elapsed().as_millis() as u64)
     }
@@ -239,21 +251,33 @@ fn parallel_rounds(cx: &ProbeContext) -> usize {
     }
 }
 
-/// Runs `rounds` rounds of `round(attempt_key_suffix)`, merging tallies.
-async fn run_rounds<F, Fut>(cx: &ProbeContext, rounds: usize, round: F) -> Result<Tally, StepError>
+/// Runs rounds of `round(round_number)` as the settings' [`RacePlan`]
+/// says, merging tallies: the plan's minimum, then more while its budget
+/// lasts, unless a round broke exclusion or failed.
+async fn run_rounds<F, Fut>(cx: &ProbeContext, round: F) -> Result<Tally, StepError>
 where
     F: Fn(usize) -> Fut,
     Fut: std::future::Future<Output = Result<Tally, StepError>>,
 {
-    let done = std::sync::atomic::AtomicU64::new(0);
-    let results: Vec<Result<Tally, StepError>> = futures::stream::iter(0..rounds)
+    let plan = cx.settings().race_plan();
+    let started = Instant::now();
+    let settled = AtomicBool::new(false);
+    let done = AtomicU64::new(0);
+    let results: Vec<Result<Tally, StepError>> = futures::stream::iter(0..plan.max_rounds)
+        .take_while(|r| {
+            let go = plan.should_start(*r, started.elapsed(), settled.load(Ordering::Relaxed));
+            std::future::ready(go)
+        })
         .map(|r| {
             let fut = round(r);
-            let done = &done;
+            let (done, settled) = (&done, &settled);
             async move {
                 let result = fut.await;
-                let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                cx.step(n, rounds as u64);
+                if result.as_ref().map_or(true, |t| t.unsafe_rounds() > 0) {
+                    settled.store(true, Ordering::Relaxed);
+                }
+                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                cx.step(n, n.max(plan.min_rounds as u64));
                 result
             }
         })
@@ -271,10 +295,9 @@ pub(super) async fn race_create(cx: &ProbeContext) -> Result<Outcome, StepError>
     let racers = cx.racing_store();
     let reader = cx.store();
     let concurrency = cx.settings().concurrency.max(2);
-    let rounds = cx.settings().race_rounds();
     let started = Instant::now();
     let run = nonce();
-    let tally = run_rounds(cx, rounds, |round| {
+    let tally = run_rounds(cx, |round| {
         let run = run.clone();
         async move {
             let mut tally = Tally::default();
@@ -310,10 +333,9 @@ pub(super) async fn race_replace(cx: &ProbeContext) -> Result<Outcome, StepError
     let racers = cx.racing_store();
     let store = cx.store();
     let concurrency = cx.settings().concurrency.max(2);
-    let rounds = cx.settings().race_rounds();
     let started = Instant::now();
     let run = nonce();
-    let tally = run_rounds(cx, rounds, |round| {
+    let tally = run_rounds(cx, |round| {
         let run = run.clone();
         async move {
             let mut tally = Tally::default();

@@ -108,6 +108,14 @@ pub trait Server {
     fn default_enabled(&self) -> bool {
         true
     }
+    /// What other tests found about this server that the conformance
+    /// probes do not reproduce reliably (a race that shows only under
+    /// load), each with the test and the figures: printed in the vendor
+    /// matrix beside the probes' findings, so that a pass there is not read
+    /// as the whole truth.
+    fn known_findings(&self) -> &'static [&'static str] {
+        &[]
+    }
 }
 
 /// Every server xtask knows, in start order.
