@@ -11,11 +11,17 @@
 use std::error::Error as _;
 
 use casaas_core::{CasError, Delivery, ErrorKind, Operation, classify};
-use object_store::client::{HttpError, HttpErrorKind};
+
+// This file, `store.rs` and `version.rs` are compiled once per object_store
+// line (the crate root for 0.14, `v0_13` for 0.13): they name the library
+// only as the parent's `os`.
+use super::os;
+
+use os::client::{HttpError, HttpErrorKind};
 
 /// The HTTP status object_store's message names, if any. Its retry error
 /// type is private, but its message reads "... status code: 503 ...".
-fn status_in(err: &object_store::Error) -> Option<u16> {
+fn status_in(err: &os::Error) -> Option<u16> {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = source {
         let text = e.to_string();
@@ -34,7 +40,7 @@ fn status_in(err: &object_store::Error) -> Option<u16> {
 }
 
 /// The transport-level kind of the failure, if the chain holds one.
-fn http_kind(err: &object_store::Error) -> Option<HttpErrorKind> {
+fn http_kind(err: &os::Error) -> Option<HttpErrorKind> {
     let mut source = err.source();
     while let Some(e) = source {
         if let Some(http) = e.downcast_ref::<HttpError>() {
@@ -66,8 +72,8 @@ fn code_table(op: Operation, status: Option<u16>, code: Option<&str>) -> Option<
 /// Maps `err` from an operation on `key`. Condition failures
 /// (`AlreadyExists`, `Precondition`) map to [`ErrorKind::PreconditionFailed`]
 /// here; the store decides separately whether they may hide its own write.
-pub(crate) fn map_error(err: object_store::Error, op: Operation, key: &str) -> CasError {
-    use object_store::Error as E;
+pub(crate) fn map_error(err: os::Error, op: Operation, key: &str) -> CasError {
+    use os::Error as E;
     let status = status_in(&err);
     let (code, message) = match &err {
         E::NotFound { .. } => ("NotFound", "the object is not there".to_string()),
@@ -145,7 +151,7 @@ mod tests {
 
     #[test]
     fn condition_failures_are_precondition_failed() {
-        let err = object_store::Error::AlreadyExists {
+        let err = os::Error::AlreadyExists {
             path: "p".into(),
             source: boxed("Server returned non-2xx status code: 412 Precondition Failed: "),
         };
@@ -157,14 +163,14 @@ mod tests {
 
     #[test]
     fn generic_failures_of_writes_are_ambiguous() {
-        let err = object_store::Error::Generic {
+        let err = os::Error::Generic {
             store: "S3",
             source: boxed("Server returned non-2xx status code: 503 Service Unavailable: "),
         };
         let mapped = map_error(err, Operation::Replace, "k");
         assert_eq!(mapped.kind(), ErrorKind::Ambiguous);
         assert!(mapped.may_have_taken_effect());
-        let err = object_store::Error::Generic {
+        let err = os::Error::Generic {
             store: "S3",
             source: boxed("Server returned non-2xx status code: 503 Service Unavailable: "),
         };
@@ -174,7 +180,7 @@ mod tests {
             map_error(err, Operation::Get, "k").kind(),
             ErrorKind::Ambiguous
         );
-        let err = object_store::Error::Generic {
+        let err = os::Error::Generic {
             store: "S3",
             source: boxed("Server returned non-2xx status code: 429 Too Many Requests: "),
         };
@@ -186,7 +192,7 @@ mod tests {
 
     #[test]
     fn missing_update_is_unsupported() {
-        let err = object_store::Error::NotImplemented {
+        let err = os::Error::NotImplemented {
             operation: "PutMode::Update".into(),
             implementer: "LocalFileSystem".into(),
         };

@@ -38,9 +38,13 @@
 //! # Versions
 //!
 //! This crate is built against object_store 0.14 ([`OBJECT_STORE_VERSION`]);
-//! the client handed to [`ObjectStoreCas::new`] must come from the same major
-//! version (a 0.13 `Arc<dyn ObjectStore>` is a different type). docs/adapters.md
-//! describes the version policy and how a 0.13 application can use casaas.
+//! the client handed to [`ObjectStoreCas::new`] must come from the same
+//! release line (a 0.13 `Arc<dyn ObjectStore>` is a different type). For
+//! applications on object_store 0.13 (DataFusion, delta-rs), the cargo
+//! feature `object_store_0_13` adds `v0_13::ObjectStoreCas`: the same
+//! adapter compiled against 0.13, taking a 0.13 `Arc<dyn ObjectStore>`. The
+//! `object_store+` URLs ([`register`]) always build 0.14 clients.
+//! docs/adapters.md describes the version policy.
 //!
 //! # URLs
 //!
@@ -53,13 +57,27 @@
 
 #![deny(missing_docs)]
 
+// The adapter (`error.rs`, `store.rs`, `version.rs`) names object_store only
+// as `os`, so that `v0_13` compiles the same files against 0.13.
+use object_store as os;
+
 mod error;
 mod store;
 pub mod url;
+#[cfg(feature = "object_store_0_13")]
+pub mod v0_13;
 mod version;
 
 pub use store::ObjectStoreCas;
 pub use version::ObjectVersion;
+
+/// The first lines of the adapter's doc examples, naming this line's types.
+macro_rules! doc_imports {
+    () => {
+        "use casaas_object_store::ObjectStoreCas;\nuse object_store as os;"
+    };
+}
+use doc_imports;
 
 /// The object_store release line this crate is built against.
 pub const OBJECT_STORE_VERSION: &str = "0.14";

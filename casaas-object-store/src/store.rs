@@ -7,17 +7,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use async_trait::async_trait;
 use bytes::Bytes;
 use casaas_core::{
-    Capabilities, CasError, CasStore, ErrorKind, ListEntry, StoredObject, Version, validate_key,
-    validate_prefix,
+    Capabilities, CasError, CasStore, ErrorKind, ListEntry, Operation, StoredObject, Version,
+    validate_key, validate_prefix,
 };
 use futures::{StreamExt, TryStreamExt};
-use object_store::path::Path;
-use object_store::{GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
-use casaas_core::Operation;
+// The object_store line this copy is compiled against (see `error.rs`).
+use super::os;
 
-use crate::error::map_error;
-use crate::version::{ObjectVersion, PRODUCED_BY, update_version};
+use os::path::Path;
+use os::{GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+
+use super::error::map_error;
+use super::version::{ObjectVersion, PRODUCED_BY, update_version};
 
 /// How many `head` requests [`ObjectStoreCas::list`] runs at once when it
 /// completes versions a listing left out.
@@ -31,10 +33,9 @@ const HEAD_CONCURRENCY: usize = 8;
 /// use std::sync::Arc;
 /// use bytes::Bytes;
 /// use casaas_core::{CasStore, ErrorKind};
-/// use casaas_object_store::ObjectStoreCas;
-/// use object_store::memory::InMemory;
+#[doc = super::doc_imports!()]
 ///
-/// let client: Arc<dyn object_store::ObjectStore> = Arc::new(InMemory::new());
+/// let client: Arc<dyn os::ObjectStore> = Arc::new(os::memory::InMemory::new());
 /// let store = ObjectStoreCas::new(client, "tables/t1/_locks")?;
 /// let v1 = store.create("writer", Bytes::from_static(b"a")).await?;
 /// let err = store.create("writer", Bytes::from_static(b"b")).await.unwrap_err();
@@ -297,7 +298,7 @@ impl CasStore for ObjectStoreCas {
         let path = self.path(key);
         let result = match self.client.get_opts(&path, GetOptions::default()).await {
             Ok(result) => result,
-            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(os::Error::NotFound { .. }) => return Ok(None),
             Err(err) => return Err(map_error(err, Operation::Get, key)),
         };
         let version =
@@ -369,7 +370,7 @@ impl CasStore for ObjectStoreCas {
         } else {
             Some(self.path(directory))
         };
-        let metas: Vec<object_store::ObjectMeta> = self
+        let metas: Vec<os::ObjectMeta> = self
             .client
             .list(listed_under.as_ref())
             .try_collect()
@@ -400,7 +401,7 @@ impl CasStore for ObjectStoreCas {
                         .version_of(meta.e_tag, meta.version, &key)
                         .map(|version| Some(ListEntry { key, version })),
                     // Deleted between the listing and the head.
-                    Err(object_store::Error::NotFound { .. }) => Ok(None),
+                    Err(os::Error::NotFound { .. }) => Ok(None),
                     Err(err) => Err(map_error(err, Operation::List, &key)),
                 }
             })
@@ -418,7 +419,7 @@ impl CasStore for ObjectStoreCas {
             .with_note("object_store has no conditional delete")
             .with_note(format!(
                 "through object_store {}",
-                crate::OBJECT_STORE_VERSION
+                super::OBJECT_STORE_VERSION
             ));
         caps.create_if_absent = self.create_if_absent;
         caps.replace_if_match = self.replace_if_match;

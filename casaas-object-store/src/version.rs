@@ -2,7 +2,11 @@
 //! and the condition `PutMode::Update` takes from it.
 
 use casaas_core::VersionPair;
-use object_store::UpdateVersion;
+
+// The object_store line this copy is compiled against (see `error.rs`).
+use super::os;
+
+use os::UpdateVersion;
 
 /// The identity of one stored write as object_store reports it.
 pub type ObjectVersion = VersionPair;

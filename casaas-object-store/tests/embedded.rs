@@ -1,5 +1,7 @@
 //! The adapter on object_store's embedded stores: the contract suite on
-//! `InMemory`, what `LocalFileSystem` can and cannot do, and opening by URL.
+//! `InMemory`, what `LocalFileSystem` can and cannot do (both in
+//! `shared/embedded.rs`, which `embedded_0_13.rs` runs on 0.13), and opening
+//! by URL.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;
@@ -7,101 +9,18 @@ use std::sync::Arc;
 use bytes::Bytes;
 use casaas_core::{CasStore, ErrorKind};
 use casaas_object_store::ObjectStoreCas;
-use object_store::ObjectStore;
-use object_store::local::LocalFileSystem;
-use object_store::memory::InMemory;
+use object_store as os;
 
-async fn fresh_store() -> Arc<dyn CasStore> {
-    let client: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    Arc::new(ObjectStoreCas::new(client, "tables/t1/_locks").unwrap())
-}
+include!("shared/embedded.rs");
 
-casaas_core::contract_suite!(fresh_store, tasks = 8, rounds = 50);
-
-#[tokio::test]
-async fn local_file_system_reports_no_conditional_replace() {
-    let dir = tempfile::tempdir().unwrap();
-    let client: Arc<dyn ObjectStore> =
-        Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
-    let store = ObjectStoreCas::new(client, "locks").unwrap();
-    let caps = store.capabilities();
-    assert!(caps.create_if_absent, "{caps:?}");
-    assert!(!caps.replace_if_match, "{caps:?}");
-    assert!(!caps.conditional_delete, "{caps:?}");
-
-    // Create-if-absent works (the Delta commit-file pattern needs no more).
-    let v1 = store
-        .create("00001.json", Bytes::from_static(b"a"))
-        .await
-        .unwrap();
-    let err = store
-        .create("00001.json", Bytes::from_static(b"b"))
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::PreconditionFailed, "{err}");
-    let stored = store.get("00001.json").await.unwrap().unwrap();
-    assert_eq!(
-        (stored.body, stored.version.clone()),
-        (Bytes::from_static(b"a"), v1)
+#[test]
+fn capabilities_name_the_line() {
+    let client: Arc<dyn os::ObjectStore> = Arc::new(os::memory::InMemory::new());
+    let caps = ObjectStoreCas::new(client, "p").unwrap().capabilities();
+    assert!(
+        caps.notes.iter().any(|n| n == "through object_store 0.14"),
+        "{caps:?}"
     );
-    let listed = store.list("").await.unwrap();
-    assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].key, "00001.json");
-
-    // Replace is refused before any request, and says why.
-    let err = store
-        .replace("00001.json", &stored.version, Bytes::from_static(b"c"))
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
-    assert!(err.to_string().contains("PutMode::Update"), "{err}");
-
-    // A lease refuses such a store up front rather than failing later.
-    let lease = casaas_core::lease::Lease::new(
-        Arc::new(store),
-        "leader",
-        "me",
-        casaas_core::lease::LeaseConfig::default(),
-    );
-    assert!(lease.is_err());
-}
-
-#[tokio::test]
-async fn keys_with_reserved_characters_round_trip() {
-    let store = fresh_store().await;
-    for key in ["a b", "é/ü", "100%", "x#y", "sub/[1]"] {
-        let v = store
-            .create(key, Bytes::from(key.to_string()))
-            .await
-            .unwrap();
-        let got = store.get(key).await.unwrap().unwrap();
-        assert_eq!((got.body, got.version), (Bytes::from(key.to_string()), v));
-    }
-    let mut keys: Vec<String> = store
-        .list("")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.key)
-        .collect();
-    keys.sort();
-    assert_eq!(keys, ["100%", "a b", "sub/[1]", "x#y", "é/ü"]);
-}
-
-#[tokio::test]
-async fn list_matches_partial_segments() {
-    let store = fresh_store().await;
-    for key in ["log", "logs/a", "logsx", "other"] {
-        store.create(key, Bytes::new()).await.unwrap();
-    }
-    let keys: Vec<String> = store
-        .list("log")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.key)
-        .collect();
-    assert_eq!(keys, ["log", "logs/a", "logsx"]);
 }
 
 #[tokio::test]
@@ -138,28 +57,4 @@ async fn open_by_url() {
     .unwrap();
     let caps = store.capabilities();
     assert!(!caps.create_if_absent && !caps.replace_if_match, "{caps:?}");
-}
-
-#[tokio::test]
-async fn declared_limits_are_reported_and_enforced() {
-    let client: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let store = ObjectStoreCas::new(client.clone(), "p")
-        .unwrap()
-        .conditional_replace(false);
-    let caps = store.capabilities();
-    assert!(caps.create_if_absent && !caps.replace_if_match, "{caps:?}");
-    let v = store.create("k", Bytes::from_static(b"x")).await.unwrap();
-    let err = store
-        .replace("k", &v, Bytes::from_static(b"y"))
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
-
-    let store = ObjectStoreCas::new(client, "p")
-        .unwrap()
-        .conditional_put(false);
-    let caps = store.capabilities();
-    assert!(!caps.create_if_absent && !caps.replace_if_match, "{caps:?}");
-    let err = store.create("new", Bytes::new()).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
 }
