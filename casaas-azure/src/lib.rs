@@ -56,6 +56,27 @@ pub use store::AzureBlobStore;
 /// The URL scheme this crate registers.
 pub const SCHEME: &str = "az";
 
+/// `tracing` filter directives that keep the Azure SDK's request dumps off.
+///
+/// Its debug and trace events print each signed request whole, with its
+/// `Authorization: SharedKey ACCOUNT:SIGNATURE` header. A program that lets
+/// its users raise the log level (`RUST_LOG=trace`) adds these directives
+/// to its filter after the user's, so they win:
+///
+/// ```
+/// let mut filter = String::from("trace");
+/// for cap in casaas_azure::SDK_LOG_CAPS {
+///     filter.push(',');
+///     filter.push_str(cap);
+/// }
+/// assert!(filter.ends_with("azure_storage_blobs=info"));
+/// ```
+pub const SDK_LOG_CAPS: [&str; 3] = [
+    "azure_storage=info",
+    "azure_core=info",
+    "azure_storage_blobs=info",
+];
+
 /// Registers the `az://` scheme with [`casaas_core::open_store`].
 /// Idempotent.
 pub fn register() {

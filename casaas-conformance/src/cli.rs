@@ -400,16 +400,15 @@ impl Progress for Bar {
     }
 }
 
-/// The Azure SDK's debug and trace events print each signed request whole, with its
-/// `Authorization: SharedKey ACCOUNT:SIGNATURE` header: they stay off even
-/// at `RUST_LOG=trace`.
+/// `filter` with the Azure SDK's request dumps kept off even at
+/// `RUST_LOG=trace` ([`casaas_azure::SDK_LOG_CAPS`]: they print the signed
+/// `Authorization` header). Without the `azure` feature there is no Azure
+/// SDK to cap.
 pub fn sdk_capped(filter: tracing_subscriber::EnvFilter) -> tracing_subscriber::EnvFilter {
-    [
-        "azure_storage=info",
-        "azure_core=info",
-        "azure_storage_blobs=info",
-    ]
-    .iter()
-    .filter_map(|directive| directive.parse().ok())
-    .fold(filter, tracing_subscriber::EnvFilter::add_directive)
+    #[cfg(feature = "azure")]
+    let filter = casaas_azure::SDK_LOG_CAPS
+        .iter()
+        .filter_map(|directive| directive.parse().ok())
+        .fold(filter, tracing_subscriber::EnvFilter::add_directive);
+    filter
 }

@@ -138,16 +138,26 @@ pub fn validate_bucket(bucket: &str) -> Result<(), CasError> {
 }
 
 /// An endpoint URL without trailing `/`; a bare `host:port` (the
-/// `STORAGE_EMULATOR_HOST` form) gets `http://`.
+/// `STORAGE_EMULATOR_HOST` form) gets `http://`. A bare form with a path
+/// (`ftp//host`, a scheme missing its colon) is refused, not read as a host.
 pub fn normalize_endpoint(endpoint: &str) -> Result<String, CasError> {
     let endpoint = endpoint.trim().trim_end_matches('/');
-    let full = if endpoint.contains("://") {
-        endpoint.to_string()
-    } else {
+    let bare = !endpoint.contains("://");
+    let full = if bare {
         format!("http://{endpoint}")
+    } else {
+        endpoint.to_string()
     };
     match Url::parse(&full) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => Ok(full),
+        Ok(u)
+            if matches!(u.scheme(), "http" | "https")
+                && u.host_str().is_some()
+                && !(bare && endpoint.contains('/'))
+                && u.query().is_none()
+                && u.fragment().is_none() =>
+        {
+            Ok(full)
+        }
         _ => Err(CasError::misconfigured(format!(
             "endpoint {endpoint:?} is not an http(s) URL such as http://127.0.0.1:4443"
         ))),
@@ -273,6 +283,8 @@ mod tests {
             ("gs://b1b/p?timeout=-1", "positive number of seconds"),
             ("gs://b1b/p?anonymous=maybe", "must be true or false"),
             ("gs://b1b/p?endpoint=ftp://x", "not an http(s) URL"),
+            ("gs://b1b/p?endpoint=ftp//nowhere", "not an http(s) URL"),
+            ("gs://b1b/p?endpoint=127.0.0.1:4443/x", "not an http(s) URL"),
             ("gs://user:pw@b1b/p", "credentials never go"),
             ("gs://b1b:99/p", "not a host:port"),
             ("gs://b1b/a//b", "bad prefix"),

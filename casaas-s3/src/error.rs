@@ -130,6 +130,14 @@ fn message(kind: ErrorKind, ctx: &Context<'_>, code: &str) -> String {
              (see the vendor notes in docs/providers/s3.md)",
             ctx.location
         ),
+        ErrorKind::Unauthorized if code == "SignatureDoesNotMatch" => format!(
+            "{verb}: the store refused the request's signature: the secret access key does not \
+             belong to the access key id (or the clock is far off); check both"
+        ),
+        ErrorKind::Unauthorized if code == "InvalidAccessKeyId" => format!(
+            "{verb}: the store does not know the access key id: check AWS_ACCESS_KEY_ID or the \
+             profile in use"
+        ),
         ErrorKind::Unauthorized => format!(
             "{verb}: the store rejected the credentials or they lack permission on bucket '{}' \
              (the needed actions are s3:GetObject, s3:PutObject, s3:DeleteObject and s3:ListBucket)",
@@ -248,4 +256,32 @@ fn chain(err: &(dyn StdError + 'static)) -> String {
         next = e.source();
     }
     parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> Context<'static> {
+        Context {
+            op: Operation::Get,
+            key: "locks/a",
+            bucket: "b",
+            location: "http://127.0.0.1:9000",
+        }
+    }
+
+    #[test]
+    fn refused_credentials_say_which_part_is_wrong() {
+        let wrong_secret = message(ErrorKind::Unauthorized, &ctx(), "SignatureDoesNotMatch");
+        assert!(wrong_secret.contains("secret access key"), "{wrong_secret}");
+        let unknown_id = message(ErrorKind::Unauthorized, &ctx(), "InvalidAccessKeyId");
+        assert!(
+            unknown_id.contains("does not know the access key id"),
+            "{unknown_id}"
+        );
+        let denied = message(ErrorKind::Unauthorized, &ctx(), "AccessDenied");
+        assert!(denied.contains("s3:PutObject"), "{denied}");
+        assert!(denied.contains("bucket 'b'"), "{denied}");
+    }
 }

@@ -13,10 +13,9 @@
 //!
 //! What a server cannot show, and where it is shown instead:
 //! - moto and fake-gcs check no credentials at all (moto accepts any
-//!   signature, fake-gcs any token), so wrong credentials and
-//!   permission-denied answers are shown on Azurite, which checks shared-key
-//!   signatures and SAS permissions. Ceph checks signatures and users too,
-//!   and is not started by these tests.
+//!   signature, fake-gcs any token), so wrong credentials are shown on
+//!   Azurite (shared-key signatures) and Ceph RGW (S3 signatures), and
+//!   permission-denied answers on Azurite (SAS permissions).
 //! - The file backend runs as whoever runs the tests (often root here), so a
 //!   read-only directory denies nothing; it is left out of the permission
 //!   cases.
@@ -561,6 +560,63 @@ async fn wrong_azure_key_is_refused_and_writes_nothing() {
     );
 }
 
+/// Ceph RGW checks S3 signatures (moto does not): a wrong secret for a
+/// known key, and a key Ceph has never heard of, are each refused with a
+/// message that says which, and nothing is written.
+#[tokio::test]
+async fn wrong_s3_credentials_on_ceph_are_refused_and_write_nothing() {
+    const WRONG_SECRET: &str = "bad-input-wrong-ceph-secret-never-shown-91d0";
+    const UNKNOWN_KEY_ID: &str = "AKIABADINPUTUNKNOWN1";
+    let server = test_server("ceph");
+    let key_id = server.var("AWS_ACCESS_KEY_ID").to_string();
+    let secret = server.var("AWS_SECRET_ACCESS_KEY").to_string();
+    let (url, prefix) = fresh_url(&server, "bad-input-wrong-ceph-key");
+    let with = |id: String, secret: String| {
+        let url = url.clone();
+        async move {
+            let store = casaas_s3::S3Store::builder()
+                .url(&url)
+                .unwrap()
+                .static_credentials(id, secret)
+                .build()
+                .await
+                .unwrap();
+            Arc::new(store) as Arc<dyn CasStore>
+        }
+    };
+    let good = with(key_id.clone(), secret.clone()).await;
+    let mut cases = Vec::new();
+    for (label, store) in [
+        (
+            "wrong secret",
+            with(key_id.clone(), WRONG_SECRET.into()).await,
+        ),
+        (
+            "unknown key",
+            with(UNKNOWN_KEY_ID.into(), secret.clone()).await,
+        ),
+    ] {
+        cases.push((
+            format!("{label}, acquire"),
+            acquire_error(&store, Duration::from_secs(30)).await,
+        ));
+        cases.push((
+            format!("{label}, read"),
+            store.get(LOCK_KEY).await.unwrap_err().to_string(),
+        ));
+    }
+    assert!(
+        good.get(LOCK_KEY).await.unwrap().is_none(),
+        "nothing written"
+    );
+    check_and_snapshot(
+        "wrong_credentials_ceph",
+        &cases,
+        &[&secret, WRONG_SECRET],
+        &[(&prefix, "[PREFIX]")],
+    );
+}
+
 // ----------------------------------------------------- permission denied
 
 /// A container SAS that may read and list but not write: Azurite checks
@@ -696,16 +752,18 @@ async fn missing_buckets_and_containers_say_so_and_are_not_created() {
         .replace("s3://casaas-test/", &format!("s3://{missing}/"));
     let store = s3_store(&url).await.unwrap();
     cases.push(("s3".to_string(), acquire_error(&store, bound).await));
-    // Not checked here: a plain `get` on moto's missing bucket answers
-    // "absent" (Ok(None)) instead of an error, although moto sends
-    // NoSuchBucket; the acquire's create then names the bucket.
+    // A plain read says so too: NoSuchBucket is not "absent".
+    let read = store.get(LOCK_KEY).await.unwrap_err();
+    assert!(read.is_bucket_missing(), "{read}");
 
     let url = fake_gcs
         .url
         .replace("gs://casaas-test/", &format!("gs://{missing}/"));
     let store = gcs_store(&url).await.unwrap();
     cases.push(("gcs".to_string(), acquire_error(&store, bound).await));
-    // Likewise on fake-gcs: a `get` in the missing bucket answers "absent".
+    // Not checked: fake-gcs answers a read in a missing bucket with the same
+    // bare 404 "Not Found" as a missing object, so a `get` there says
+    // "absent" (real GCS names the bucket); the acquire's create then does.
 
     let url = azurite
         .url

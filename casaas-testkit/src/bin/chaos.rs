@@ -87,11 +87,18 @@ where
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
+    // The Azure SDK's request dumps carry the signed Authorization header:
+    // capped even at RUST_LOG=trace, as in the shipped binaries.
+    let filter = casaas_azure::SDK_LOG_CAPS
+        .iter()
+        .filter_map(|directive| directive.parse().ok())
+        .fold(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
+            tracing_subscriber::EnvFilter::add_directive,
+        );
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
     let args: Vec<String> = std::env::args().skip(1).collect();
