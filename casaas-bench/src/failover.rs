@@ -26,10 +26,12 @@ pub struct FailoverRow {
     pub system: String,
     /// Kill → contender holds, ms.
     pub samples: Vec<f64>,
-    /// `ttl·(1+ρ) + retry_period + one request`, ms (casaas only).
+    /// `LeaseConfig::failover_bound` with the store's measured read and
+    /// write p99, ms (casaas only).
     pub bound_ms: Option<f64>,
-    /// The "one request" term: p99 of a GET on the store, ms.
-    pub request_ms: Option<f64>,
+    /// The request terms of the bound: p99 of a GET and of a conditional
+    /// write on the store, ms.
+    pub requests_ms: Option<(f64, f64)>,
 }
 
 /// All systems.
@@ -77,15 +79,30 @@ async fn kill(child: &mut Child) -> Result<Instant> {
     Ok(killed)
 }
 
-/// p99 of a GET of the lock object: the "one request" of the bound.
-async fn request_p99(store: &dyn CasStore) -> Result<f64> {
-    let mut samples = Vec::new();
-    for _ in 0..50 {
+/// p99 of a GET of the lock object and of a conditional write (of a key of
+/// its own): the request terms of the bound, in ms.
+async fn requests_p99(store: &dyn CasStore) -> Result<(f64, f64)> {
+    let (mut reads, mut writes) = (Vec::new(), Vec::new());
+    let scratch = format!("{KEY}-write-latency");
+    let mut version = match store.get(&scratch).await? {
+        Some(object) => object.version,
+        None => {
+            store
+                .create(&scratch, bytes::Bytes::from_static(b"0"))
+                .await?
+        }
+    };
+    for i in 0..50u32 {
         let started = Instant::now();
         store.get(KEY).await?;
-        samples.push(started.elapsed().as_secs_f64() * 1e3);
+        reads.push(started.elapsed().as_secs_f64() * 1e3);
+        let started = Instant::now();
+        version = store
+            .replace(&scratch, &version, bytes::Bytes::from(i.to_string()))
+            .await?;
+        writes.push(started.elapsed().as_secs_f64() * 1e3);
     }
-    Ok(percentile(&samples, 99.0))
+    Ok((percentile(&reads, 99.0), percentile(&writes, 99.0)))
 }
 
 /// casaas on `target`: `trials` kills at `ttl`.
@@ -133,13 +150,16 @@ pub async fn casaas(
         samples.push(held_at.duration_since(killed).as_secs_f64() * 1e3);
         guard.release().await?;
     }
-    let request = request_p99(store.as_ref()).await?;
-    let bound = config.takeover_wait(config.ttl) + config.retry_period;
+    let (read, write) = requests_p99(store.as_ref()).await?;
+    let bound = config.failover_bound(
+        Duration::from_secs_f64(read / 1e3),
+        Duration::from_secs_f64(write / 1e3),
+    );
     Ok(FailoverRow {
         system: format!("casaas {}", target.name),
         samples,
-        bound_ms: Some(bound.as_secs_f64() * 1e3 + request),
-        request_ms: Some(request),
+        bound_ms: Some(bound.as_secs_f64() * 1e3),
+        requests_ms: Some((read, write)),
     })
 }
 
@@ -183,7 +203,7 @@ pub async fn etcd(exe: &Path, endpoint: &str, trials: usize, ttl: Duration) -> R
         system: "etcd".into(),
         samples,
         bound_ms: None,
-        request_ms: None,
+        requests_ms: None,
     })
 }
 
@@ -205,21 +225,23 @@ impl FailoverResult {
              contender in the benchmark process starts waiting (`Lease::acquire`, polling every \
              `retry_period` = {} ms), and after a random pause the holder is SIGKILLed. The figure \
              is the time from the kill until the contender holds the lock. The documented bound \
-             (docs/protocol.md, *Liveness*) is `ttl·(1+ρ) + retry_period + one request` with \
-             ρ = `drift_margin` = {ceph_drift}; \"one request\" is the p99 of a GET on that store, \
-             measured after the trials. etcd is measured the same way: the holder keeps a session \
+             (docs/protocol.md, *Liveness*; `LeaseConfig::failover_bound`) is \
+             `ttl·(1+ρ) + retry_period + 2·poll_jitter + read + write` with ρ = `drift_margin` = \
+             {ceph_drift} and `poll_jitter` = `retry_period`/5 = {} ms; read and write are the p99 \
+             of a GET and of a conditional write on that store, measured after the trials. etcd is measured the same way: the holder keeps a session \
              lease of the same TTL alive (keepalive every TTL/3) and holds the lock under it; the \
              contender's Lock call blocks until the lease expires and etcd deletes the holder's key.\n\n\
              Times below the TTL are expected: the contender counts the TTL from the moment it \
              first saw the holder's last renewal, which is often before the kill (the holder's own \
              validity is counted from when it sent that renewal, earlier still, so exclusion \
              holds). The worst case is a kill right after a renewal the contender has not seen yet: \
-             one poll to see it, then the full `ttl·(1+ρ)`, then at most one poll's jitter and one \
-             request.\n\n",
+             one poll (and its jitter) to see it, then the full `ttl·(1+ρ)`, then at most one \
+             poll's jitter past that moment, a read and the takeover write.\n\n",
             self.ttl.as_millis(),
-            config.retry_period.as_millis()
+            config.retry_period.as_millis(),
+            config.poll_jitter().as_millis()
         ));
-        md.push_str("| system | trials | p50 ms | p99 ms | max ms | one request (GET p99) ms | bound ms | p99 within bound |\n|---|---|---|---|---|---|---|---|\n");
+        md.push_str("| system | trials | p50 ms | p99 ms | max ms | read / write p99 ms | bound ms | p99 within bound |\n|---|---|---|---|---|---|---|---|\n");
         for row in &self.rows {
             let s = summarize(&row.samples);
             let (bound, within) = match row.bound_ms {
@@ -233,7 +255,11 @@ impl FailoverResult {
                 ms(s.p50),
                 ms(s.p99),
                 ms(s.max),
-                row.request_ms.map_or("–".into(), ms),
+                row.requests_ms.map_or("–".into(), |(read, write)| format!(
+                    "{} / {}",
+                    ms(read),
+                    ms(write)
+                )),
                 bound,
                 within
             ));

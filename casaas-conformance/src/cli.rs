@@ -309,6 +309,16 @@ async fn open_target(cli: &Cli) -> Result<Opened, Usage> {
         let url = format!("file://{}", dir.path().display());
         return Ok((Target::new(store, url), Vec::new(), Some(dir)));
     };
+    if casaas_core::adapter_of(url).is_some() {
+        // `object_store+…`, `opendal+…`: the adapter parses the rest with its
+        // library's rules, and casaas options do not apply, so there is
+        // nothing to reopen with.
+        let store = casaas_core::open_store(url)
+            .await
+            .map_err(|e| open_error(url, &e, cli.create_bucket))?;
+        create_bucket_if_asked(cli, &store).await?;
+        return Ok((Target::new(store, url), Vec::new(), None));
+    }
     let parsed = StoreUrl::parse(url).map_err(|e| open_error(url, &e, cli.create_bucket))?;
     let store = casaas_core::open_store_url(parsed.clone())
         .await
@@ -319,14 +329,7 @@ async fn open_target(cli: &Cli) -> Result<Opened, Usage> {
                 None => Usage(err),
             }
         })?;
-    if cli.create_bucket {
-        store.create_bucket().await.map_err(|e| {
-            Usage(anyhow::anyhow!(
-                "--create-bucket: {}",
-                redact_text(&e.to_string())
-            ))
-        })?;
-    }
+    create_bucket_if_asked(cli, &store).await?;
     #[cfg(feature = "s3")]
     if let Some(s3) = (store.as_ref() as &dyn std::any::Any).downcast_ref::<casaas_s3::S3Store>() {
         // The S3-only probes need the raw S3 client.
@@ -343,6 +346,20 @@ async fn open_target(cli: &Cli) -> Result<Opened, Usage> {
         Vec::new(),
         None,
     ))
+}
+
+/// `--create-bucket`: creates the bucket (or container) where the backend
+/// supports it.
+async fn create_bucket_if_asked(cli: &Cli, store: &Arc<dyn CasStore>) -> Result<(), Usage> {
+    if cli.create_bucket {
+        store.create_bucket().await.map_err(|e| {
+            Usage(anyhow::anyhow!(
+                "--create-bucket: {}",
+                redact_text(&e.to_string())
+            ))
+        })?;
+    }
+    Ok(())
 }
 
 /// Opens a store URL again with options added, to prove them.

@@ -160,6 +160,21 @@ pub fn url_with_options(url: &str, options: &[String]) -> Result<String, CasErro
         .to_string())
 }
 
+/// The scheme a report names: `s3`, or `object_store+s3` for an adapter
+/// URL (whose adapter name is no URL scheme).
+fn scheme_of(url: &str) -> String {
+    match casaas_core::adapter_of(url) {
+        Some(adapter) => {
+            let inner = &url[adapter.len() + 1..];
+            let scheme = inner.split_once(':').map_or("", |(scheme, _)| scheme);
+            format!("{adapter}+{scheme}")
+        }
+        None => StoreUrl::parse(url)
+            .map(|u| u.scheme().to_string())
+            .unwrap_or_default(),
+    }
+}
+
 /// An ordered set of probes.
 pub struct Suite {
     probes: Vec<Box<dyn Probe>>,
@@ -358,9 +373,7 @@ impl Suite {
             BackendReport {
                 url: target.url.clone(),
                 description: redact_text(&target.store.describe()),
-                scheme: StoreUrl::parse(&target.url)
-                    .map(|u| u.scheme().to_string())
-                    .unwrap_or_default(),
+                scheme: scheme_of(&target.url),
                 prefix: run_prefix,
                 capabilities,
                 declared_capabilities: declared,

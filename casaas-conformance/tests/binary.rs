@@ -267,3 +267,35 @@ fn min_write_interval_is_validated() {
     assert_eq!(json["pacing"]["min_write_interval_ms"], 20);
     assert_eq!(json["pacing"]["interval_source"], "option");
 }
+
+/// `NAME+URL` adapter URLs are opened by the adapter, not parsed as store
+/// URLs (`object_store` is no valid URL scheme): the binary probes the stack
+/// a table format runs on.
+#[test]
+fn adapter_urls_are_probed_through_their_adapter() {
+    for (url, scheme) in [
+        ("object_store+memory:///conformance", "object_store+memory"),
+        ("opendal+memory:///conformance", "opendal+memory"),
+    ] {
+        let out = conformance(&[
+            url,
+            "--quick",
+            "--rounds",
+            "3",
+            "--format",
+            "json",
+            "--only",
+            "create_if_absent,create_conflict",
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{url}: {}\n{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(json["backend"]["scheme"], scheme, "{url}");
+        assert_eq!(json["verdict"], "safe", "{url}: {json:#}");
+    }
+}

@@ -47,8 +47,8 @@ pub use error::{CasError, CodeTable, Delivery, ErrorKind, Operation, classify};
 pub use file::FileStore;
 pub use memory::MemoryStore;
 pub use registry::{
-    AdapterFactory, StoreFactory, StoreFuture, open_store, open_store_url, register_adapter,
-    register_scheme, registered_schemes,
+    AdapterFactory, StoreFactory, StoreFuture, adapter_of, open_store, open_store_url,
+    register_adapter, register_scheme, registered_schemes,
 };
 pub use store::{
     Capabilities, CasStore, ListEntry, MAX_KEY_LEN, StoredObject, validate_key, validate_prefix,

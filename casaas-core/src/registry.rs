@@ -38,16 +38,38 @@ pub fn register_adapter(name: &str, factory: AdapterFactory) {
         .insert(name.to_ascii_lowercase(), factory);
 }
 
-/// The adapter and inner URL of `NAME+URL`, if `NAME` is registered.
-fn adapter_for(url: &str) -> Option<(AdapterFactory, String)> {
+/// The registered adapter that a `NAME+URL` names (`object_store` for
+/// `object_store+s3://bucket/prefix`), or `None` for a URL that no adapter
+/// takes. Such a URL is opened by [`open_store`], never by
+/// [`StoreUrl::parse`]: `NAME` need not be a valid URL scheme.
+///
+/// ```
+/// casaas_core::register_adapter("doc_adapter", |inner| {
+///     Box::pin(async move { casaas_core::open_store(&inner).await })
+/// });
+/// assert_eq!(
+///     casaas_core::adapter_of("doc_adapter+memory://x/p").as_deref(),
+///     Some("doc_adapter")
+/// );
+/// assert_eq!(casaas_core::adapter_of("memory://x/p"), None);
+/// ```
+pub fn adapter_of(url: &str) -> Option<String> {
+    adapter_for(url).map(|(name, _, _)| name)
+}
+
+/// The adapter's name, factory and inner URL of `NAME+URL`, if `NAME` is
+/// registered.
+fn adapter_for(url: &str) -> Option<(String, AdapterFactory, String)> {
     let scheme = &url[..url.find(':')?];
     let (name, _) = scheme.split_once('+')?;
+    let name = name.to_ascii_lowercase();
     let factory = adapters()
         .read()
         .unwrap_or_else(|p| p.into_inner())
-        .get(&name.to_ascii_lowercase())
+        .get(&name)
         .copied()?;
-    Some((factory, url[name.len() + 1..].to_string()))
+    let inner = url[name.len() + 1..].to_string();
+    Some((name, factory, inner))
 }
 
 fn registry() -> &'static RwLock<HashMap<String, StoreFactory>> {
@@ -108,7 +130,7 @@ pub fn registered_schemes() -> Vec<String> {
 /// # }
 /// ```
 pub async fn open_store(url: &str) -> Result<Arc<dyn CasStore>, CasError> {
-    if let Some((factory, inner)) = adapter_for(url) {
+    if let Some((_, factory, inner)) = adapter_for(url) {
         return factory(inner).await;
     }
     open_store_url(StoreUrl::parse(url)?).await

@@ -658,3 +658,136 @@ async fn request_costs() {
     assert_eq!(c.replace - before.replace, 1);
     assert_eq!(guard.token(), 3);
 }
+
+/// The store as a holder sees it until it "crashes": once armed, the next
+/// write that succeeds is its last, and every later call hangs, as a killed
+/// process's would.
+#[derive(Debug)]
+struct MortalStore {
+    inner: Arc<dyn CasStore>,
+    armed: std::sync::atomic::AtomicBool,
+    died_at: Mutex<Option<tokio::time::Instant>>,
+}
+
+impl MortalStore {
+    async fn alive(&self) {
+        if self.died_at.lock().unwrap().is_some() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    fn wrote(&self) {
+        if self.armed.load(std::sync::atomic::Ordering::SeqCst) {
+            let mut died = self.died_at.lock().unwrap();
+            died.get_or_insert_with(tokio::time::Instant::now);
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl CasStore for MortalStore {
+    async fn get(
+        &self,
+        key: &str,
+    ) -> Result<Option<casaas_core::StoredObject>, casaas_core::CasError> {
+        self.alive().await;
+        self.inner.get(key).await
+    }
+    async fn create(
+        &self,
+        key: &str,
+        body: Bytes,
+    ) -> Result<casaas_core::Version, casaas_core::CasError> {
+        self.alive().await;
+        let version = self.inner.create(key, body).await?;
+        self.wrote();
+        Ok(version)
+    }
+    async fn replace(
+        &self,
+        key: &str,
+        expected: &casaas_core::Version,
+        body: Bytes,
+    ) -> Result<casaas_core::Version, casaas_core::CasError> {
+        self.alive().await;
+        let version = self.inner.replace(key, expected, body).await?;
+        self.wrote();
+        Ok(version)
+    }
+    async fn delete(
+        &self,
+        key: &str,
+        expected: &casaas_core::Version,
+    ) -> Result<(), casaas_core::CasError> {
+        self.alive().await;
+        self.inner.delete(key, expected).await
+    }
+    async fn list(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<casaas_core::ListEntry>, casaas_core::CasError> {
+        self.alive().await;
+        self.inner.list(prefix).await
+    }
+    fn capabilities(&self) -> casaas_core::Capabilities {
+        self.inner.capabilities()
+    }
+    fn describe(&self) -> String {
+        "mortal".into()
+    }
+}
+
+/// A contender waiting in `acquire` holds the lease within
+/// `LeaseConfig::failover_bound` of its holder's crash, including the worst
+/// case: a crash right after a renewal, at every phase of the contender's
+/// polls. Requests take no time here (paused clock, memory store), so the
+/// bound is `takeover_wait + retry_period + 2·poll_jitter`.
+#[tokio::test(start_paused = true)]
+async fn a_waiting_contender_takes_over_within_the_failover_bound() {
+    let ttl = Duration::from_secs(2);
+    let config = LeaseConfig::with_ttl(ttl);
+    let bound = config.failover_bound(Duration::ZERO, Duration::ZERO);
+    let mut longest = Duration::ZERO;
+    for trial in 0..40u64 {
+        let store: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
+        let holder_store = Arc::new(MortalStore {
+            inner: store.clone(),
+            armed: Default::default(),
+            died_at: Mutex::new(None),
+        });
+        let holder = Lease::new(holder_store.clone(), KEY, "holder", config.clone())
+            .unwrap()
+            .with_entropy(Entropy::seeded(1000 + trial));
+        let guard = holder.acquire(AcquireOptions::default()).await.unwrap();
+        let contender = Lease::new(store.clone(), KEY, "contender", config.clone())
+            .unwrap()
+            .with_entropy(Entropy::seeded(trial));
+        let waiting = tokio::spawn(async move {
+            let guard = contender.acquire(AcquireOptions::default()).await.unwrap();
+            (guard, tokio::time::Instant::now())
+        });
+        // Spread the crash over the phases of the contender's polls, then
+        // die right after the next renewal.
+        tokio::time::sleep(Duration::from_millis(1000 + trial * 37)).await;
+        holder_store
+            .armed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let (taken, held_at) = waiting.await.unwrap();
+        let died_at = holder_store.died_at.lock().unwrap().unwrap();
+        let failover = held_at.duration_since(died_at);
+        assert!(
+            failover <= bound,
+            "trial {trial}: took over {failover:?} after the crash, bound {bound:?}"
+        );
+        assert!(taken.token() > guard.token());
+        longest = longest.max(failover);
+        std::mem::forget(guard);
+    }
+    // The worst cases were reached, and they need the jitter terms: the
+    // longest failover is past `takeover_wait + retry_period` (2264 ms of
+    // a 2300 ms bound with these seeds).
+    assert!(
+        longest > config.takeover_wait(ttl) + config.retry_period,
+        "longest failover {longest:?}"
+    );
+}

@@ -485,9 +485,8 @@ impl Lease {
                         return Ok(guard);
                     }
                     Ok(AcquireOutcome::Held(held)) => {
-                        let period = self.config.retry_period;
-                        let base = held.takeover_in.min(period);
-                        base + self.entropy.jitter(period / 5)
+                        let base = held.takeover_in.min(self.config.retry_period);
+                        base + self.entropy.jitter(self.config.poll_jitter())
                     }
                     // Lost races (the object changed or vanished between our
                     // read and write) are retried like transient failures.

@@ -98,6 +98,43 @@ impl LeaseConfig {
         scale(record_ttl, 1.0 + drift_fraction(self.drift_margin))
     }
 
+    /// The most a waiting [`Lease::acquire`](crate::lease::Lease::acquire)
+    /// adds to each wait between polls, so that contenders woken by one
+    /// event do not poll in step: `retry_period / 5`.
+    pub fn poll_jitter(&self) -> Duration {
+        self.retry_period / 5
+    }
+
+    /// The longest a contender already waiting in
+    /// [`Lease::acquire`](crate::lease::Lease::acquire) can take to hold the
+    /// lease after its holder (with this configuration's TTL) crashed, on a
+    /// store whose read takes at most `read` and write at most `write`:
+    /// `takeover_wait(ttl) + retry_period + 2·poll_jitter + read + write`.
+    ///
+    /// The worst case is a holder that renewed just after the contender's
+    /// poll and died at once. The contender sees that renewal at its next
+    /// poll, at most `retry_period + poll_jitter` later; it then waits
+    /// `takeover_wait(ttl)` on its own clock, wakes at most `poll_jitter`
+    /// past that moment, and reads and writes.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use casaas_core::lease::LeaseConfig;
+    ///
+    /// let config = LeaseConfig::with_ttl(Duration::from_secs(2));
+    /// // 2020 ms of waiting out the TTL with its 1% drift margin, 200 ms of
+    /// // polling, 2 × 40 ms of jitter, and the two requests.
+    /// let bound = config.failover_bound(Duration::from_millis(5), Duration::from_millis(10));
+    /// assert_eq!(bound, Duration::from_millis(2020 + 200 + 80 + 15));
+    /// ```
+    pub fn failover_bound(&self, read: Duration, write: Duration) -> Duration {
+        self.takeover_wait(self.ttl)
+            .saturating_add(self.retry_period)
+            .saturating_add(self.poll_jitter().saturating_mul(2))
+            .saturating_add(read)
+            .saturating_add(write)
+    }
+
     /// Checks the relations between the numbers; the error names which one
     /// to change.
     pub fn validate(&self) -> Result<(), LeaseError> {
