@@ -84,7 +84,7 @@ fn a_chaos_run_on_azure_at_trace_level_prints_no_key_or_signature() {
         .collect();
     let key = server.var("AZURE_STORAGE_KEY");
     for (name, text) in &trace_level_chaos_run(&server.url, &vars) {
-        assert!(!text.contains(&key), "the account key appears in {name}");
+        assert!(!text.contains(key), "the account key appears in {name}");
         assert!(
             !text.contains("SharedKey "),
             "a signed Authorization header appears in {name}"
