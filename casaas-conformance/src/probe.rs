@@ -112,8 +112,8 @@ impl Settings {
 /// then keeps going while its time `budget` lasts, up to `max_rounds`: a
 /// fast store gets many rounds (a thousand rounds catch a race of one round
 /// in a hundred with near certainty), a slow or throttling store still
-/// finishes in time. A round that broke exclusion ends the extension: the
-/// verdict is settled.
+/// finishes in time. A round that broke exclusion, or one that never had a
+/// winner, ends the extension: the verdict is settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RacePlan {
     /// Rounds always run.

@@ -10,7 +10,7 @@
 use std::sync::{Mutex, OnceLock};
 
 pub use casaas_core::REDACTED;
-use casaas_core::{StoreUrl, is_secret_name};
+use casaas_core::{StoreUrl, is_secret_name, is_secret_option};
 
 /// Secret values shorter than this are not registered: they would
 /// redact ordinary words.
@@ -166,10 +166,13 @@ fn redact_pairs(text: &str) -> String {
         out.push_str(before);
         out.push('=');
         let value = &after[1..];
-        if !name.is_empty() && is_secret_name(name.rsplit('.').next().unwrap_or(name)) {
-            let end = value
-                .find(|c: char| ends_token(c) || c == '&')
-                .unwrap_or(value.len());
+        let end = value
+            .find(|c: char| ends_token(c) || c == '&')
+            .unwrap_or(value.len());
+        let secret = !name.is_empty()
+            && !value.starts_with(REDACTED)
+            && is_secret_option(name.rsplit('.').next().unwrap_or(name), &value[..end]);
+        if secret {
             if end > 0 {
                 out.push_str(REDACTED);
             }
@@ -229,5 +232,26 @@ mod tests {
             redact_text("short, and s3cr3t-value-42!"),
             "short, and [redacted]!"
         );
+    }
+
+    /// A flag with a credential-looking name (OpenDAL's `skip_signature`)
+    /// is no secret: registering its `true` redacted every `true` of a JSON
+    /// report, which then no longer parsed.
+    #[test]
+    fn flags_with_credential_looking_names_are_not_secrets() {
+        let url =
+            "opendal+gcs://b/?endpoint=http://127.0.0.1:1&skip_signature=true&sig=s3cr3t-flag-test";
+        register_url_secrets(url);
+        assert_eq!(
+            redact_url(url),
+            "opendal+gcs://b/?endpoint=http://127.0.0.1:1&skip_signature=true&sig=[redacted]"
+        );
+        assert_eq!(
+            redact_text(r#"{"create_if_absent": true}"#),
+            r#"{"create_if_absent": true}"#
+        );
+        // Text already redacted stays as it is.
+        assert_eq!(redact_text("sig=[redacted]&x=1"), "sig=[redacted]&x=1");
+        assert_eq!(redact_text("s3cr3t-flag-test"), "[redacted]");
     }
 }

@@ -1334,6 +1334,31 @@ async fn a_race_without_winners_is_not_a_pass() {
     );
 }
 
+/// With the default plan, a race whose rounds never have a winner stops at
+/// the plan's minimum: more rounds cannot make it a pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_race_without_winners_does_not_run_on_past_its_minimum() {
+    let mut settings = Settings::quick();
+    settings.concurrency = 4;
+    let store: Arc<dyn CasStore> = Arc::new(RefusesEveryReplace::default());
+    let report = suite(&["race_replace"])
+        .run(
+            &Target::new(store, "test://refuses"),
+            &settings,
+            Arc::new(NoProgress),
+        )
+        .await
+        .unwrap();
+    assert_eq!(verdict(&report, "race_replace"), Verdict::Error);
+    let rounds = report.probes[0].evidence.get("rounds").unwrap().as_u64();
+    assert_eq!(
+        rounds,
+        Some(settings.race_plan().min_rounds as u64),
+        "{}",
+        report.to_table()
+    );
+}
+
 /// Answers 501 to conditional deletes, as LocalStack does, though it
 /// declares them.
 #[derive(Debug, Default)]

@@ -54,7 +54,8 @@ pub use store::{
     Capabilities, CasStore, ListEntry, MAX_KEY_LEN, StoredObject, validate_key, validate_prefix,
 };
 pub use url::{
-    REDACTED, StoreUrl, UrlOptions, is_secret_name, parse_bool, replace_userinfo, userinfo,
+    REDACTED, StoreUrl, UrlOptions, is_secret_name, is_secret_option, parse_bool, replace_userinfo,
+    userinfo,
 };
 pub use version::{Version, VersionPair};
 

@@ -238,7 +238,7 @@ impl StoreUrl {
             }
         }
         for (name, value) in &self.options {
-            if is_secret_name(name) {
+            if is_secret_option(name, value) {
                 found.push(value.clone());
             }
         }
@@ -269,7 +269,7 @@ impl fmt::Display for StoreUrl {
         }
         f.write_str(self.url.path())?;
         for (i, (name, value)) in self.options.iter().enumerate() {
-            let value = if is_secret_name(name) {
+            let value = if is_secret_option(name, value) {
                 REDACTED.to_string()
             } else {
                 redact_text_url(value)
@@ -325,6 +325,21 @@ pub fn is_secret_name(name: &str) -> bool {
         || WHOLE.contains(&lower.as_str())
         || lower.ends_with("_key")
         || lower.ends_with("-key")
+}
+
+/// Whether the option or parameter `name=value` carries a secret: a
+/// credential-looking name ([`is_secret_name`]) whose value is not a plain
+/// flag. `skip_signature=true` names a secret but holds none, and treating
+/// `true` as one would redact every `true` in a JSON report.
+///
+/// ```
+/// use casaas_core::is_secret_option;
+/// assert!(is_secret_option("sig", "abc123"));
+/// assert!(!is_secret_option("skip_signature", "true"));
+/// assert!(!is_secret_option("region", "eu-west-1"));
+/// ```
+pub fn is_secret_option(name: &str, value: &str) -> bool {
+    is_secret_name(name) && parse_bool(value).is_none()
 }
 
 /// The user info (`user:password`) of a URL-looking text, found in the text

@@ -87,7 +87,7 @@ pub fn vendor_matrix(
 
     let mut names: Vec<String> = vec!["memory".into(), "file".into()];
     let mut not_built = Vec::new();
-    for server in servers::all() {
+    for server in servers::all().into_iter().filter(|s| s.is_object_store()) {
         let name = server.name();
         if server.default_enabled() || built_on_request(ctx, name) {
             names.push(name.to_string());

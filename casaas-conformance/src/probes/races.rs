@@ -67,6 +67,13 @@ impl Tally {
         self.multiple_winners as u64 + self.phantom_writes + self.wrong_stored
     }
 
+    /// Whether more rounds cannot change the verdict: a round broke
+    /// exclusion (fail), or a round never had a winner (no pass is possible
+    /// any more, so at best an error).
+    fn settles_the_verdict(&self) -> bool {
+        self.unsafe_rounds() > 0 || self.no_winner > 0
+    }
+
     fn outcome(self, what: &str, concurrency: usize, started: Instant) -> Outcome {
         let unsafe_rounds = self.unsafe_rounds();
         // Only rounds with one winner are evidence of exclusion.
@@ -273,7 +280,7 @@ where
             let (done, settled) = (&done, &settled);
             async move {
                 let result = fut.await;
-                if result.as_ref().map_or(true, |t| t.unsafe_rounds() > 0) {
+                if result.as_ref().map_or(true, Tally::settles_the_verdict) {
                     settled.store(true, Ordering::Relaxed);
                 }
                 let n = done.fetch_add(1, Ordering::Relaxed) + 1;

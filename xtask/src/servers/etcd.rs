@@ -56,4 +56,8 @@ impl Server for Etcd {
     fn default_enabled(&self) -> bool {
         false
     }
+
+    fn is_object_store(&self) -> bool {
+        false
+    }
 }

@@ -108,6 +108,11 @@ pub trait Server {
     fn default_enabled(&self) -> bool {
         true
     }
+    /// Whether it is an object store the conformance binary can probe
+    /// (etcd and Redis are here only for the benchmarks).
+    fn is_object_store(&self) -> bool {
+        true
+    }
     /// What other tests found about this server that the conformance
     /// probes do not reproduce reliably (a race that shows only under
     /// load), each with the test and the figures: printed in the vendor

@@ -57,4 +57,8 @@ impl Server for Redis {
     fn default_enabled(&self) -> bool {
         false
     }
+
+    fn is_object_store(&self) -> bool {
+        false
+    }
 }
