@@ -11,17 +11,10 @@ use casaas_core::{CasStore, ErrorKind};
 use casaas_object_store::ObjectStoreCas;
 use object_store as os;
 
-include!("shared/embedded.rs");
+/// The object_store line these tests run on.
+const LINE: &str = "0.14";
 
-#[test]
-fn capabilities_name_the_line() {
-    let client: Arc<dyn os::ObjectStore> = Arc::new(os::memory::InMemory::new());
-    let caps = ObjectStoreCas::new(client, "p").unwrap().capabilities();
-    assert!(
-        caps.notes.iter().any(|n| n == "through object_store 0.14"),
-        "{caps:?}"
-    );
-}
+include!("shared/embedded.rs");
 
 #[tokio::test]
 async fn open_by_url() {

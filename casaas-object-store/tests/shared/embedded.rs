@@ -121,3 +121,11 @@ async fn declared_limits_are_reported_and_enforced() {
     let err = store.create("new", Bytes::new()).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
 }
+
+#[test]
+fn capabilities_name_the_line() {
+    let client: Arc<dyn os::ObjectStore> = Arc::new(os::memory::InMemory::new());
+    let caps = ObjectStoreCas::new(client, "p").unwrap().capabilities();
+    let line = format!("through object_store {LINE}");
+    assert!(caps.notes.iter().any(|n| *n == line), "{caps:?}");
+}
