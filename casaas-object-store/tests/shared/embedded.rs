@@ -127,5 +127,5 @@ fn capabilities_name_the_line() {
     let client: Arc<dyn os::ObjectStore> = Arc::new(os::memory::InMemory::new());
     let caps = ObjectStoreCas::new(client, "p").unwrap().capabilities();
     let line = format!("through object_store {LINE}");
-    assert!(caps.notes.iter().any(|n| *n == line), "{caps:?}");
+    assert!(caps.notes.contains(&line), "{caps:?}");
 }
