@@ -45,6 +45,11 @@ pub enum ErrorKind {
     /// `not_sent`; reports that say `transport` (its former name) still read.
     #[serde(alias = "transport")]
     NotSent,
+    /// The store does not honour the conditions leases rely on: the
+    /// [store guard](crate::guard) saw it accept a write it should have
+    /// refused, or refuse one it should have accepted. The message names
+    /// what it did. Nothing casaas builds on such a store excludes anyone.
+    UnsafeStore,
 }
 
 impl ErrorKind {
@@ -61,6 +66,7 @@ impl ErrorKind {
             ErrorKind::Misconfigured => "misconfigured",
             ErrorKind::InvalidInput => "invalid input",
             ErrorKind::NotSent => "request not sent",
+            ErrorKind::UnsafeStore => "store does not honour conditional writes",
         }
     }
 
@@ -77,6 +83,7 @@ impl ErrorKind {
             ErrorKind::Misconfigured => "misconfigured",
             ErrorKind::InvalidInput => "invalid_input",
             ErrorKind::NotSent => "not_sent",
+            ErrorKind::UnsafeStore => "unsafe_store",
         }
     }
 }

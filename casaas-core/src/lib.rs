@@ -34,6 +34,7 @@
 
 mod error;
 mod file;
+pub mod guard;
 pub mod lease;
 mod memory;
 mod registry;

@@ -41,6 +41,8 @@ pub struct MemoryStore {
     shared: Arc<Mutex<Shared>>,
     prefix: String,
     name: String,
+    /// Tells private stores apart (0 for named ones, whose name does).
+    instance: u64,
 }
 
 impl Default for MemoryStore {
@@ -64,6 +66,10 @@ impl MemoryStore {
             })),
             prefix: String::new(),
             name: String::from("(private)"),
+            instance: {
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+                NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            },
         }
     }
 
@@ -84,6 +90,7 @@ impl MemoryStore {
             shared,
             prefix: String::new(),
             name: name.to_string(),
+            instance: 0,
         }
     }
 
@@ -102,6 +109,7 @@ impl MemoryStore {
             shared: self.shared.clone(),
             prefix: joined,
             name: self.name.clone(),
+            instance: self.instance,
         })
     }
 
@@ -218,5 +226,10 @@ impl CasStore for MemoryStore {
 
     fn describe(&self) -> String {
         format!("memory://{}/{}", self.name, self.prefix)
+    }
+
+    fn identity(&self) -> String {
+        // Private stores all describe themselves alike: tell them apart.
+        format!("memory#{}://{}/{}", self.instance, self.name, self.prefix)
     }
 }

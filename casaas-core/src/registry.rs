@@ -117,7 +117,9 @@ pub fn registered_schemes() -> Vec<String> {
 /// - `NAME+URL` — once an adapter crate has registered `NAME` (for example
 ///   `object_store+s3://bucket/prefix`, `opendal+s3://bucket/prefix`).
 ///
-/// Credentials never come from the URL.
+/// Credentials never come from the URL. Every URL takes the option
+/// `verify=false`, which turns the [store guard](crate::guard) off for the
+/// store (logged at warn): only for a store proven by other means.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -130,10 +132,43 @@ pub fn registered_schemes() -> Vec<String> {
 /// # }
 /// ```
 pub async fn open_store(url: &str) -> Result<Arc<dyn CasStore>, CasError> {
-    if let Some((_, factory, inner)) = adapter_for(url) {
-        return factory(inner).await;
+    let (url, verify) = take_verify_option(url)?;
+    let store = match adapter_for(&url) {
+        Some((_, factory, inner)) => factory(inner).await?,
+        None => open_store_url(StoreUrl::parse(&url)?).await?,
+    };
+    if !verify {
+        crate::guard::trust_store(store.as_ref(), "verify=false in the store URL");
     }
-    open_store_url(StoreUrl::parse(url)?).await
+    Ok(store)
+}
+
+/// Removes the `verify` option, which every store URL takes and no backend
+/// sees: `verify=false` turns the [store guard](crate::guard) off.
+fn take_verify_option(url: &str) -> Result<(String, bool), CasError> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_string(), true));
+    };
+    let mut verify = true;
+    let mut kept = Vec::new();
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some(("verify", value)) => {
+                verify = crate::parse_bool(value).ok_or_else(|| {
+                    CasError::misconfigured(format!(
+                        "option verify={value} is not a boolean: use verify=true or verify=false"
+                    ))
+                })?;
+            }
+            _ => kept.push(pair),
+        }
+    }
+    let url = if kept.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    Ok((url, verify))
 }
 
 /// Opens the store a parsed URL names; see [`open_store`].
@@ -229,6 +264,24 @@ mod tests {
         // An unregistered name is still an error that says what is known.
         let err = open_store("nothing_here+memory://x/p").await.unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::Misconfigured, "{err}");
+    }
+
+    #[test]
+    fn verify_is_taken_out_of_the_url() {
+        let (url, verify) = take_verify_option("memory://x/p?verify=false").unwrap();
+        assert_eq!((url.as_str(), verify), ("memory://x/p", false));
+        let (url, verify) = take_verify_option("s3://b/p?region=x&verify=no&path_style=1").unwrap();
+        assert_eq!(
+            (url.as_str(), verify),
+            ("s3://b/p?region=x&path_style=1", false)
+        );
+        let (url, verify) = take_verify_option("s3://b/p?region=x").unwrap();
+        assert_eq!((url.as_str(), verify), ("s3://b/p?region=x", true));
+        let err = take_verify_option("s3://b/p?verify=maybe").unwrap_err();
+        assert!(
+            err.to_string().contains("verify=true or verify=false"),
+            "{err}"
+        );
     }
 
     #[tokio::test]

@@ -157,6 +157,19 @@ pub trait CasStore: std::any::Any + Send + Sync + fmt::Debug + 'static {
     /// contains credentials.
     fn describe(&self) -> String;
 
+    /// Names the place this store writes to, for work done once per store
+    /// per process (the [store guard](crate::guard)): two handles with equal
+    /// identities write the same objects. Defaults to [`describe`]; a
+    /// wrapper that changes what a store does (fault injection, a test
+    /// store that lies) must return an identity of its own, and a backend
+    /// whose description does not tell instances apart (the private
+    /// [`MemoryStore`](crate::MemoryStore)) must make one that does.
+    ///
+    /// [`describe`]: CasStore::describe
+    fn identity(&self) -> String {
+        format!("{}#{}", std::any::type_name_of_val(self), self.describe())
+    }
+
     /// Creates the bucket or container the store lives in, if it is absent;
     /// one that exists and is the caller's counts as success. Backends that
     /// cannot create one answer `Unsupported` (the default) and say how.
@@ -168,6 +181,52 @@ pub trait CasStore: std::any::Any + Send + Sync + fmt::Debug + 'static {
         )))
     }
 }
+
+/// Forwards every method, so that a shared store (`Arc<dyn CasStore>`,
+/// `Arc<S3Store>`) is itself a store: wrappers generic over `S: CasStore`
+/// take it as it is.
+macro_rules! forward_cas_store {
+    ($($pointer:ident),*) => {$(
+        #[async_trait]
+        impl<T: CasStore + ?Sized> CasStore for $pointer<T> {
+            async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
+                (**self).get(key).await
+            }
+            async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
+                (**self).create(key, body).await
+            }
+            async fn replace(
+                &self,
+                key: &str,
+                expected: &Version,
+                body: Bytes,
+            ) -> Result<Version, CasError> {
+                (**self).replace(key, expected, body).await
+            }
+            async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
+                (**self).delete(key, expected).await
+            }
+            async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
+                (**self).list(prefix).await
+            }
+            fn capabilities(&self) -> Capabilities {
+                (**self).capabilities()
+            }
+            fn describe(&self) -> String {
+                (**self).describe()
+            }
+            fn identity(&self) -> String {
+                (**self).identity()
+            }
+            async fn create_bucket(&self) -> Result<(), CasError> {
+                (**self).create_bucket().await
+            }
+        }
+    )*};
+}
+
+use std::sync::Arc;
+forward_cas_store!(Arc, Box);
 
 /// Checks that `key` is acceptable to every backend: non-empty, at most
 /// [`MAX_KEY_LEN`] bytes, no leading `/`, no empty, `.` or `..` segment, and

@@ -47,13 +47,19 @@ struct Scripted {
 }
 
 impl Scripted {
-    fn new() -> Arc<Self> {
-        Arc::new(Scripted {
+    /// A new store that has passed the store guard, so that scripted
+    /// writes meet the protocol's requests only.
+    async fn new() -> Arc<Self> {
+        let store = Arc::new(Scripted {
             inner: Arc::new(MemoryStore::new()),
             writes: Mutex::new(VecDeque::new()),
             failing_reads: AtomicU32::new(0),
             read_delay: Mutex::new(Duration::ZERO),
-        })
+        });
+        casaas_core::testkit::pass_store_guard(store.as_ref())
+            .await
+            .unwrap();
+        store
     }
 
     fn script(&self, step: WriteScript) {
@@ -155,6 +161,10 @@ impl CasStore for Scripted {
     fn describe(&self) -> String {
         "scripted memory store".to_string()
     }
+
+    fn identity(&self) -> String {
+        format!("scripted({})", self.inner.identity())
+    }
 }
 
 const KEY: &str = "locks/shared";
@@ -174,7 +184,7 @@ fn lease_on(store: Arc<Scripted>, owner: &str, seed: u64) -> Lease {
 
 #[tokio::test(start_paused = true)]
 async fn tasks_sharing_one_lease_never_both_hold_it() {
-    let store = Scripted::new();
+    let store = Scripted::new().await;
     // Task A's create lands at once but its answer takes 1 s (well under
     // the 2 s request timeout).
     store.script(WriteScript::AnswerAfter(Duration::from_secs(1)));
@@ -195,7 +205,7 @@ async fn tasks_sharing_one_lease_never_both_hold_it() {
 
 #[tokio::test(start_paused = true)]
 async fn clones_of_a_lease_racing_to_acquire_get_one_guard() {
-    let store = Scripted::new();
+    let store = Scripted::new().await;
     let lease = lease_on(store.clone(), "node", 2);
     for _ in 0..4 {
         store.script(WriteScript::AnswerAfter(Duration::from_millis(300)));
@@ -224,7 +234,7 @@ async fn clones_of_a_lease_racing_to_acquire_get_one_guard() {
 
 #[tokio::test(start_paused = true)]
 async fn a_dropped_attempt_whose_write_lands_later_is_claimed_once() {
-    let store = Scripted::new();
+    let store = Scripted::new().await;
     store.script(WriteScript::AnswerAfter(Duration::from_secs(1)));
     let lease = lease_on(store.clone(), "node", 3);
     // The attempt is abandoned while its write is in flight.
@@ -249,7 +259,7 @@ async fn a_dropped_attempt_whose_write_lands_later_is_claimed_once() {
 
 #[tokio::test(start_paused = true)]
 async fn acquire_never_returns_a_guard_once_cancelled() {
-    let store = Scripted::new();
+    let store = Scripted::new().await;
     store.script(WriteScript::AnswerAfter(Duration::from_secs(1)));
     let lease = lease_on(store.clone(), "node", 4);
     let cancel = CancellationToken::new();
@@ -269,7 +279,7 @@ async fn acquire_never_returns_a_guard_once_cancelled() {
 
 #[tokio::test(start_paused = true)]
 async fn a_ttl_with_a_sub_millisecond_part_is_validated_as_recorded() {
-    let store = Scripted::new();
+    let store = Scripted::new().await;
     // The record keeps whole milliseconds (1 ms); a renew deadline derived
     // from 1.999 ms would outlive the validity of a 1 ms lease.
     let config = LeaseConfig::with_ttl(Duration::from_micros(1999));
@@ -292,7 +302,7 @@ fn counter(store: Arc<Scripted>) -> FencedResource<u64> {
 
 #[tokio::test(start_paused = true)]
 async fn a_fenced_update_whose_write_lands_after_its_read_back_applies_once() {
-    let store = Scripted::new();
+    let store = Scripted::new().await;
     let counter = counter(store.clone());
     // The write gets no answer and lands 50 ms later: after the read-back
     // that finds nothing, before the retry.
@@ -305,7 +315,7 @@ async fn a_fenced_update_whose_write_lands_after_its_read_back_applies_once() {
 
 #[tokio::test(start_paused = true)]
 async fn a_fenced_update_racing_its_own_late_write_applies_once() {
-    let store = Scripted::new();
+    let store = Scripted::new().await;
     let counter = counter(store.clone());
     counter.update(1, |_| 10).await.unwrap();
     // Lands after the retry has read the old value, before the retry writes.
@@ -321,7 +331,7 @@ async fn a_fenced_update_racing_its_own_late_write_applies_once() {
 
 #[tokio::test(start_paused = true)]
 async fn a_fenced_update_overwritten_after_landing_is_not_applied_again() {
-    let store = Scripted::new();
+    let store = Scripted::new().await;
     let counter = counter(store.clone());
     counter.update(1, |_| 0).await.unwrap();
     // Ours lands, its answer is lost and the read-back fails; meanwhile
@@ -373,7 +383,7 @@ async fn entries_in_store(store: &Scripted) -> Vec<(u64, String)> {
 
 #[tokio::test(start_paused = true)]
 async fn a_log_append_whose_answer_and_read_backs_are_lost_appends_once() {
-    let store = Scripted::new();
+    let store = Scripted::new().await;
     let log = log(store.clone());
     log.append(1, "first".into()).await.unwrap();
     store.script(WriteScript::LoseAnswer);
@@ -392,7 +402,7 @@ async fn a_log_append_whose_answer_and_read_backs_are_lost_appends_once() {
 
 #[tokio::test(start_paused = true)]
 async fn a_log_append_that_lands_after_its_check_appends_once() {
-    let store = Scripted::new();
+    let store = Scripted::new().await;
     let log = log(store.clone());
     log.append(1, "first".into()).await.unwrap();
     // No answer; the create lands 185 ms later: after the retry has looked
@@ -411,7 +421,7 @@ async fn a_log_append_that_lands_after_its_check_appends_once() {
 
 #[tokio::test(start_paused = true)]
 async fn a_log_entry_that_vanished_is_an_error_not_a_skipped_fence() {
-    let store = Scripted::new();
+    let store = Scripted::new().await;
     let log = log(store.clone());
     log.append(5, "by token 5".into()).await.unwrap();
     log.append(5, "by token 5 again".into()).await.unwrap();
@@ -434,7 +444,7 @@ async fn a_log_entry_that_vanished_is_an_error_not_a_skipped_fence() {
 
 #[tokio::test(start_paused = true)]
 async fn a_dropped_runner_releases_only_after_its_work_has_stopped() {
-    let store = Scripted::new();
+    let store = Scripted::new().await;
     let work_ended: Arc<Mutex<Option<Instant>>> = Arc::default();
     let a = Election::new(lease_on(store.clone(), "a", 11));
     let ended = work_ended.clone();
@@ -470,7 +480,7 @@ async fn a_dropped_runner_releases_only_after_its_work_has_stopped() {
 
 #[tokio::test(start_paused = true)]
 async fn a_lease_lost_while_work_stops_is_reported_as_lost() {
-    let store = Scripted::new();
+    let store = Scripted::new().await;
     let reasons: Arc<Mutex<Vec<LostReason>>> = Arc::default();
     let election = Election::new(lease_on(store.clone(), "a", 13));
     let seen = reasons.clone();
@@ -507,7 +517,7 @@ async fn a_lease_lost_while_work_stops_is_reported_as_lost() {
 
 #[tokio::test(start_paused = true)]
 async fn no_new_leader_news_of_ourselves_after_we_stopped_leading() {
-    let store = Scripted::new();
+    let store = Scripted::new().await;
     let events: Arc<Mutex<Vec<String>>> = Arc::default();
     let election = Election::new(lease_on(store.clone(), "a", 14));
     let (on_new, on_stop) = (events.clone(), events.clone());

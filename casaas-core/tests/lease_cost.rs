@@ -22,7 +22,18 @@ struct Setup {
     store: Arc<dyn CasStore>,
 }
 
-fn setup() -> Setup {
+/// A counted store that has passed the store guard (whose own cost is
+/// pinned by `the_store_guard_costs_eight_requests_once_per_store`).
+async fn setup() -> Setup {
+    let s = fresh();
+    casaas_core::testkit::pass_store_guard(s.store.as_ref())
+        .await
+        .unwrap();
+    s
+}
+
+/// A counted store on which nothing has run yet.
+fn fresh() -> Setup {
     let counting = CountingStore::new(MemoryStore::new());
     let store: Arc<dyn CasStore> = Arc::new(counting.clone());
     Setup { counting, store }
@@ -74,7 +85,7 @@ impl Setup {
 
 #[tokio::test(start_paused = true)]
 async fn acquire_of_an_absent_lock_is_one_get_and_one_create() {
-    let s = setup();
+    let s = setup().await;
     let a = lease(&s.store, "a", 1);
     let (outcome, c) = s.cost(a.try_acquire()).await;
     let guard = acquired(outcome.unwrap());
@@ -96,8 +107,43 @@ async fn acquire_of_an_absent_lock_is_one_get_and_one_create() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_store_guard_costs_eight_requests_once_per_store() {
+    let s = fresh();
+    // First write on a store: the guard's 8 requests (2 creates, 3
+    // replaces, 2 reads, 1 delete of its own key), then the acquire's 2.
+    let a = lease(&s.store, "a", 1);
+    let (outcome, c) = s.cost(a.try_acquire()).await;
+    let guard = acquired(outcome.unwrap());
+    assert_eq!(c, counts(1 + 2, 1 + 2, 3, 1, 0), "first acquire on a store");
+
+    // Every later handle on the same store, of any kind, pays nothing more.
+    let b = Lease::new(s.store.clone(), "locks/other", "b", LeaseConfig::with_ttl(TTL)).unwrap();
+    let (outcome, c) = s.cost(b.try_acquire()).await;
+    let other = acquired(outcome.unwrap());
+    assert_eq!(c, counts(1, 1, 0, 0, 0), "second lease on the store");
+    let r = FencedResource::<u64>::new(s.store.clone(), "fenced/value").unwrap();
+    let (v, c) = s.cost(r.update(1, |v| v.copied().unwrap_or(0) + 1)).await;
+    v.unwrap();
+    assert_eq!(c, counts(1, 1, 0, 0, 0), "fenced resource on a guarded store");
+
+    // A second handle on the same objects (another `open_store` of one URL)
+    // shares the verdict.
+    let same: Arc<dyn CasStore> = Arc::new(s.counting.clone());
+    let c2 = Lease::new(same, "locks/third", "c", LeaseConfig::with_ttl(TTL)).unwrap();
+    let (outcome, c) = s.cost(c2.try_acquire()).await;
+    acquired(outcome.unwrap()).release().await.unwrap();
+    assert_eq!(c, counts(1, 1, 0, 0, 0), "a second handle on the store");
+
+    // Renewals pay nothing for it either.
+    let (_, c) = s.cost(tokio::time::sleep(TTL)).await;
+    assert_eq!(c.total(), c.replace, "renewals are replaces only");
+    guard.release().await.unwrap();
+    other.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
 async fn acquire_of_a_released_lock_is_one_get_and_one_replace() {
-    let s = setup();
+    let s = setup().await;
     let a = lease(&s.store, "a", 1);
     acquired(a.try_acquire().await.unwrap())
         .release()
@@ -113,7 +159,7 @@ async fn acquire_of_a_released_lock_is_one_get_and_one_replace() {
 
 #[tokio::test(start_paused = true)]
 async fn an_attempt_on_a_held_lock_is_one_get() {
-    let s = setup();
+    let s = setup().await;
     let a = lease(&s.store, "a", 1);
     let guard = acquired(a.try_acquire().await.unwrap());
     let b = lease(&s.store, "b", 2);
@@ -132,7 +178,7 @@ async fn an_attempt_on_a_held_lock_is_one_get() {
 
 #[tokio::test(start_paused = true)]
 async fn taking_over_an_expired_lock_is_one_get_and_one_replace() {
-    let s = setup();
+    let s = setup().await;
     let a = lease(&s.store, "a", 1);
     acquired(a.try_acquire().await.unwrap()).abandon();
 
@@ -176,7 +222,7 @@ impl Clock for RecordingClock {
 
 #[tokio::test(start_paused = true)]
 async fn waiting_out_a_crashed_holder_is_one_get_per_poll_and_one_replace() {
-    let s = setup();
+    let s = setup().await;
     let a = lease(&s.store, "a", 1);
     acquired(a.try_acquire().await.unwrap()).abandon();
 
@@ -211,7 +257,7 @@ async fn waiting_out_a_crashed_holder_is_one_get_per_poll_and_one_replace() {
 
 #[tokio::test(start_paused = true)]
 async fn renewal_is_one_replace_per_interval_and_no_reads() {
-    let s = setup();
+    let s = setup().await;
     let a = lease(&s.store, "a", 1);
     let guard = acquired(a.try_acquire().await.unwrap());
     let interval = a.config().renew_interval;
@@ -227,7 +273,7 @@ async fn renewal_is_one_replace_per_interval_and_no_reads() {
 
 #[tokio::test(start_paused = true)]
 async fn release_is_one_replace_and_no_delete() {
-    let s = setup();
+    let s = setup().await;
     let a = lease(&s.store, "a", 1);
     let guard = acquired(a.try_acquire().await.unwrap());
     let token = guard.token();
@@ -242,7 +288,7 @@ async fn release_is_one_replace_and_no_delete() {
 
 #[tokio::test(start_paused = true)]
 async fn dropping_a_guard_releases_with_one_replace() {
-    let s = setup();
+    let s = setup().await;
     let a = lease(&s.store, "a", 1);
     let guard = acquired(a.try_acquire().await.unwrap());
     let before = s.counting.counts();
@@ -254,7 +300,7 @@ async fn dropping_a_guard_releases_with_one_replace() {
 
 #[tokio::test(start_paused = true)]
 async fn fenced_resource_update_is_one_get_and_one_write() {
-    let s = setup();
+    let s = setup().await;
     let r = FencedResource::<u64>::new(s.store.clone(), "fenced/value")
         .unwrap()
         .with_entropy(Entropy::seeded(3));
@@ -284,7 +330,7 @@ async fn fenced_resource_update_is_one_get_and_one_write() {
 
 #[tokio::test(start_paused = true)]
 async fn fenced_log_append_costs_one_create_on_a_warm_handle() {
-    let s = setup();
+    let s = setup().await;
     let log = FencedLog::<String>::new(s.store.clone(), "fenced/log")
         .unwrap()
         .with_entropy(Entropy::seeded(4));

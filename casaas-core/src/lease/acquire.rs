@@ -177,6 +177,9 @@ impl Lease {
         config.ttl =
             Duration::from_millis(u64::try_from(config.ttl.as_millis()).unwrap_or(u64::MAX));
         config.validate_for(&caps)?;
+        if !config.verify_store {
+            super::retry::warn_unverified(store.as_ref(), "a lease");
+        }
         Ok(Lease {
             store,
             key,
@@ -276,6 +279,17 @@ impl Lease {
     }
 
     async fn try_acquire_inner(&self) -> Result<AcquireOutcome, LeaseError> {
+        // Before any request of ours: a contender on a store that ignores
+        // conditions would "win" the moment the lock looked free.
+        if self.config.verify_store {
+            super::retry::verify_store(
+                self.store.as_ref(),
+                &self.clock,
+                &self.entropy,
+                self.config.request_timeout,
+            )
+            .await?;
+        }
         let current = self.read().await?;
         let now = self.clock.now();
         let plan = match &current {

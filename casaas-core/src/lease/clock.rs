@@ -173,6 +173,15 @@ impl Entropy {
         self.rng.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// An independent source that starts where this one stands, without
+    /// advancing it: a side task (the store guard) then draws the same in a
+    /// replayed run without shifting this source's later draws.
+    pub(crate) fn fork(&self) -> Self {
+        Entropy {
+            rng: Arc::new(Mutex::new(self.lock().clone())),
+        }
+    }
+
     /// A fresh 128-bit nonce as 32 hex digits.
     pub fn nonce(&self) -> String {
         let mut bytes = [0u8; 16];

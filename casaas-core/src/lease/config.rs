@@ -59,6 +59,10 @@ pub struct LeaseConfig {
     pub request_timeout: Duration,
     /// How contenders decide expiry.
     pub expiry: ExpiryMode,
+    /// Run the [store guard](crate::guard) before the first write (default
+    /// true): once per store per process, a few requests prove that the
+    /// store honours conditional writes. Turning it off is logged at warn.
+    pub verify_store: bool,
 }
 
 impl Default for LeaseConfig {
@@ -82,6 +86,7 @@ impl LeaseConfig {
             safety_margin: ttl / 20,
             request_timeout: ttl / 5,
             expiry: ExpiryMode::ObservedUnchanged,
+            verify_store: true,
         }
     }
 

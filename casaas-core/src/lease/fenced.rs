@@ -153,6 +153,17 @@ where
         self
     }
 
+    /// Turns the [store guard](crate::guard) off for this handle (it is on
+    /// by default: the first write checks, once per store per process, that
+    /// the store honours conditional writes). Logged at warn.
+    pub fn verify_store(mut self, verify: bool) -> Self {
+        if !verify {
+            super::retry::warn_unverified(self.store.as_ref(), "a FencedResource");
+        }
+        self.policy.verify_store = verify;
+        self
+    }
+
     /// Sets the per-request timeout (default 10 s), base backoff (default
     /// 100 ms) and the attempts before [`LeaseError::Contended`] (default 32).
     pub fn with_retries(
@@ -245,6 +256,7 @@ where
     {
         let span = tracing::debug_span!("fenced.update", key = %self.key, token);
         async {
+            self.policy.verify(self.store.as_ref()).await?;
             let mut pending: PendingWrites<UpdateWrite> = PendingWrites::default();
             let mut last_err: Option<CasError> = None;
             for _ in 0..self.policy.max_attempts {

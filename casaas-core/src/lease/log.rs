@@ -150,6 +150,17 @@ where
         self
     }
 
+    /// Turns the [store guard](crate::guard) off for this handle (it is on
+    /// by default: the first write checks, once per store per process, that
+    /// the store honours conditional writes). Logged at warn.
+    pub fn verify_store(mut self, verify: bool) -> Self {
+        if !verify {
+            super::retry::warn_unverified(self.store.as_ref(), "a FencedLog");
+        }
+        self.policy.verify_store = verify;
+        self
+    }
+
     /// Sets the per-request timeout (default 10 s), base backoff (default
     /// 100 ms) and the attempts before [`LeaseError::Contended`] (default 32).
     pub fn with_retries(
@@ -429,6 +440,7 @@ where
     pub async fn append(&self, token: u64, value: T) -> Result<LogEntry<T>, LeaseError> {
         let span = tracing::debug_span!("log.append", prefix = %self.prefix, token);
         async {
+            self.policy.verify(self.store.as_ref()).await?;
             let value = serde_json::to_value(&value).map_err(|e| LeaseError::Codec {
                 key: self.prefix.clone(),
                 message: e.to_string(),

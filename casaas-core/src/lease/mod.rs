@@ -51,6 +51,8 @@ mod pending;
 mod record;
 mod retry;
 
+pub(crate) use retry::timed;
+
 use std::fmt;
 use std::time::Duration;
 
@@ -121,6 +123,12 @@ pub enum LeaseError {
     /// The store failed (after the retries the protocol allows).
     #[error(transparent)]
     Store(#[from] CasError),
+    /// The store does not honour the conditional writes leases rely on:
+    /// the [store guard](crate::guard) saw it accept a write it should have
+    /// refused (or the reverse). The error, of kind
+    /// [`ErrorKind::UnsafeStore`], names what the store did.
+    #[error(transparent)]
+    UnsafeStore(CasError),
     /// The object at `key` is not a casaas record; it is never overwritten.
     #[error(
         "the object at key '{key}' is not a casaas record (found {found}); refusing to touch it: use another key or remove the object"
@@ -191,7 +199,7 @@ impl LeaseError {
     /// The store error kind, if this is a store error.
     pub fn store_kind(&self) -> Option<ErrorKind> {
         match self {
-            LeaseError::Store(e) => Some(e.kind()),
+            LeaseError::Store(e) | LeaseError::UnsafeStore(e) => Some(e.kind()),
             _ => None,
         }
     }

@@ -78,6 +78,8 @@ pub(crate) struct RequestPolicy {
     pub(crate) request_timeout: Duration,
     pub(crate) retry_period: Duration,
     pub(crate) max_attempts: u32,
+    /// Run the store guard before the first write (see [`crate::guard`]).
+    pub(crate) verify_store: bool,
 }
 
 impl Default for RequestPolicy {
@@ -88,6 +90,49 @@ impl Default for RequestPolicy {
             request_timeout: Duration::from_secs(10),
             retry_period: Duration::from_millis(100),
             max_attempts: 32,
+            verify_store: true,
         }
     }
+}
+
+impl RequestPolicy {
+    /// The store guard before a write, unless it was turned off.
+    pub(crate) async fn verify(&self, store: &dyn CasStore) -> Result<(), LeaseError> {
+        if !self.verify_store {
+            return Ok(());
+        }
+        verify_store(store, &self.clock, &self.entropy, self.request_timeout).await
+    }
+}
+
+/// Runs the [store guard](crate::guard) once per store per process; a store
+/// that fails it is [`LeaseError::UnsafeStore`].
+pub(crate) async fn verify_store(
+    store: &dyn CasStore,
+    clock: &Arc<dyn Clock>,
+    entropy: &Entropy,
+    request_timeout: Duration,
+) -> Result<(), LeaseError> {
+    crate::guard::StoreGuard::new()
+        .with_clock(clock.clone())
+        .with_entropy(entropy.fork())
+        .with_request_timeout(request_timeout)
+        .ensure(store)
+        .await
+        .map_err(|e| {
+            if e.kind() == ErrorKind::UnsafeStore {
+                LeaseError::UnsafeStore(e)
+            } else {
+                LeaseError::Store(e)
+            }
+        })
+}
+
+/// Says, at warn, that a handle was built with the store guard off.
+pub(crate) fn warn_unverified(store: &dyn CasStore, what: &str) {
+    tracing::warn!(
+        store = %store.describe(),
+        "{what} was built with the store guard off: casaas will not check that this store \
+         honours conditional writes; on a store that ignores them, locks exclude no one"
+    );
 }

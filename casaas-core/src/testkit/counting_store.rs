@@ -89,6 +89,14 @@ impl<S: CasStore> CountingStore<S> {
         }
     }
 
+    /// Sets every count back to zero (for every clone).
+    pub fn reset(&self) {
+        let c = &self.counters;
+        for counter in [&c.get, &c.create, &c.replace, &c.delete, &c.list] {
+            counter.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// The wrapped store.
     pub fn inner(&self) -> &S {
         &self.inner
@@ -133,5 +141,9 @@ impl<S: CasStore> CasStore for CountingStore<S> {
 
     fn describe(&self) -> String {
         self.inner.describe()
+    }
+
+    fn identity(&self) -> String {
+        format!("counting({})", self.inner.identity())
     }
 }

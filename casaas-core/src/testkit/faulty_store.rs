@@ -351,6 +351,10 @@ impl<S: CasStore> CasStore for FaultyStore<S> {
     fn describe(&self) -> String {
         format!("faulty({})", self.inner.describe())
     }
+
+    fn identity(&self) -> String {
+        format!("faulty({})", self.inner.identity())
+    }
 }
 
 #[cfg(test)]

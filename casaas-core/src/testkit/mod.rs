@@ -20,3 +20,11 @@ pub mod server_env;
 pub use counting_store::{CountingStore, RequestCounts};
 pub use faulty_store::{Fault, FaultConfig, FaultCounts, FaultyStore};
 pub use server_env::{TestServer, test_server, unique_prefix};
+
+/// Runs the [store guard](crate::guard) on `store` now, so that the
+/// requests a test scripts, injects faults into or counts afterwards are
+/// the protocol's alone (the guard runs once per store per process, before
+/// the first write).
+pub async fn pass_store_guard(store: &dyn crate::CasStore) -> Result<(), crate::CasError> {
+    crate::guard::StoreGuard::new().ensure(store).await
+}
