@@ -24,8 +24,17 @@ pub const CREDENTIAL_VARIABLES: [&str; 3] = [
     "AZURE_STORAGE_SAS_TOKEN",
 ];
 
-/// Options an `az://` URL may carry.
-const URL_OPTIONS: [&str; 4] = ["endpoint", "timeout", "connect_timeout", "create_container"];
+/// Options an `az://` URL may carry; the credentials (the lowercase names
+/// of [`CREDENTIAL_VARIABLES`]) only beside it, never in it.
+const URL_OPTIONS: [&str; 7] = [
+    "endpoint",
+    "timeout",
+    "connect_timeout",
+    "create_container",
+    "azure_storage_connection_string",
+    "azure_storage_key",
+    "azure_storage_sas_token",
+];
 
 /// A source of Entra ID (Azure AD) tokens, e.g. a credential from the
 /// `azure_identity` crate (version 0.21). Tokens are requested for the

@@ -85,7 +85,8 @@ pub fn register() {
 
 fn open(url: StoreUrl) -> StoreFuture {
     Box::pin(async move {
-        let builder = AzureBlobStoreBuilder::from_store_url(&url, |name| std::env::var(name).ok())?;
+        // Credentials given beside the URL first, then the environment.
+        let builder = AzureBlobStoreBuilder::from_store_url(&url, |name| url.credential(name))?;
         let store = builder.build().await?;
         Ok(Arc::new(store) as Arc<dyn CasStore>)
     })

@@ -49,7 +49,7 @@ pub use file::FileStore;
 pub use memory::MemoryStore;
 pub use registry::{
     AdapterFactory, StoreFactory, StoreFuture, adapter_of, open_store, open_store_url,
-    register_adapter, register_scheme, registered_schemes,
+    open_store_with, register_adapter, register_scheme, registered_schemes,
 };
 pub use store::{
     Capabilities, CasStore, ListEntry, MAX_KEY_LEN, StoredObject, validate_key, validate_prefix,

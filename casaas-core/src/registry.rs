@@ -20,8 +20,10 @@ pub type StoreFuture = Pin<Box<dyn Future<Output = Result<Arc<dyn CasStore>, Cas
 pub type StoreFactory = fn(StoreUrl) -> StoreFuture;
 
 /// Opens a store from the URL text that follows `NAME+` in `NAME+URL`
-/// (the adapter parses it with its library's own rules).
-pub type AdapterFactory = fn(String) -> StoreFuture;
+/// (the adapter parses it with its library's own rules) and the options
+/// given beside the URL (its library's configuration keys, credentials
+/// among them).
+pub type AdapterFactory = fn(String, Vec<(String, String)>) -> StoreFuture;
 
 fn adapters() -> &'static RwLock<HashMap<String, AdapterFactory>> {
     static ADAPTERS: OnceLock<RwLock<HashMap<String, AdapterFactory>>> = OnceLock::new();
@@ -44,7 +46,7 @@ pub fn register_adapter(name: &str, factory: AdapterFactory) {
 /// [`StoreUrl::parse`]: `NAME` need not be a valid URL scheme.
 ///
 /// ```
-/// casaas_core::register_adapter("doc_adapter", |inner| {
+/// casaas_core::register_adapter("doc_adapter", |inner, _given| {
 ///     Box::pin(async move { casaas_core::open_store(&inner).await })
 /// });
 /// assert_eq!(
@@ -132,15 +134,70 @@ pub fn registered_schemes() -> Vec<String> {
 /// # }
 /// ```
 pub async fn open_store(url: &str) -> Result<Arc<dyn CasStore>, CasError> {
-    let (url, verify) = take_verify_option(url)?;
+    open_store_with(url, std::iter::empty::<(&str, &str)>()).await
+}
+
+/// Opens the store a URL names, with `options` given beside the URL: the
+/// one way in for every entry point, like object_store's `parse_url_opts`.
+///
+/// Options given here are read exactly as options in the URL's query (a
+/// name the backend does not know is an error; one given both ways is an
+/// error), with one difference: credentials go only here, never in the
+/// URL. Their names are the provider's environment variables in lowercase
+/// (`aws_access_key_id`, `aws_secret_access_key`, `aws_session_token`,
+/// `azure_storage_key`, `azure_storage_sas_token`,
+/// `azure_storage_connection_string`); a credential not given is read from
+/// the environment. For `NAME+URL`, the options go to the adapter's library
+/// as configuration keys.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), casaas_core::CasError> {
+/// let store = casaas_core::open_store_with("memory://docs/with", [("verify", "true")]).await?;
+/// assert_eq!(store.describe(), "memory://docs/with/");
+/// // Unknown names are errors, wherever they come from.
+/// let err = casaas_core::open_store_with("memory://docs/with", [("regoin", "x")])
+///     .await
+///     .unwrap_err();
+/// assert!(err.to_string().contains("unknown option 'regoin'"), "{err}");
+/// # Ok(())
+/// # }
+/// ```
+pub async fn open_store_with<I, K, V>(url: &str, options: I) -> Result<Arc<dyn CasStore>, CasError>
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: AsRef<str>,
+    V: AsRef<str>,
+{
+    let (url, mut verify) = take_verify_option(url)?;
+    let mut given = Vec::new();
+    for (name, value) in options {
+        let (name, value) = (name.as_ref().to_ascii_lowercase(), value.as_ref());
+        if name == VERIFY_OPTION {
+            verify = parse_verify(value)?;
+        } else {
+            given.push((name, value.to_string()));
+        }
+    }
     let store = match adapter_for(&url) {
-        Some((_, factory, inner)) => factory(inner).await?,
-        None => open_store_url(StoreUrl::parse(&url)?).await?,
+        Some((_, factory, inner)) => factory(inner, given).await?,
+        None => open_store_url(StoreUrl::parse(&url)?.with_given_options(given)?).await?,
     };
     if !verify {
-        crate::guard::trust_store(store.as_ref(), "verify=false in the store URL");
+        crate::guard::trust_store(store.as_ref(), "verify=false");
     }
     Ok(store)
+}
+
+/// The option every store URL takes and no backend sees.
+const VERIFY_OPTION: &str = "verify";
+
+fn parse_verify(value: &str) -> Result<bool, CasError> {
+    crate::parse_bool(value).ok_or_else(|| {
+        CasError::misconfigured(format!(
+            "option verify={value} is not a boolean: use verify=true or verify=false"
+        ))
+    })
 }
 
 /// Removes the `verify` option, which every store URL takes and no backend
@@ -153,13 +210,7 @@ fn take_verify_option(url: &str) -> Result<(String, bool), CasError> {
     let mut kept = Vec::new();
     for pair in query.split('&') {
         match pair.split_once('=') {
-            Some(("verify", value)) => {
-                verify = crate::parse_bool(value).ok_or_else(|| {
-                    CasError::misconfigured(format!(
-                        "option verify={value} is not a boolean: use verify=true or verify=false"
-                    ))
-                })?;
-            }
+            Some((VERIFY_OPTION, value)) => verify = parse_verify(value)?,
             _ => kept.push(pair),
         }
     }
@@ -251,9 +302,10 @@ mod tests {
 
     #[tokio::test]
     async fn adapters_receive_the_inner_url() {
-        fn open_inner(inner: String) -> StoreFuture {
+        fn open_inner(inner: String, given: Vec<(String, String)>) -> StoreFuture {
             Box::pin(async move {
                 assert_eq!(inner, "memory://adapted/p");
+                assert!(given.is_empty());
                 open_store(&inner).await
             })
         }

@@ -42,6 +42,11 @@ pub struct StoreUrl {
     authority: String,
     path: String,
     options: Vec<(String, String)>,
+    /// Options given beside the URL ([`with_given_options`]): credentials
+    /// among them, which never go in the URL text. Never printed.
+    ///
+    /// [`with_given_options`]: StoreUrl::with_given_options
+    given: Vec<(String, String)>,
 }
 
 impl StoreUrl {
@@ -77,6 +82,7 @@ impl StoreUrl {
             authority,
             path,
             options,
+            given: Vec::new(),
         })
     }
 
@@ -164,8 +170,37 @@ impl StoreUrl {
     }
 
     /// The options, checked against the names a backend knows, so that a
-    /// misspelt option is an error rather than silently ignored.
+    /// misspelt option is an error rather than silently ignored. Options
+    /// given beside the URL ([`with_given_options`](Self::with_given_options))
+    /// are read the same way; a credential-looking option in the URL text
+    /// itself is refused, so that no secret travels in a URL.
     pub fn options(&self, allowed: &[&str]) -> Result<UrlOptions, CasError> {
+        if let Some((name, _)) = self
+            .options
+            .iter()
+            .find(|(name, value)| allowed.contains(&name.as_str()) && is_secret_option(name, value))
+        {
+            return Err(CasError::misconfigured(format!(
+                "option '{name}' is a credential and never goes in the URL: give it beside the \
+                 URL (casaas_core::open_store_with) or in the environment as {}",
+                name.to_ascii_uppercase()
+            )));
+        }
+        if let Some((name, _)) = self
+            .given
+            .iter()
+            .find(|(name, _)| !allowed.contains(&name.as_str()))
+        {
+            return Err(CasError::misconfigured(format!(
+                "unknown option '{name}' given for a {} URL; known options: {}",
+                self.scheme(),
+                if allowed.is_empty() {
+                    "none".to_string()
+                } else {
+                    allowed.join(", ")
+                }
+            )));
+        }
         if let Some((name, _)) = self
             .options
             .iter()
@@ -181,9 +216,56 @@ impl StoreUrl {
                 }
             )));
         }
-        Ok(UrlOptions {
-            values: self.options.clone(),
-        })
+        let mut values = self.options.clone();
+        values.extend(self.given.iter().cloned());
+        Ok(UrlOptions { values })
+    }
+
+    /// The same URL with `options` given beside it: what a caller passes
+    /// with the URL rather than in it, credentials above all (their names
+    /// are the provider's environment variables in lowercase, such as
+    /// `aws_secret_access_key` or `azure_storage_key`). An option both in
+    /// the URL and given is an error, so that neither silently wins.
+    pub fn with_given_options<I, K, V>(mut self, options: I) -> Result<Self, CasError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: Into<String>,
+    {
+        for (name, value) in options {
+            let name = name.as_ref().to_ascii_lowercase();
+            if self.options.iter().any(|(n, _)| *n == name) {
+                return Err(CasError::misconfigured(format!(
+                    "option '{name}' is both in the URL and given beside it: keep one"
+                )));
+            }
+            let value = value.into();
+            match self.given.iter_mut().find(|(n, _)| *n == name) {
+                Some(slot) => slot.1 = value,
+                None => self.given.push((name, value)),
+            }
+        }
+        Ok(self)
+    }
+
+    /// A credential by its environment variable's name (`AWS_ACCESS_KEY_ID`):
+    /// the option of that name in lowercase given beside the URL, else the
+    /// variable in the process environment; empty values count as absent.
+    pub fn credential(&self, variable: &str) -> Option<String> {
+        let name = variable.to_ascii_lowercase();
+        self.given
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var(variable).ok())
+            .filter(|v| !v.is_empty())
+    }
+
+    /// Was the credential named by `variable` given beside the URL (rather
+    /// than found in the environment)?
+    pub fn has_given_credential(&self, variable: &str) -> bool {
+        let name = variable.to_ascii_lowercase();
+        self.given.iter().any(|(n, v)| *n == name && !v.is_empty())
     }
 
     /// The raw value of option `name`, for tools that report on a URL
@@ -213,7 +295,9 @@ impl StoreUrl {
         if !values.is_empty() {
             url.query_pairs_mut().extend_pairs(values.iter());
         }
-        Self::from_url(url)
+        let mut rebuilt = Self::from_url(url)?;
+        rebuilt.given = self.given.clone();
+        Ok(rebuilt)
     }
 
     /// The secrets the URL carries: its user name and password, the values
@@ -237,7 +321,7 @@ impl StoreUrl {
                 userinfo(&inner);
             }
         }
-        for (name, value) in &self.options {
+        for (name, value) in self.options.iter().chain(&self.given) {
             if is_secret_option(name, value) {
                 found.push(value.clone());
             }
@@ -298,7 +382,8 @@ impl std::str::FromStr for StoreUrl {
 /// signature, a token, a password).
 pub fn is_secret_name(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
-    const PARTS: [&str; 11] = [
+    const PARTS: [&str; 12] = [
+        "storage_key",
         "secret",
         "password",
         "passwd",
@@ -382,9 +467,25 @@ fn decode(text: &str, part: &str) -> Result<String, CasError> {
 
 /// The options of a [`StoreUrl`], already checked against the names a
 /// backend knows. One parser for every boolean and every duration.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct UrlOptions {
     values: Vec<(String, String)>,
+}
+
+impl fmt::Debug for UrlOptions {
+    /// Names and values, secrets redacted.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.values.iter().map(|(n, v)| {
+                let shown = if is_secret_option(n, v) {
+                    REDACTED
+                } else {
+                    v.as_str()
+                };
+                (n, shown)
+            }))
+            .finish()
+    }
 }
 
 impl UrlOptions {

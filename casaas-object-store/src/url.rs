@@ -51,6 +51,16 @@ macro_rules! configure {
 /// retries (`retries=0` turns them off, and with them the confirming read
 /// after a refused write). The URL path is the casaas prefix.
 pub async fn open(inner: &str) -> Result<Arc<dyn CasStore>, CasError> {
+    open_with(inner, Vec::new()).await
+}
+
+/// [`open`], with configuration keys `given` beside the URL (credentials
+/// such as `aws_secret_access_key`, which never go in a URL), applied
+/// after the URL's own.
+pub async fn open_with(
+    inner: &str,
+    given: Vec<(String, String)>,
+) -> Result<Arc<dyn CasStore>, CasError> {
     let mut url = Url::parse(inner).map_err(|e| {
         misconfigured(
             inner,
@@ -61,6 +71,7 @@ pub async fn open(inner: &str) -> Result<Arc<dyn CasStore>, CasError> {
         .query_pairs()
         .map(|(k, v)| (k.into_owned(), v.into_owned()))
         .collect();
+    options.extend(given);
     url.set_query(None);
     let retries = match options.iter().position(|(k, _)| k == RETRIES_OPTION) {
         Some(at) => {
@@ -153,6 +164,6 @@ pub async fn open(inner: &str) -> Result<Arc<dyn CasStore>, CasError> {
     Ok(Arc::new(store))
 }
 
-pub(crate) fn open_adapter(inner: String) -> StoreFuture {
-    Box::pin(async move { open(&inner).await })
+pub(crate) fn open_adapter(inner: String, given: Vec<(String, String)>) -> StoreFuture {
+    Box::pin(async move { open_with(&inner, given).await })
 }

@@ -21,6 +21,16 @@ pub const URL_OPTIONS: [&str; 1] = ["conditional_delete"];
 /// environment variables. `conditional_delete=false` stops claiming
 /// conditional delete on servers that do not honour it.
 pub async fn open(inner: &str) -> Result<Arc<dyn CasStore>, CasError> {
+    open_with(inner, Vec::new()).await
+}
+
+/// [`open`], with service configuration `given` beside the URL
+/// (credentials such as `secret_access_key`, which never go in a URL),
+/// after the URL's own.
+pub async fn open_with(
+    inner: &str,
+    given: Vec<(String, String)>,
+) -> Result<Arc<dyn CasStore>, CasError> {
     let mut url = Url::parse(inner).map_err(|e| {
         CasError::misconfigured(format!(
             "opendal+{inner}: not a URL ({e}); expected e.g. opendal+s3://bucket/root"
@@ -30,6 +40,7 @@ pub async fn open(inner: &str) -> Result<Arc<dyn CasStore>, CasError> {
         .query_pairs()
         .map(|(k, v)| (k.into_owned(), v.into_owned()))
         .collect();
+    options.extend(given);
     let mut conditional_delete = true;
     if let Some(at) = options.iter().position(|(k, _)| k == URL_OPTIONS[0]) {
         let (_, value) = options.remove(at);
@@ -58,6 +69,6 @@ pub async fn open(inner: &str) -> Result<Arc<dyn CasStore>, CasError> {
     Ok(Arc::new(store))
 }
 
-pub(crate) fn open_adapter(inner: String) -> StoreFuture {
-    Box::pin(async move { open(&inner).await })
+pub(crate) fn open_adapter(inner: String, given: Vec<(String, String)>) -> StoreFuture {
+    Box::pin(async move { open_with(&inner, given).await })
 }

@@ -35,6 +35,10 @@ pub const URL_OPTIONS: &[&str] = &[
     S3Quirks::ETAG_UNQUOTED,
     S3Quirks::CONDITIONAL_DELETE,
     S3Quirks::VERSIONED_BUCKET,
+    // Credentials: given beside the URL only (StoreUrl refuses them in it).
+    "aws_access_key_id",
+    "aws_secret_access_key",
+    "aws_session_token",
 ];
 
 /// How an S3-compatible store departs from AWS S3, each a URL option (see
@@ -188,6 +192,7 @@ impl S3Config {
 struct StaticCredentials {
     access_key_id: String,
     secret_access_key: String,
+    session_token: Option<String>,
 }
 
 impl fmt::Debug for StaticCredentials {
@@ -230,9 +235,34 @@ impl S3StoreBuilder {
         self.store_url(&StoreUrl::parse(url)?)
     }
 
-    /// Takes bucket, prefix and options from a parsed `s3://` URL.
+    /// Takes bucket, prefix and options from a parsed `s3://` URL, and the
+    /// static credentials given beside it (`aws_access_key_id` with
+    /// `aws_secret_access_key`, optionally `aws_session_token`; see
+    /// [`StoreUrl::with_given_options`]). Without them, the AWS credential
+    /// chain decides.
     pub fn store_url(mut self, url: &StoreUrl) -> Result<Self, CasError> {
         self.config.apply_url(url)?;
+        let id = url.has_given_credential("AWS_ACCESS_KEY_ID");
+        let secret = url.has_given_credential("AWS_SECRET_ACCESS_KEY");
+        match (id, secret) {
+            (true, true) => {
+                let key = url.credential("AWS_ACCESS_KEY_ID").unwrap_or_default();
+                let secret = url.credential("AWS_SECRET_ACCESS_KEY").unwrap_or_default();
+                self = self.static_credentials(key, secret);
+                if url.has_given_credential("AWS_SESSION_TOKEN")
+                    && let Some(creds) = &mut self.credentials
+                {
+                    creds.session_token = url.credential("AWS_SESSION_TOKEN");
+                }
+            }
+            (false, false) => {}
+            _ => {
+                return Err(CasError::misconfigured(
+                    "give aws_access_key_id and aws_secret_access_key together (one of them \
+                     was given alone)",
+                ));
+            }
+        }
         Ok(self)
     }
 
@@ -291,6 +321,7 @@ impl S3StoreBuilder {
         self.credentials = Some(StaticCredentials {
             access_key_id: access_key_id.into(),
             secret_access_key: secret_access_key.into(),
+            session_token: None,
         });
         self
     }
@@ -385,7 +416,7 @@ impl S3StoreBuilder {
             loader = loader.credentials_provider(Credentials::new(
                 creds.access_key_id.clone(),
                 creds.secret_access_key.clone(),
-                None,
+                creds.session_token.clone(),
                 None,
                 "casaas-static",
             ));

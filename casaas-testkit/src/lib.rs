@@ -20,37 +20,16 @@ use casaas_core::CasStore;
 pub use chaos_proxy::{ChaosProxy, ProxyError, ProxyFault, ProxyRecord, RandomFaults};
 
 /// Opens the store at `url` with the credentials of `env` (a test server's
-/// env file, read with `casaas_core::testkit::server_env`) where the
-/// provider needs them, instead of the process environment: S3 with the
-/// file's static keys, Azure with the file's account key or SAS, anything
-/// else through [`casaas_core::open_store`].
+/// env file, read with `casaas_core::testkit::server_env`) given beside it,
+/// instead of the process environment: the one way in,
+/// [`casaas_core::open_store_with`].
 pub async fn open_with_env(
     url: &str,
     env: &BTreeMap<String, String>,
 ) -> anyhow::Result<Arc<dyn CasStore>> {
-    if url.starts_with("s3://") {
-        let (Some(key), Some(secret)) = (
-            env.get("AWS_ACCESS_KEY_ID"),
-            env.get("AWS_SECRET_ACCESS_KEY"),
-        ) else {
-            anyhow::bail!(
-                "the env file gives no AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY for {url}"
-            );
-        };
-        let store = casaas_s3::S3Store::builder()
-            .url(url)?
-            .static_credentials(key, secret)
-            .build()
-            .await?;
-        return Ok(Arc::new(store));
-    }
-    if url.starts_with("az://") {
-        let store = casaas_azure::AzureBlobStoreBuilder::from_url_with_env(url, |name| {
-            env.get(name).cloned()
-        })?
-        .build()
-        .await?;
-        return Ok(Arc::new(store));
-    }
-    Ok(casaas_core::open_store(url).await?)
+    casaas_s3::register();
+    casaas_gcs::register();
+    casaas_azure::register();
+    let options = casaas_core::testkit::server_env::credential_options(env);
+    Ok(casaas_core::open_store_with(url, options).await?)
 }

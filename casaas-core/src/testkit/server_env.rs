@@ -38,6 +38,29 @@ pub fn parse(text: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The credential variables a store URL's provider reads, as
+/// [`open_store_with`](crate::open_store_with) takes them (lowercase).
+const CREDENTIAL_VARIABLES: [&str; 6] = [
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "AZURE_STORAGE_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+];
+
+/// The credentials among `env` (an env file's variables) as options to
+/// give beside a store URL.
+pub fn credential_options(env: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    CREDENTIAL_VARIABLES
+        .iter()
+        .filter_map(|name| {
+            env.get(*name)
+                .map(|value| (name.to_ascii_lowercase(), value.clone()))
+        })
+        .collect()
+}
+
 /// A real server started by `cargo xtask servers up NAME`, as tests see it.
 #[derive(Clone)]
 pub struct TestServer {
@@ -65,6 +88,13 @@ impl TestServer {
             url: env.get(URL_VAR).cloned().unwrap_or_default(),
             env,
         })
+    }
+
+    /// The credentials of the env file as options to give beside the URL
+    /// ([`open_store_with`](crate::open_store_with)): each credential
+    /// variable under its lowercase name.
+    pub fn store_options(&self) -> Vec<(String, String)> {
+        credential_options(&self.env)
     }
 
     /// The value of `name` from the env file; panics naming the variable
