@@ -531,6 +531,9 @@ impl StoreGuard {
 
 /// Errors that call for a fresh attempt, and those that end the guard.
 fn classify(err: CasError) -> Interrupted {
+    // The probe key is random: name its sub-prefix, which a reader can act
+    // on (a permission, a lifecycle rule) and which reads the same each run.
+    let err = err.with_key(GUARD_PREFIX);
     match err.kind() {
         ErrorKind::Ambiguous | ErrorKind::Throttled | ErrorKind::ConcurrentRequest => {
             Interrupted::Retry(err)

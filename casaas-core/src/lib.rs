@@ -37,6 +37,7 @@ mod file;
 pub mod guard;
 pub mod lease;
 mod memory;
+pub mod profile;
 mod registry;
 mod store;
 #[cfg(feature = "testkit")]

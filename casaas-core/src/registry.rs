@@ -11,6 +11,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock, RwLock};
 
+use std::path::Path;
+
+use crate::profile::{CapabilityProfile, PROFILE_OPTION};
 use crate::{CasError, CasStore, FileStore, MemoryStore, StoreUrl};
 
 /// The future a [`StoreFactory`] returns.
@@ -169,19 +172,30 @@ where
     K: AsRef<str>,
     V: AsRef<str>,
 {
-    let (url, mut verify) = take_verify_option(url)?;
+    let (url, taken) = take_open_options(url)?;
+    let mut verify = taken.verify;
+    let mut profile = taken.profile;
     let mut given = Vec::new();
     for (name, value) in options {
         let (name, value) = (name.as_ref().to_ascii_lowercase(), value.as_ref());
-        if name == VERIFY_OPTION {
-            verify = parse_verify(value)?;
-        } else {
-            given.push((name, value.to_string()));
+        match name.as_str() {
+            VERIFY_OPTION => verify = parse_verify(value)?,
+            PROFILE_OPTION => profile = Some(value.to_string()),
+            _ => given.push((name, value.to_string())),
         }
     }
     let store = match adapter_for(&url) {
         Some((_, factory, inner)) => factory(inner, given).await?,
-        None => open_store_url(StoreUrl::parse(&url)?.with_given_options(given)?).await?,
+        None => {
+            let mut parsed = StoreUrl::parse(&url)?.with_given_options(given)?;
+            let explicit = profile.as_deref().filter(|p| *p != "none").map(Path::new);
+            if profile.as_deref() != Some("none")
+                && let Some((path, found)) = CapabilityProfile::find(&parsed, explicit)?
+            {
+                parsed = found.apply(&path, parsed)?;
+            }
+            open_store_url(parsed).await?
+        }
     };
     if !verify {
         crate::guard::trust_store(store.as_ref(), "verify=false");
@@ -200,17 +214,37 @@ fn parse_verify(value: &str) -> Result<bool, CasError> {
     })
 }
 
-/// Removes the `verify` option, which every store URL takes and no backend
-/// sees: `verify=false` turns the [store guard](crate::guard) off.
-fn take_verify_option(url: &str) -> Result<(String, bool), CasError> {
-    let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_string(), true));
+/// What `open_store_with` reads itself from a URL's query, before any
+/// backend sees it.
+#[derive(Debug)]
+struct OpenOptions {
+    /// `verify=false` turns the [store guard](crate::guard) off.
+    verify: bool,
+    /// `capability_profile=PATH|none` (see [`crate::profile`]).
+    profile: Option<String>,
+}
+
+/// Removes the options every store URL takes and no backend sees.
+fn take_open_options(url: &str) -> Result<(String, OpenOptions), CasError> {
+    let mut taken = OpenOptions {
+        verify: true,
+        profile: None,
     };
-    let mut verify = true;
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_string(), taken));
+    };
     let mut kept = Vec::new();
     for pair in query.split('&') {
         match pair.split_once('=') {
-            Some((VERIFY_OPTION, value)) => verify = parse_verify(value)?,
+            Some((VERIFY_OPTION, value)) => taken.verify = parse_verify(value)?,
+            Some((PROFILE_OPTION, value)) => {
+                let decoded = percent_encoding::percent_decode_str(value)
+                    .decode_utf8()
+                    .map_err(|_| {
+                        CasError::misconfigured(format!("{PROFILE_OPTION} is not UTF-8"))
+                    })?;
+                taken.profile = Some(decoded.into_owned());
+            }
             _ => kept.push(pair),
         }
     }
@@ -219,7 +253,7 @@ fn take_verify_option(url: &str) -> Result<(String, bool), CasError> {
     } else {
         format!("{base}?{}", kept.join("&"))
     };
-    Ok((url, verify))
+    Ok((url, taken))
 }
 
 /// Opens the store a parsed URL names; see [`open_store`].
@@ -319,17 +353,21 @@ mod tests {
     }
 
     #[test]
-    fn verify_is_taken_out_of_the_url() {
-        let (url, verify) = take_verify_option("memory://x/p?verify=false").unwrap();
-        assert_eq!((url.as_str(), verify), ("memory://x/p", false));
-        let (url, verify) = take_verify_option("s3://b/p?region=x&verify=no&path_style=1").unwrap();
+    fn open_options_are_taken_out_of_the_url() {
+        let (url, taken) = take_open_options("memory://x/p?verify=false").unwrap();
+        assert_eq!((url.as_str(), taken.verify), ("memory://x/p", false));
+        let (url, taken) = take_open_options(
+            "s3://b/p?region=x&verify=no&path_style=1&capability_profile=%2Fp%20q",
+        )
+        .unwrap();
         assert_eq!(
-            (url.as_str(), verify),
+            (url.as_str(), taken.verify),
             ("s3://b/p?region=x&path_style=1", false)
         );
-        let (url, verify) = take_verify_option("s3://b/p?region=x").unwrap();
-        assert_eq!((url.as_str(), verify), ("s3://b/p?region=x", true));
-        let err = take_verify_option("s3://b/p?verify=maybe").unwrap_err();
+        assert_eq!(taken.profile.as_deref(), Some("/p q"));
+        let (url, taken) = take_open_options("s3://b/p?region=x").unwrap();
+        assert_eq!((url.as_str(), taken.verify), ("s3://b/p?region=x", true));
+        let err = take_open_options("s3://b/p?verify=maybe").unwrap_err();
         assert!(
             err.to_string().contains("verify=true or verify=false"),
             "{err}"

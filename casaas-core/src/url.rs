@@ -206,19 +206,33 @@ impl StoreUrl {
             .iter()
             .find(|(name, _)| !allowed.contains(&name.as_str()))
         {
+            // Credentials are known, but not in a URL: leave them out here.
+            let in_url: Vec<&str> = allowed
+                .iter()
+                .copied()
+                .filter(|n| !is_secret_name(n))
+                .collect();
             return Err(CasError::misconfigured(format!(
                 "unknown option '{name}' in {} URL; known options: {}",
                 self.scheme(),
-                if allowed.is_empty() {
+                if in_url.is_empty() {
                     "none".to_string()
                 } else {
-                    allowed.join(", ")
+                    in_url.join(", ")
                 }
             )));
         }
         let mut values = self.options.clone();
         values.extend(self.given.iter().cloned());
         Ok(UrlOptions { values })
+    }
+
+    /// Is option `name` set, in the URL or beside it?
+    pub fn has_option(&self, name: &str) -> bool {
+        self.options
+            .iter()
+            .chain(&self.given)
+            .any(|(n, _)| n == name)
     }
 
     /// The same URL with `options` given beside it: what a caller passes

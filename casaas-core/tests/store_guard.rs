@@ -373,3 +373,31 @@ async fn verify_false_in_a_url_trusts_that_store() {
         AcquireOutcome::Acquired(_)
     ));
 }
+
+#[tokio::test]
+async fn a_not_safe_profile_refuses_the_store_before_any_request() {
+    use casaas_core::profile::{CapabilityProfile, ProfileVerdict};
+    let dir = tempfile::tempdir().unwrap();
+    let url = casaas_core::StoreUrl::parse("memory://profiled-not-safe/p").unwrap();
+    let path = CapabilityProfile::new(
+        &url,
+        ProfileVerdict::NotSafe,
+        "NOT SAFE",
+        vec![],
+        vec!["race_create".into()],
+    )
+    .save(Some(&dir.path().join("p.json")))
+    .unwrap();
+    let err = casaas_core::open_store_with(
+        "memory://profiled-not-safe/p",
+        [("capability_profile", path.to_str().unwrap())],
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::UnsafeStore, "{err}");
+    assert!(err.to_string().contains("race_create"), "{err}");
+    // capability_profile=none looks none up.
+    casaas_core::open_store("memory://profiled-not-safe/p?capability_profile=none")
+        .await
+        .unwrap();
+}
