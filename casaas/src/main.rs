@@ -31,6 +31,11 @@ use crate::exit::Failure;
 
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // The watchdog re-executes casaas; it must start nothing else (no
+    // logger, no runtime) and stay tiny.
+    if args.get(1).is_some_and(|a| a == child::WATCHDOG_ARG) && args.len() == 2 {
+        return child::watchdog_main();
+    }
     // `casaas conformance …` hands its arguments, untouched, to the
     // conformance command line (which parses its own --help).
     if let Some(position) = conformance_position(&args) {
