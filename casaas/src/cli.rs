@@ -51,6 +51,9 @@ pub enum Command {
     /// Show who holds a lock, its fencing token, and when a takeover could happen.
     #[command(after_long_help = STATUS_HELP)]
     Status(StatusArgs),
+    /// List every lock under a prefix: state, holder, token, TTL; nothing is written.
+    #[command(after_long_help = LS_HELP)]
+    Ls(LsArgs),
     /// Campaign for leadership and run a command only while leading.
     #[command(after_long_help = ELECT_HELP)]
     Elect(ElectArgs),
@@ -135,6 +138,16 @@ pub struct StatusArgs {
     pub observe_for: Option<Duration>,
 }
 
+/// `casaas ls`.
+#[derive(Args, Debug)]
+pub struct LsArgs {
+    /// The prefix (directory) that holds the locks, e.g. s3://bucket/locks.
+    pub url: String,
+    /// Print one JSON array instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// `casaas elect`.
 #[derive(Args, Debug)]
 pub struct ElectArgs {
@@ -196,6 +209,16 @@ can only be seen by watching the record: --observe-for watches it (one read per 
 An object that is not a casaas lock is reported and never touched.\n\n\
 Exit status: 0 held; 3 free (absent, released, or unchanged for a full TTL while watched);\n\
 2 error or foreign object.";
+
+const LS_HELP: &str = "Examples:\n\
+  casaas ls s3://ops-bucket/locks\n\
+  casaas ls --json file:///var/lib/app/locks\n\n\
+Reads each object under the prefix once and writes nothing. STATE is held, released,\n\
+expired (the holder's last write plus its TTL is past on this machine's clock: advisory,\n\
+as far as seen; `casaas status --observe-for` watches for certain) or foreign (not a casaas\n\
+lock; left untouched). Objects under .casaas-guard/ (the library's store probes) are not\n\
+listed.\n\n\
+Exit status: 0 listed (also when empty); 2 error.";
 
 const ELECT_HELP: &str = "Examples:\n\
   # A singleton service on several hosts, restarted by systemd (Restart=always):\n\

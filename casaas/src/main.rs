@@ -17,6 +17,8 @@ mod exit;
 mod holding;
 mod lock;
 mod logging;
+mod ls;
+mod providers;
 mod release;
 mod status;
 mod target;
@@ -52,7 +54,7 @@ fn main() -> ExitCode {
         Err(err) => return usage_error(&err),
     };
     logging::init(cli.log_format, cli.verbose);
-    register_providers();
+    providers::register();
     let outcome = match cli.command {
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "casaas", &mut std::io::stdout());
@@ -130,19 +132,10 @@ fn run_async(command: Command) -> Result<u8, Failure> {
         match command {
             Command::Lock(args) => lock::run(args).await,
             Command::Status(args) => status::run(args).await,
+            Command::Ls(args) => ls::run(args).await,
             Command::Elect(args) => elect::run(args).await,
             Command::Release(args) => release::run(args).await,
             Command::Completions { .. } | Command::Conformance { .. } => Ok(0),
         }
     })
-}
-
-/// Makes s3://, gs:// and az:// URLs openable, as the features allow.
-fn register_providers() {
-    #[cfg(feature = "s3")]
-    casaas_s3::register();
-    #[cfg(feature = "gcs")]
-    casaas_gcs::register();
-    #[cfg(feature = "azure")]
-    casaas_azure::register();
 }
