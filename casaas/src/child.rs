@@ -25,7 +25,6 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::duration::human;
 use crate::exit::{CANNOT_EXECUTE, Failure, NOT_FOUND, status_code};
-use crate::logging;
 
 /// SIGINT, SIGTERM and SIGHUP, caught from the start so that none of them
 /// kills casaas while it holds a lease.
@@ -153,10 +152,12 @@ async fn stop(
     reason: &str,
     signals: &mut Signals,
 ) -> Result<u8, Failure> {
-    logging::notice(&format!(
-        "lease lost ({reason}); stopping the command: SIGTERM now, SIGKILL in {}",
+    // Reported once, when casaas exits; here only for -v.
+    tracing::info!(
+        %reason,
+        "lease lost; stopping the command: SIGTERM now, SIGKILL in {}",
         human(grace)
-    ));
+    );
     send(group, Signal::SIGTERM);
     let deadline = tokio::time::Instant::now() + grace;
     let mut status = None;

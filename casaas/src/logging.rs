@@ -75,7 +75,9 @@ pub fn init(format: LogFormat, verbose: u8) {
     // Read the secret variables now, before anything could print them.
     drop(secrets().lock());
     let default = match verbose {
-        0 => "warn",
+        // The library warns when a lease is lost; casaas reports that
+        // itself, once, with what it did about it.
+        0 => "warn,casaas_core::lease::handle=error",
         1 => "warn,casaas=info,casaas_core=info",
         _ => "debug",
     };

@@ -76,11 +76,15 @@ fn main() -> ExitCode {
 /// line saying what was wrong, and exit status 2.
 fn usage_error(err: &clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
+    if err.kind() == ErrorKind::DisplayVersion {
+        // The same line for `casaas --version` and `casaas lock --version`
+        // (clap would name the subcommand, e.g. casaas-lock).
+        println!("casaas {}", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
     if matches!(
         err.kind(),
-        ErrorKind::DisplayHelp
-            | ErrorKind::DisplayVersion
-            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+        ErrorKind::DisplayHelp | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
     ) {
         let _ = err.print();
         return ExitCode::from(if err.use_stderr() { exit::USAGE } else { 0 });
