@@ -422,7 +422,7 @@ fn status_json_reports_held_released_and_free() {
     let out = run(&[
         "lock",
         "--ttl",
-        "500ms",
+        "1s",
         &url,
         "--",
         "sh",
@@ -431,7 +431,7 @@ fn status_json_reports_held_released_and_free() {
     ]);
     assert_eq!(out.status.code(), None, "casaas itself was killed");
     let (code, report) = {
-        let out = run(&["status", "--json", "--observe-for", "1s", &url]);
+        let out = run(&["status", "--json", "--observe-for", "1.5s", &url]);
         (
             out.status.code().unwrap(),
             serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap(),

@@ -83,7 +83,7 @@ fn ls_lists_held_expired_released_and_foreign_and_writes_nothing() {
     let out = run(&[
         "lock",
         "--ttl",
-        "500ms",
+        "1s",
         "--owner",
         "web-2/7",
         &lock("b-expired"),
@@ -116,7 +116,7 @@ fn ls_lists_held_expired_released_and_foreign_and_writes_nothing() {
             .await
             .unwrap();
     });
-    std::thread::sleep(Duration::from_millis(600));
+    std::thread::sleep(Duration::from_millis(1100));
 
     let before = snapshot_dir(dir.path());
     let table = run(&["ls", &prefix]);
