@@ -233,8 +233,10 @@ const LOCK_HELP: &str = "Examples:\n\
   casaas lock -n s3://ops-bucket/locks/nightly-backup -- /usr/local/bin/backup.sh\n\n\
   # Wait up to 10 minutes for a migration lock held elsewhere:\n\
   casaas lock --wait=10m --ttl 30s gs://ops/locks/migrate -- ./migrate up\n\n\
-  # On one machine, with the embedded file backend:\n\
+  # On one machine, with the embedded file backend (the directory must exist):\n\
   casaas lock file:///var/lib/app/locks/reindex -- ./reindex\n\n\
+  # flock(1) style: a shell command, a bounded wait in seconds, a conflict code:\n\
+  casaas lock -w 30 -E 0 -c 'make deploy' s3://ops-bucket/locks/deploy\n\n\
 The command runs in its own process group with CASAAS_FENCING_TOKEN, CASAAS_LOCK_URL and\n\
 CASAAS_OWNER in its environment. SIGINT, SIGTERM and SIGHUP are forwarded to its group.\n\
 When it exits, the lock is released and casaas exits with its status (128+N if killed by\n\

@@ -1,6 +1,7 @@
 //! `casaas` against real servers started by `cargo xtask servers up moto
-//! fake-gcs`: a lock's life on S3, secrets kept out of every output, and a
-//! TTL too short for GCS's write rate refused before anything is written.
+//! azurite fake-gcs`: a lock's life on S3, secrets kept out of every output,
+//! a TTL too short for GCS's write rate refused before anything is written,
+//! `ls` on each server, and every command through adapter URLs.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod common;
