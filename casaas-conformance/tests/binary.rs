@@ -28,7 +28,7 @@ fn file_backend_quick_is_safe_and_exits_zero() {
 #[test]
 fn json_output_parses_with_the_schema_fields() {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("file://{}/store", dir.path().display());
+    let url = format!("file://{}/store?create_dirs=true", dir.path().display());
     let out = conformance(&[
         &url,
         "--format",

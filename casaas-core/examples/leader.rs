@@ -17,7 +17,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::temp_dir().join(format!("casaas-leader-{}", std::process::id()));
     let url = std::env::args()
         .nth(1)
-        .unwrap_or_else(|| format!("file://{}", dir.display()));
+        .unwrap_or_else(|| format!("file://{}?create_dirs=true", dir.display()));
     let store = open_store(&url).await?;
 
     let lease = Lease::new(

@@ -134,6 +134,29 @@ impl FileStore {
         Self::open_with_io(root.as_ref(), Io::default()).await
     }
 
+    /// Opens the store rooted at the absolute directory `root`, which must
+    /// exist: a missing one is refused with [`ErrorKind::Misconfigured`]
+    /// and nothing is created, so a misspelt path is an error rather than
+    /// a different, empty store (`file://` URLs open this way unless they
+    /// say `create_dirs=true`).
+    pub async fn open_existing(root: impl AsRef<Path>) -> Result<Self, CasError> {
+        let root = root.as_ref().to_path_buf();
+        let checked = root.clone();
+        let exists = blocking(move || checked.try_exists())
+            .await
+            .and_then(|r| r)
+            .map_err(|e| {
+                CasError::misconfigured(format!("cannot inspect {}: {e}", root.display()))
+            })?;
+        if root.is_absolute() && !exists {
+            return Err(CasError::misconfigured(format!(
+                "directory {} does not exist; create it or add ?create_dirs=true",
+                root.display()
+            )));
+        }
+        Self::open_with_io(&root, Io::default()).await
+    }
+
     async fn open_with_io(root: &Path, io: Io) -> Result<Self, CasError> {
         let root = root.to_path_buf();
         if !root.is_absolute() {
@@ -869,6 +892,29 @@ impl CasStore for FileStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_missing_root_is_refused_unless_creation_is_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("lokcs").join("x");
+        let err = FileStore::open_existing(&missing).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Misconfigured);
+        assert!(
+            err.to_string()
+                .contains("does not exist; create it or add ?create_dirs=true"),
+            "{err}"
+        );
+        let url = format!("file://{}", missing.display());
+        let err = crate::open_store(&url).await.unwrap_err();
+        assert!(err.to_string().contains("does not exist"), "{err}");
+        assert!(!dir.path().join("lokcs").exists(), "something was created");
+        crate::open_store(&format!("{url}?create_dirs=true"))
+            .await
+            .unwrap();
+        assert!(missing.is_dir());
+        // An existing directory opens as before.
+        crate::open_store(&url).await.unwrap();
+    }
 
     /// What [`Io`] does in unit tests: records every step and fails the
     /// first scripted one.

@@ -289,7 +289,7 @@ fn open_memory(url: StoreUrl) -> StoreFuture {
 
 fn open_file(url: StoreUrl) -> StoreFuture {
     Box::pin(async move {
-        url.options(&[])?;
+        let options = url.options(&["create_dirs"])?;
         if !url.authority().is_empty() && url.authority() != "localhost" {
             return Err(CasError::misconfigured(
                 "file URL must name a local absolute directory: file:///abs/dir",
@@ -298,7 +298,13 @@ fn open_file(url: StoreUrl) -> StoreFuture {
         let path = url.file_path().ok_or_else(|| {
             CasError::misconfigured(format!("{url} does not name a local absolute directory"))
         })?;
-        let store = FileStore::open(path).await?;
+        // A missing directory is created only when asked: otherwise a typo
+        // in the path would silently open a different, empty store.
+        let store = if options.get_bool("create_dirs", false)? {
+            FileStore::open(path).await?
+        } else {
+            FileStore::open_existing(path).await?
+        };
         Ok(Arc::new(store) as Arc<dyn CasStore>)
     })
 }
@@ -379,7 +385,7 @@ mod tests {
         let store = open_store("memory://decode-test/x%2541").await.unwrap();
         assert_eq!(store.describe(), "memory://decode-test/x%41/");
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("file://{}/x%2541", dir.path().display());
+        let url = format!("file://{}/x%2541?create_dirs=true", dir.path().display());
         let store = open_store(&url).await.unwrap();
         store
             .create("k", bytes::Bytes::from_static(b"1"))

@@ -191,8 +191,11 @@ impl StoreUrl {
             .iter()
             .find(|(name, _)| !allowed.contains(&name.as_str()))
         {
+            let hint = closest(name, allowed)
+                .map(|known| format!(" (did you mean '{known}'?)"))
+                .unwrap_or_default();
             return Err(CasError::misconfigured(format!(
-                "unknown option '{name}' given for a {} URL; known options: {}",
+                "unknown option '{name}' given for a {} URL{hint}; known options: {}",
                 self.scheme(),
                 if allowed.is_empty() {
                     "none".to_string()
@@ -212,8 +215,11 @@ impl StoreUrl {
                 .copied()
                 .filter(|n| !is_secret_name(n))
                 .collect();
+            let hint = closest(name, &in_url)
+                .map(|known| format!(" (did you mean '{known}'?)"))
+                .unwrap_or_default();
             return Err(CasError::misconfigured(format!(
-                "unknown option '{name}' in {} URL; known options: {}",
+                "unknown option '{name}' in {} URL{hint}; known options: {}",
                 self.scheme(),
                 if in_url.is_empty() {
                     "none".to_string()
@@ -551,9 +557,61 @@ pub fn parse_bool(text: &str) -> Option<bool> {
     }
 }
 
+/// The known name closest to a misspelt one, if it is close: at most a
+/// third of its letters wrong (`pathstyle` → `path_style`), compared
+/// without case.
+fn closest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
+    let name = name.to_ascii_lowercase();
+    known
+        .iter()
+        .map(|k| (edit_distance(&name, &k.to_ascii_lowercase()), *k))
+        .filter(|(d, k)| *d <= name.len().max(k.len()) / 3)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance over bytes (option names are ASCII).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b = b.as_bytes();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.bytes().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = diagonal + usize::from(ca != *cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitution.min(row[j] + 1).min(diagonal + 1);
+        }
+    }
+    row[b.len()]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_misspelt_option_gets_the_closest_known_name() {
+        let url = StoreUrl::parse("s3://b/p?pathstyle=true").unwrap();
+        let err = url
+            .options(&["endpoint", "path_style", "region"])
+            .unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "unknown option 'pathstyle' in s3 URL (did you mean 'path_style'?); known options:"
+            ),
+            "{err}"
+        );
+        let url = StoreUrl::parse("s3://b/p?Regoin=x").unwrap();
+        let err = url.options(&["endpoint", "region"]).unwrap_err();
+        assert!(err.to_string().contains("did you mean 'region'"), "{err}");
+        // Nothing close: no guess.
+        let url = StoreUrl::parse("s3://b/p?bogus=1").unwrap();
+        let err = url.options(&["endpoint", "path_style"]).unwrap_err();
+        assert!(!err.to_string().contains("did you mean"), "{err}");
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("", "ab"), 2);
+    }
 
     #[test]
     fn decoded_exactly_once() {

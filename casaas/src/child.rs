@@ -1,19 +1,30 @@
 //! The command run under a lease: its own process group, forwarded
-//! signals, and a stop sequence when the lease is lost.
+//! signals, a stop sequence when the lease is lost, and a watchdog that
+//! kills the group if casaas itself dies (SIGKILL, OOM killer).
+//!
+//! The watchdog is casaas re-executed as `casaas __watchdog` inside the
+//! command's process group, reading a pipe whose write end only casaas
+//! holds. The kernel closes that end when casaas dies, however it dies; on
+//! end of file the watchdog SIGKILLs its group. When the command ends
+//! normally, casaas writes one byte first, and the watchdog leaves quietly
+//! (so a daemon the command started survives, as before). On Linux the
+//! command is also started with `PR_SET_PDEATHSIG`, which covers the moment
+//! before the watchdog runs.
 
 use std::ffi::OsString;
 use std::future::Future;
+use std::io::{Read, Write};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::{SigSet, Signal, killpg};
+use nix::unistd::{Pid, getpgrp};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::duration::human;
 use crate::exit::{CANNOT_EXECUTE, Failure, NOT_FOUND, status_code};
-use crate::logging;
 
 /// SIGINT, SIGTERM and SIGHUP, caught from the start so that none of them
 /// kills casaas while it holds a lease.
@@ -85,11 +96,15 @@ pub async fn supervise(
         });
     };
     let group = Pid::from_raw(pid);
+    // The group exists until the command is reaped (a zombie leader still
+    // counts), so the watchdog can always join it here.
+    let mut watchdog = Watchdog::start(group);
     tokio::pin!(lease_end);
     loop {
         tokio::select! {
             status = child.wait() => {
                 let status = status.map_err(|e| Failure::usage(format!("waiting for the command: {e}")))?;
+                watchdog.dismiss().await;
                 return Ok(ChildEnd { code: status_code(status), lost: None });
             }
             received = signals.recv() => {
@@ -97,7 +112,7 @@ pub async fn supervise(
                 send(group, received);
             }
             reason = &mut lease_end => {
-                let code = stop(&mut child, group, grace, &reason, signals).await?;
+                let code = stop(&mut child, group, &mut watchdog, grace, &reason, signals).await?;
                 return Ok(ChildEnd { code, lost: Some(reason) });
             }
         }
@@ -115,6 +130,7 @@ fn spawn(command: &[OsString], env: &[(&str, String)]) -> Result<Child, Failure>
         // signals reach the command only through casaas.
         .process_group(0)
         .kill_on_drop(false);
+    die_with_parent(&mut cmd);
     cmd.spawn().map_err(|e| {
         let name = program.to_string_lossy();
         match e.kind() {
@@ -131,22 +147,30 @@ fn spawn(command: &[OsString], env: &[(&str, String)]) -> Result<Child, Failure>
 async fn stop(
     child: &mut Child,
     group: Pid,
+    watchdog: &mut Watchdog,
     grace: Duration,
     reason: &str,
     signals: &mut Signals,
 ) -> Result<u8, Failure> {
-    logging::notice(&format!(
-        "lease lost ({reason}); stopping the command: SIGTERM now, SIGKILL in {}",
+    // Reported once, when casaas exits; here only for -v.
+    tracing::info!(
+        %reason,
+        "lease lost; stopping the command: SIGTERM now, SIGKILL in {}",
         human(grace)
-    ));
+    );
     send(group, Signal::SIGTERM);
     let deadline = tokio::time::Instant::now() + grace;
     let mut status = None;
     // Until the deadline, wait for the command and for every process of its
     // group to be gone.
     loop {
-        if status.is_some() && !group_alive(group) {
-            break;
+        if status.is_some() {
+            // The watchdog is a member of the group: once the command is
+            // gone it leaves, so that the group's end can be seen.
+            watchdog.dismiss().await;
+            if !group_alive(group) {
+                break;
+            }
         }
         let poll = tokio::time::sleep(Duration::from_millis(20));
         tokio::select! {
@@ -169,6 +193,7 @@ async fn stop(
             .await
             .map_err(|e| Failure::usage(format!("waiting for the command: {e}")))?,
     };
+    watchdog.dismiss().await;
     Ok(status_code(status))
 }
 
@@ -183,4 +208,114 @@ fn send(group: Pid, signal: Signal) {
 
 fn group_alive(group: Pid) -> bool {
     !matches!(killpg(group, None), Err(Errno::ESRCH))
+}
+
+/// The hidden argument that makes casaas a watchdog.
+pub const WATCHDOG_ARG: &str = "__watchdog";
+
+/// Asks the kernel to SIGKILL the command when casaas dies (Linux), and
+/// refuses to start it if casaas is already gone.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn die_with_parent(cmd: &mut Command) {
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure runs between fork and exec and only makes
+    // async-signal-safe system calls (prctl, getppid); it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            // casaas died before the prctl: the signal will never come.
+            if nix::unistd::getppid() != parent {
+                return Err(std::io::Error::from(Errno::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent(_cmd: &mut Command) {}
+
+/// casaas's side of the watchdog: the child process and the pipe's write
+/// end, which nobody else holds (it is close-on-exec).
+struct Watchdog {
+    running: Option<(Child, std::io::PipeWriter)>,
+}
+
+impl Watchdog {
+    /// Starts `casaas __watchdog` in `group`. Without it (no executable
+    /// path, no pipe), the command still runs; only PR_SET_PDEATHSIG then
+    /// covers casaas's death, and a warning says so.
+    fn start(group: Pid) -> Self {
+        match Self::spawn(group) {
+            Ok(running) => Watchdog {
+                running: Some(running),
+            },
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "could not start the watchdog: if casaas is killed, the command's children may outlive it"
+                );
+                Watchdog { running: None }
+            }
+        }
+    }
+
+    fn spawn(group: Pid) -> std::io::Result<(Child, std::io::PipeWriter)> {
+        let exe = std::env::current_exe()?;
+        let (reader, writer) = std::io::pipe()?;
+        let child = Command::new(exe)
+            .arg(WATCHDOG_ARG)
+            .stdin(reader)
+            .stdout(std::process::Stdio::null())
+            .process_group(group.as_raw())
+            .kill_on_drop(false)
+            .spawn()?;
+        Ok((child, writer))
+    }
+
+    /// Tells the watchdog to leave without killing anything, and reaps it.
+    async fn dismiss(&mut self) {
+        let Some((mut child, mut writer)) = self.running.take() else {
+            return;
+        };
+        // A failed write (it was killed with the group) needs no handling:
+        // either way it is reaped below.
+        let _ = writer.write_all(b"q");
+        drop(writer);
+        if let Err(e) = child.wait().await {
+            tracing::debug!(error = %e, "reaping the watchdog");
+        }
+    }
+}
+
+/// `casaas __watchdog`: waits on stdin; one byte means "leave", end of
+/// file means casaas died, and the whole process group is SIGKILLed.
+pub fn watchdog_main() -> ExitCode {
+    // The signals casaas forwards to the group must not end the watchdog;
+    // SIGKILL cannot be blocked, so the stop sequence still removes it.
+    let mut blocked = SigSet::empty();
+    for signal in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGPIPE,
+    ] {
+        blocked.add(signal);
+    }
+    let _ = blocked.thread_block();
+    let mut stdin = std::io::stdin().lock();
+    let mut byte = [0u8; 1];
+    loop {
+        match stdin.read(&mut byte) {
+            Ok(0) => break,
+            Ok(_) => return ExitCode::SUCCESS,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // An unreadable pipe cannot say casaas is alive.
+            Err(_) => break,
+        }
+    }
+    let _ = killpg(getpgrp(), Signal::SIGKILL);
+    ExitCode::FAILURE
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::duration::{Wait, parse_duration, parse_wait};
+use crate::duration::{Wait, parse_duration, parse_wait, parse_wait_seconds};
 use crate::exit::CONFLICT_DEFAULT;
 
 /// Flock for a bucket: run a command while holding a lease on an object in
@@ -23,7 +23,7 @@ Run `casaas help COMMAND` for examples. docs/cli.md explains exit codes and what
 )]
 pub struct Cli {
     /// Log format on stderr: text for people, json (one object a line) for services.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true, env = "CASAAS_LOG_FORMAT")]
     pub log_format: LogFormat,
     /// More log output (-v: what casaas does; -vv: every request). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -51,6 +51,9 @@ pub enum Command {
     /// Show who holds a lock, its fencing token, and when a takeover could happen.
     #[command(after_long_help = STATUS_HELP)]
     Status(StatusArgs),
+    /// List every lock under a prefix: state, holder, token, TTL; nothing is written.
+    #[command(after_long_help = LS_HELP)]
+    Ls(LsArgs),
     /// Campaign for leadership and run a command only while leading.
     #[command(after_long_help = ELECT_HELP)]
     Elect(ElectArgs),
@@ -77,16 +80,17 @@ pub enum Command {
 /// Options shared by the commands that hold a lease.
 #[derive(Args, Debug, Clone)]
 pub struct LeaseArgs {
-    /// How long the lease lasts without renewal (e.g. 15s, 500ms, 2m). casaas
-    /// renews every TTL/5 and stops the command if no renewal succeeded for
-    /// TTL/2. A crashed holder's lock can be taken over after about one TTL.
-    #[arg(long, default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
+    /// How long the lease lasts without renewal (e.g. 15s, 2m; at least
+    /// 1s). casaas renews every TTL/3 (as the library does) and stops the
+    /// command if no renewal succeeded for TTL/2. A crashed holder's lock
+    /// can be taken over after about one TTL.
+    #[arg(long, default_value = "15s", value_parser = parse_ttl, value_name = "DURATION", env = "CASAAS_TTL")]
     pub ttl: Duration,
     /// Time between SIGTERM and SIGKILL to the command's process group when
     /// the lease is lost. It must be shorter than the time left before
     /// anyone can take over after casaas gives up on renewing (about
     /// 0.44×TTL); a longer one is refused. Default: half of that, at most 10s.
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", env = "CASAAS_GRACE")]
     pub grace: Option<Duration>,
 }
 
@@ -97,28 +101,71 @@ pub struct LockArgs {
     pub url: String,
     #[command(flatten)]
     pub lease: LeaseArgs,
-    /// Wait for the lock: forever (--wait, the default) or at most DURATION (--wait=5m).
+    /// Wait for the lock: forever (--wait, the default) or at most DURATION
+    /// (--wait=5m; --wait=0 makes one attempt, as -n).
     #[arg(
         long,
         num_args = 0..=1,
         require_equals = true,
         default_missing_value = "forever",
         value_parser = parse_wait,
-        value_name = "DURATION"
+        value_name = "DURATION",
+        env = "CASAAS_WAIT"
     )]
     pub wait: Option<Wait>,
+    /// Wait at most SECONDS (as flock -w; fractions allowed, 0 makes one attempt).
+    #[arg(short = 'w', value_parser = parse_wait_seconds, value_name = "SECONDS", conflicts_with = "wait")]
+    pub wait_seconds: Option<Duration>,
     /// Do not wait: if the lock is held, exit at once with the conflict code.
-    #[arg(short = 'n', long, conflicts_with = "wait")]
+    #[arg(short = 'n', long, conflicts_with_all = ["wait", "wait_seconds"])]
     pub no_wait: bool,
-    /// Exit status when the lock was not acquired (held, or --wait ran out).
-    #[arg(long, default_value_t = CONFLICT_DEFAULT, value_name = "N")]
+    /// Exit status when the lock was not acquired (held, or the wait ran out).
+    #[arg(short = 'E', long, default_value_t = CONFLICT_DEFAULT, value_name = "N", env = "CASAAS_CONFLICT_EXIT_CODE")]
     pub conflict_exit_code: u8,
     /// Owner id written into the lock (default: HOSTNAME/PID).
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", env = "CASAAS_OWNER")]
     pub owner: Option<String>,
-    /// The command and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// Run SHELL_COMMAND through `sh -c` (as flock -c) instead of CMD.
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "SHELL_COMMAND",
+        conflicts_with = "command"
+    )]
+    pub shell: Option<String>,
+    /// The command and its arguments, right after the URL or after `--`.
+    #[arg(
+        trailing_var_arg = true,
+        value_name = "CMD",
+        required_unless_present = "shell"
+    )]
     pub command: Vec<OsString>,
+}
+
+impl LockArgs {
+    /// The command to run: CMD, or `sh -c SHELL_COMMAND`.
+    pub fn argv(&self) -> Vec<OsString> {
+        match &self.shell {
+            Some(line) => vec!["sh".into(), "-c".into(), line.into()],
+            None => self.command.clone(),
+        }
+    }
+
+    /// How long to wait: `-w`, then `--wait`; `None` is one attempt.
+    pub fn wait_limit(&self) -> Option<Wait> {
+        if self.no_wait {
+            return None;
+        }
+        let wait = self
+            .wait_seconds
+            .map(Wait::AtMost)
+            .or(self.wait)
+            .unwrap_or(Wait::Forever);
+        match wait {
+            Wait::AtMost(limit) if limit.is_zero() => None,
+            other => Some(other),
+        }
+    }
 }
 
 /// `casaas status`.
@@ -135,13 +182,23 @@ pub struct StatusArgs {
     pub observe_for: Option<Duration>,
 }
 
+/// `casaas ls`.
+#[derive(Args, Debug)]
+pub struct LsArgs {
+    /// The prefix (directory) that holds the locks, e.g. s3://bucket/locks.
+    pub url: String,
+    /// Print one JSON array instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// `casaas elect`.
 #[derive(Args, Debug)]
 pub struct ElectArgs {
     /// The election's lock object.
     pub url: String,
     /// This candidate's id (required to campaign, i.e. with a command).
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", env = "CASAAS_ID")]
     pub id: Option<String>,
     #[command(flatten)]
     pub lease: LeaseArgs,
@@ -152,9 +209,9 @@ pub struct ElectArgs {
     /// JSON lines on stderr instead of text.
     #[arg(long)]
     pub json: bool,
-    /// The command to run while leading, after `--`. Without one, --observe
-    /// only watches.
-    #[arg(last = true, value_name = "CMD")]
+    /// The command to run while leading, right after the URL or after
+    /// `--`. Without one, --observe only watches.
+    #[arg(trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
 
@@ -176,8 +233,10 @@ const LOCK_HELP: &str = "Examples:\n\
   casaas lock -n s3://ops-bucket/locks/nightly-backup -- /usr/local/bin/backup.sh\n\n\
   # Wait up to 10 minutes for a migration lock held elsewhere:\n\
   casaas lock --wait=10m --ttl 30s gs://ops/locks/migrate -- ./migrate up\n\n\
-  # On one machine, with the embedded file backend:\n\
+  # On one machine, with the embedded file backend (the directory must exist):\n\
   casaas lock file:///var/lib/app/locks/reindex -- ./reindex\n\n\
+  # flock(1) style: a shell command, a bounded wait in seconds, a conflict code:\n\
+  casaas lock -w 30 -E 0 -c 'make deploy' s3://ops-bucket/locks/deploy\n\n\
 The command runs in its own process group with CASAAS_FENCING_TOKEN, CASAAS_LOCK_URL and\n\
 CASAAS_OWNER in its environment. SIGINT, SIGTERM and SIGHUP are forwarded to its group.\n\
 When it exits, the lock is released and casaas exits with its status (128+N if killed by\n\
@@ -197,6 +256,16 @@ An object that is not a casaas lock is reported and never touched.\n\n\
 Exit status: 0 held; 3 free (absent, released, or unchanged for a full TTL while watched);\n\
 2 error or foreign object.";
 
+const LS_HELP: &str = "Examples:\n\
+  casaas ls s3://ops-bucket/locks\n\
+  casaas ls --json file:///var/lib/app/locks\n\n\
+Reads each object under the prefix once and writes nothing. STATE is held, released,\n\
+expired (the holder's last write plus its TTL is past on this machine's clock: advisory,\n\
+as far as seen; `casaas status --observe-for` watches for certain) or foreign (not a casaas\n\
+lock; left untouched). Objects under .casaas-guard/ (the library's store probes) are not\n\
+listed.\n\n\
+Exit status: 0 listed (also when empty); 2 error.";
+
 const ELECT_HELP: &str = "Examples:\n\
   # A singleton service on several hosts, restarted by systemd (Restart=always):\n\
   casaas elect s3://ops-bucket/elections/scheduler --id \"$(hostname)\" -- /usr/local/bin/scheduler\n\n\
@@ -214,3 +283,20 @@ released and keeps its fencing token, so the next holder gets a higher one; it i
 deleted. A holder that is still running loses its lease at its next renewal.\n\n\
 Exit status: 0 released (or already released); 3 no lock object; 1 declined or changed;\n\
 2 error or foreign object.";
+
+/// A TTL: a duration of at least [`MIN_TTL`], for every backend (below
+/// it, a renewal every TTL/3 and the stop sequence cannot fit in the
+/// scheduling noise of an ordinary machine, let alone a store's latency).
+fn parse_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = parse_duration(text)?;
+    if ttl < MIN_TTL {
+        return Err(format!(
+            "a TTL under {}s cannot be held reliably on any store; use --ttl 1s or more",
+            MIN_TTL.as_secs()
+        ));
+    }
+    Ok(ttl)
+}
+
+/// The shortest TTL accepted.
+pub const MIN_TTL: Duration = Duration::from_secs(1);

@@ -39,12 +39,31 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{text:?} is not a positive duration (e.g. 500ms, 15s, 2m)"))
 }
 
-/// Parses `--wait`'s value: `forever` or a duration.
+/// Parses `--wait`'s value: `forever`, or a duration where zero (`0`,
+/// `0s`) means one attempt.
 pub fn parse_wait(text: &str) -> Result<Wait, String> {
     match text {
         "forever" | "inf" => Ok(Wait::Forever),
+        other if is_zero(other) => Ok(Wait::AtMost(Duration::ZERO)),
         other => parse_duration(other).map(Wait::AtMost),
     }
+}
+
+/// Parses `-w`'s value as flock(1) does: seconds, fractions allowed, and
+/// 0 for one attempt (a unit is accepted too).
+pub fn parse_wait_seconds(text: &str) -> Result<Duration, String> {
+    if is_zero(text) {
+        return Ok(Duration::ZERO);
+    }
+    parse_duration(text)
+}
+
+/// `0`, `0s`, `0.0`, `0ms`…
+fn is_zero(text: &str) -> bool {
+    let number = text
+        .trim()
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    number.parse::<f64>().is_ok_and(|n| n == 0.0)
 }
 
 /// A duration for people: `1.5s`, `250ms`, `2m30s`.
@@ -91,6 +110,10 @@ mod tests {
         );
         assert_eq!(parse_wait("forever"), Ok(Wait::Forever));
         assert_eq!(parse_wait("3s"), Ok(Wait::AtMost(Duration::from_secs(3))));
+        assert_eq!(parse_wait("0s"), Ok(Wait::AtMost(Duration::ZERO)));
+        assert_eq!(parse_wait_seconds("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_wait_seconds("2.5"), Ok(Duration::from_millis(2500)));
+        assert!(parse_wait_seconds("-1").is_err());
     }
 
     #[test]

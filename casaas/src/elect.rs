@@ -94,7 +94,7 @@ pub async fn run(args: ElectArgs) -> Result<u8, Failure> {
                 event(&args, "stopped_leading", &id, Some(token), Some(&reason));
                 drop(leadership);
                 logging::report_error(&format!(
-                    "lost leadership of {} ({reason}); the command was stopped (its status was {})",
+                    "lost leadership of {}: {reason}; the command was stopped (its status was {})",
                     target.display, end.code
                 ));
                 LOST

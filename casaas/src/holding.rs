@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use casaas_core::CasStore;
-use casaas_core::lease::{Clock, Lease, LeaseConfig, LeaseError, LeaseGuard, LeaseStatus};
+use casaas_core::lease::{
+    Clock, Lease, LeaseConfig, LeaseError, LeaseGuard, LeaseStatus, LostReason,
+};
 
 use crate::cli::LeaseArgs;
 use crate::duration::human;
@@ -15,12 +17,12 @@ use crate::target::LockTarget;
 /// The longest default grace period.
 const MAX_DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
-/// The lease timing for a TTL: renew every TTL/5, give up (and stop the
-/// command) when no renewal succeeded for TTL/2, which leaves about
-/// 0.44·TTL before anyone can take over for the stop sequence.
+/// The lease timing for a TTL: the library's renewal cadence (every TTL/3),
+/// but give up (and stop the command) when no renewal succeeded for TTL/2
+/// rather than the library's 2·TTL/3, which leaves about 0.44·TTL before
+/// anyone can take over for the stop sequence.
 pub fn lease_config(ttl: Duration) -> LeaseConfig {
     let mut config = LeaseConfig::with_ttl(ttl);
-    config.renew_interval = ttl / 5;
     config.renew_deadline = ttl / 2;
     config
 }
@@ -66,7 +68,7 @@ pub fn lease(
             if message.contains("minimum interval between writes") =>
         {
             Failure::usage(format!(
-                "--ttl {} is too short for {}: casaas renews every TTL/5, and {message}",
+                "--ttl {} is too short for {}: casaas renews every TTL/3, and {message}",
                 human(ttl),
                 target.display
             ))
@@ -94,11 +96,12 @@ pub fn lease_end(
     clock: Arc<dyn Clock>,
 ) -> impl std::future::Future<Output = String> + Send + 'static {
     let mut status = guard.subscribe();
+    let (owner, token) = (guard.owner().to_string(), guard.token());
     async move {
         loop {
             let current = status.borrow_and_update().clone();
             let valid_until = match current {
-                LeaseStatus::Lost(reason) => return reason.to_string(),
+                LeaseStatus::Lost(reason) => return explain_loss(&reason, &owner, token),
                 LeaseStatus::Held { valid_until, .. } => valid_until,
             };
             let now = clock.now();
@@ -117,13 +120,34 @@ pub fn lease_end(
     }
 }
 
+/// Why the lease ended, for people. The library calls any foreign write
+/// "superseded" and names the owner in the record; after `casaas release
+/// --force` that is the holder's own id (the release keeps owner and
+/// token), which reads as if it had superseded itself.
+pub fn explain_loss(reason: &LostReason, own_owner: &str, own_token: u64) -> String {
+    match reason {
+        LostReason::Superseded {
+            owner: Some(owner),
+            token: Some(token),
+        } if owner == own_owner && *token == own_token => format!(
+            "released by force by another process (casaas release --force), token {token} kept, the next holder gets {}",
+            token + 1
+        ),
+        LostReason::Superseded {
+            owner: Some(owner),
+            token: Some(token),
+        } => format!("taken over by {owner:?} (token {token})"),
+        other => other.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn cli_timing_is_valid_and_leaves_a_stop_budget() {
-        for ms in [200, 1_000, 15_000, 600_000] {
+        for ms in [1_000, 15_000, 600_000] {
             let config = lease_config(Duration::from_millis(ms));
             config.validate().unwrap();
             let budget = stop_budget(&config);

@@ -18,6 +18,7 @@ use crate::{holding, target};
 /// Runs `casaas lock`.
 pub async fn run(args: LockArgs) -> Result<u8, Failure> {
     let mut signals = Signals::catch()?;
+    misread_wait(&args)?;
     let target = target::parse(&args.url)?;
     let config = holding::lease_config(args.lease.ttl);
     let grace = holding::grace(&args.lease, &config)?;
@@ -54,7 +55,7 @@ pub async fn run(args: LockArgs) -> Result<u8, Failure> {
 
     let env = holding::child_env(&guard, &target);
     let lease_end = holding::lease_end(&guard, lease.clock().clone());
-    let end = child::supervise(&args.command, &env, lease_end, grace, &mut signals).await;
+    let end = child::supervise(&args.argv(), &env, lease_end, grace, &mut signals).await;
     finish(guard, end, &target.display).await
 }
 
@@ -74,7 +75,7 @@ pub async fn finish(
     if let Some(reason) = end.lost {
         drop(guard);
         logging::report_error(&format!(
-            "lost the lock {display} ({reason}); the command was stopped (its status was {})",
+            "lost the lock {display}: {reason}; the command was stopped (its status was {})",
             end.code
         ));
         return Ok(LOST);
@@ -111,12 +112,13 @@ async fn acquire(
     cancel: CancellationToken,
 ) -> Result<Acquired, Failure> {
     let explain = |e: LeaseError| Failure::usage(format!("{display}: {e}"));
+    let wait = args.wait_limit();
     // The first attempt tells who holds it (and costs no extra request:
     // a waiting acquisition would start with the same read).
     let held = match lease.try_acquire().await {
         Ok(AcquireOutcome::Acquired(guard)) => return Ok(Acquired::Guard(guard)),
         Ok(AcquireOutcome::Held(held)) => held,
-        Err(e) if retryable(&e) && !args.no_wait => HeldBy {
+        Err(e) if retryable(&e) && wait.is_some() => HeldBy {
             owner: "?".to_string(),
             token: 0,
             takeover_in: Duration::ZERO,
@@ -131,15 +133,16 @@ async fn acquire(
             human(held.takeover_in)
         )
     };
-    if args.no_wait {
+    let Some(wait) = wait else {
+        let how = if args.no_wait { "-n" } else { "a wait of 0" };
         return Ok(Acquired::Conflict(format!(
-            "{}; not waiting (-n)",
+            "{}; not waiting ({how})",
             held_message(&held)
         )));
-    }
-    let deadline = match args.wait {
-        Some(Wait::AtMost(limit)) => Some(limit),
-        Some(Wait::Forever) | None => None,
+    };
+    let deadline = match wait {
+        Wait::AtMost(limit) => Some(limit),
+        Wait::Forever => None,
     };
     let bar = progress(display, &held, held.token > 0);
     if cancel.is_cancelled() {
@@ -152,11 +155,23 @@ async fn acquire(
     match result {
         Ok(guard) => Ok(Acquired::Guard(guard)),
         Err(LeaseError::DeadlineExceeded(waited)) => Ok(Acquired::Conflict(format!(
-            "{display} is still held after waiting {} (--wait)",
+            "{display} is still held after waiting {} (the wait ran out)",
             human(waited)
         ))),
         Err(e) => Err(explain(e)),
     }
+}
+
+/// `--wait 5s URL …` (a space, not `=`) reads as "wait forever" with the
+/// lock URL `5s`: say what to type instead of failing on a strange URL.
+fn misread_wait(args: &LockArgs) -> Result<(), Failure> {
+    if args.wait == Some(Wait::Forever) && crate::duration::parse_wait_seconds(&args.url).is_ok() {
+        return Err(Failure::usage(format!(
+            "`--wait {url}` is read as --wait (forever) and the lock URL {url:?}: write --wait={url} (or -w SECONDS) before the URL",
+            url = args.url
+        )));
+    }
+    Ok(())
 }
 
 fn retryable(e: &LeaseError) -> bool {

@@ -75,7 +75,9 @@ pub fn init(format: LogFormat, verbose: u8) {
     // Read the secret variables now, before anything could print them.
     drop(secrets().lock());
     let default = match verbose {
-        0 => "warn",
+        // The library warns when a lease is lost; casaas reports that
+        // itself, once, with what it did about it.
+        0 => "warn,casaas_core::lease::handle=error",
         1 => "warn,casaas=info,casaas_core=info",
         _ => "debug",
     };
@@ -84,6 +86,7 @@ pub fn init(format: LogFormat, verbose: u8) {
     );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour())
         .with_writer(RedactingStderr);
     let installed = match format {
         LogFormat::Text => builder.with_target(false).try_init(),
@@ -91,6 +94,15 @@ pub fn init(format: LogFormat, verbose: u8) {
     };
     // A second installation attempt (never expected) keeps the first.
     let _ = installed;
+}
+
+/// Colour only for a person at a terminal: never in a file or a pipe, and
+/// never when `NO_COLOR` is set to anything but the empty string
+/// (no-color.org).
+fn colour() -> bool {
+    use std::io::IsTerminal;
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    !no_color && std::io::stderr().is_terminal()
 }
 
 /// Prints a one-line error on stderr: `casaas: MESSAGE`, or a JSON log

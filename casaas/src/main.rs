@@ -17,6 +17,8 @@ mod exit;
 mod holding;
 mod lock;
 mod logging;
+mod ls;
+mod providers;
 mod release;
 mod status;
 mod target;
@@ -31,6 +33,11 @@ use crate::exit::Failure;
 
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // The watchdog re-executes casaas; it must start nothing else (no
+    // logger, no runtime) and stay tiny.
+    if args.get(1).is_some_and(|a| a == child::WATCHDOG_ARG) && args.len() == 2 {
+        return child::watchdog_main();
+    }
     // `casaas conformance …` hands its arguments, untouched, to the
     // conformance command line (which parses its own --help).
     if let Some(position) = conformance_position(&args) {
@@ -47,7 +54,7 @@ fn main() -> ExitCode {
         Err(err) => return usage_error(&err),
     };
     logging::init(cli.log_format, cli.verbose);
-    register_providers();
+    providers::register();
     let outcome = match cli.command {
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "casaas", &mut std::io::stdout());
@@ -69,11 +76,15 @@ fn main() -> ExitCode {
 /// line saying what was wrong, and exit status 2.
 fn usage_error(err: &clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
+    if err.kind() == ErrorKind::DisplayVersion {
+        // The same line for `casaas --version` and `casaas lock --version`
+        // (clap would name the subcommand, e.g. casaas-lock).
+        println!("casaas {}", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
     if matches!(
         err.kind(),
-        ErrorKind::DisplayHelp
-            | ErrorKind::DisplayVersion
-            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+        ErrorKind::DisplayHelp | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
     ) {
         let _ = err.print();
         return ExitCode::from(if err.use_stderr() { exit::USAGE } else { 0 });
@@ -125,19 +136,10 @@ fn run_async(command: Command) -> Result<u8, Failure> {
         match command {
             Command::Lock(args) => lock::run(args).await,
             Command::Status(args) => status::run(args).await,
+            Command::Ls(args) => ls::run(args).await,
             Command::Elect(args) => elect::run(args).await,
             Command::Release(args) => release::run(args).await,
             Command::Completions { .. } | Command::Conformance { .. } => Ok(0),
         }
     })
-}
-
-/// Makes s3://, gs:// and az:// URLs openable, as the features allow.
-fn register_providers() {
-    #[cfg(feature = "s3")]
-    casaas_s3::register();
-    #[cfg(feature = "gcs")]
-    casaas_gcs::register();
-    #[cfg(feature = "azure")]
-    casaas_azure::register();
 }

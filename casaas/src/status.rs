@@ -50,7 +50,7 @@ struct StatusReport {
 /// Runs `casaas status`.
 pub async fn run(args: StatusArgs) -> Result<u8, Failure> {
     let target = target::parse(&args.url)?;
-    let store = target::open(&target).await?;
+    let store = target::open_read_only(&target).await?;
     let config = holding::lease_config(Duration::from_secs(15));
     let reader = holding::lease(store, &target, "casaas-status", config.clone())?;
     let start = Instant::now();

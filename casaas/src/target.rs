@@ -27,6 +27,16 @@ az://account/container/locks/NAME or file:///var/lib/app/locks/NAME";
 /// so that no message can show it.
 pub fn parse(url: &str) -> Result<LockTarget, Failure> {
     register_userinfo(url);
+    // `object_store+s3://…`, `opendal+gs://…`: the adapter's prefix is kept
+    // as is; the URL after it names the lock object like any other.
+    if let Some((adapter, inner)) = adapter_prefix(url) {
+        let inner = parse(inner)?;
+        return Ok(LockTarget {
+            store_url: format!("{adapter}+{}", inner.store_url),
+            key: inner.key,
+            display: format!("{adapter}+{}", inner.display),
+        });
+    }
     let shown = logging::redact(&strip_userinfo_text(url));
     let parsed = Url::parse(url).map_err(|e| {
         Failure::usage(format!(
@@ -63,11 +73,90 @@ pub fn parse(url: &str) -> Result<LockTarget, Failure> {
     })
 }
 
-/// Opens the store of `target`.
+/// Parses a prefix URL (a store URL: the directory that holds locks), for
+/// `ls`; its `key` is empty.
+pub fn parse_prefix(url: &str) -> Result<LockTarget, Failure> {
+    register_userinfo(url);
+    if let Some((adapter, inner)) = adapter_prefix(url) {
+        let inner = parse_prefix(inner)?;
+        return Ok(LockTarget {
+            store_url: format!("{adapter}+{}", inner.store_url),
+            key: String::new(),
+            display: format!("{adapter}+{}", inner.display),
+        });
+    }
+    let shown = logging::redact(&strip_userinfo_text(url));
+    let mut parsed = Url::parse(url).map_err(|e| {
+        Failure::usage(format!(
+            "{shown:?} is not a valid prefix URL ({e}); expected e.g. s3://bucket/locks or file:///var/lib/app/locks"
+        ))
+    })?;
+    let _ = parsed.set_username("");
+    let _ = parsed.set_password(None);
+    Ok(LockTarget {
+        store_url: url.to_string(),
+        key: String::new(),
+        display: logging::redact(parsed.as_str()),
+    })
+}
+
+/// Opens the store of `target`, for a command that may write (`lock`,
+/// `elect`, `release`): a missing `file://` directory is created only with
+/// `create_dirs=true`.
 pub async fn open(target: &LockTarget) -> Result<Arc<dyn CasStore>, Failure> {
-    casaas_core::open_store(&target.store_url)
+    open_url(&target.store_url, &target.display).await
+}
+
+/// Opens the store of `target` for reading only (`status`, `ls`): nothing
+/// is created, whatever the URL says, and a missing `file://` directory is
+/// an error (a typo in the path would otherwise read as "free").
+pub async fn open_read_only(target: &LockTarget) -> Result<Arc<dyn CasStore>, Failure> {
+    let url = without_create_dirs(&target.store_url);
+    open_url(&url, &target.display).await.map_err(|failure| {
+        let message = failure.message().replace(
+            "; create it or add ?create_dirs=true",
+            " (status and ls create nothing: check the path)",
+        );
+        Failure::with_code(failure.code(), message)
+    })
+}
+
+async fn open_url(url: &str, display: &str) -> Result<Arc<dyn CasStore>, Failure> {
+    casaas_core::open_store(url)
         .await
-        .map_err(|e| Failure::usage(format!("cannot open {}: {e}", target.display)))
+        .map_err(|e| Failure::usage(format!("cannot open {display}: {}", explain_open_error(&e))))
+}
+
+/// The store error, with what a command-line user can do about a scheme
+/// this build cannot open (the library's own text names `register()`,
+/// which is for programs, not for people at a shell).
+fn explain_open_error(e: &casaas_core::CasError) -> String {
+    let text = e.to_string();
+    let Some((head, _)) = text.split_once(". Provider crates register") else {
+        return text;
+    };
+    format!("{head}. {}", crate::providers::missing_scheme_hint())
+}
+
+/// `url` without a `create_dirs` option (file URLs only have that one).
+fn without_create_dirs(url: &str) -> String {
+    let Ok(mut parsed) = Url::parse(url) else {
+        return url.to_string();
+    };
+    if parsed.scheme() != "file" {
+        return url.to_string();
+    }
+    let kept: Vec<(String, String)> = parsed
+        .query_pairs()
+        .filter(|(k, _)| k != "create_dirs")
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    if kept.is_empty() {
+        parsed.set_query(None);
+    } else {
+        parsed.query_pairs_mut().clear().extend_pairs(kept);
+    }
+    parsed.to_string()
 }
 
 /// Registers the user-info of `url` (as text, so also of a URL that does
@@ -79,6 +168,14 @@ pub fn register_userinfo(url: &str) {
             logging::add_secret(part);
         }
     }
+}
+
+/// `(NAME, REST)` of `NAME+REST`, where `NAME+` is before the scheme's
+/// colon (a URL scheme cannot contain `_`, so `object_store+s3:` is not one).
+fn adapter_prefix(url: &str) -> Option<(&str, &str)> {
+    let scheme = &url[..url.find(':')?];
+    let (name, _) = scheme.split_once('+')?;
+    Some((name, &url[name.len() + 1..]))
 }
 
 fn strip_userinfo_text(url: &str) -> String {
@@ -105,6 +202,38 @@ mod tests {
         assert_eq!(
             (t.store_url.as_str(), t.key.as_str()),
             ("s3://bucket/", "my lock")
+        );
+    }
+
+    #[test]
+    fn adapter_urls_keep_their_prefix() {
+        let t =
+            parse("object_store+s3://bucket/locks/x?aws_endpoint=http://127.0.0.1:9000").unwrap();
+        assert_eq!(
+            t.store_url,
+            "object_store+s3://bucket/locks?aws_endpoint=http://127.0.0.1:9000"
+        );
+        assert_eq!(t.key, "x");
+        let t = parse("opendal+file:///var/lib/locks/y").unwrap();
+        assert_eq!(
+            (t.store_url.as_str(), t.key.as_str(), t.display.as_str()),
+            (
+                "opendal+file:///var/lib/locks",
+                "y",
+                "opendal+file:///var/lib/locks/y"
+            )
+        );
+    }
+
+    #[test]
+    fn read_only_opening_drops_create_dirs() {
+        assert_eq!(
+            without_create_dirs("file:///a/b?create_dirs=true"),
+            "file:///a/b"
+        );
+        assert_eq!(
+            without_create_dirs("s3://b/p?create_dirs=true"),
+            "s3://b/p?create_dirs=true"
         );
     }
 

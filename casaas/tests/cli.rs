@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 use common::*;
 use nix::sys::signal::Signal;
 
+/// A lock in `DIR/locks`, which exists (no command creates a missing
+/// directory unless asked).
 fn lock_url(dir: &Path, name: &str) -> String {
+    std::fs::create_dir_all(dir.join("locks")).unwrap();
     format!("file://{}/locks/{name}", dir.display())
 }
 
@@ -96,6 +99,7 @@ fn four_lockers_never_overlap_and_every_child_runs() {
 fn a_paused_holder_is_fenced_out_then_stopped_within_grace() {
     let dir = tempfile::tempdir().unwrap();
     let url = lock_url(dir.path(), "paused");
+    std::fs::create_dir(dir.path().join("data")).unwrap();
     let data = format!("file://{}/data", dir.path().display());
     let append = fenced_append();
     let refused = dir.path().join("refused");
@@ -418,7 +422,7 @@ fn status_json_reports_held_released_and_free() {
     let out = run(&[
         "lock",
         "--ttl",
-        "500ms",
+        "1s",
         &url,
         "--",
         "sh",
@@ -427,7 +431,7 @@ fn status_json_reports_held_released_and_free() {
     ]);
     assert_eq!(out.status.code(), None, "casaas itself was killed");
     let (code, report) = {
-        let out = run(&["status", "--json", "--observe-for", "1s", &url]);
+        let out = run(&["status", "--json", "--observe-for", "1.5s", &url]);
         (
             out.status.code().unwrap(),
             serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap(),

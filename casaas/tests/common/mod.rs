@@ -8,7 +8,14 @@ use std::time::{Duration, Instant};
 /// The `casaas` binary, with a clean log environment and stdin closed.
 pub fn casaas() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_casaas"));
+    // Settings from the environment would change what every test means.
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("CASAAS_") && name != "CASAAS_SERVERS_DIR" {
+            cmd.env_remove(name);
+        }
+    }
     cmd.env_remove("RUST_LOG")
+        .env_remove("NO_COLOR")
         .env("AWS_EC2_METADATA_DISABLED", "true")
         .stdin(Stdio::null());
     cmd

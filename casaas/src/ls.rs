@@ -1,0 +1,174 @@
+//! `casaas ls PREFIX_URL`: every lock under a prefix, read once, nothing
+//! written.
+
+use std::time::{Duration, SystemTime};
+
+use casaas_core::lease::{LeaseError, LeaseRecord};
+use futures::StreamExt;
+use serde::Serialize;
+
+use crate::cli::LsArgs;
+use crate::duration::human;
+use crate::exit::Failure;
+use crate::target;
+use crate::time::rfc3339;
+
+/// The sub-prefix the library's store guard keeps its probe objects under;
+/// they are not locks, so they are not listed.
+const GUARD_PREFIX: &str = ".casaas-guard/";
+
+/// Reads this many objects at once.
+const CONCURRENT_READS: usize = 8;
+
+/// One object under the prefix (also the JSON form).
+#[derive(Debug, Serialize)]
+struct Entry {
+    /// The key, relative to the prefix.
+    key: String,
+    /// `held`, `expired` (its holder's last write plus its TTL is past on
+    /// this machine's clock: as far as seen, advisory), `released`, or
+    /// `foreign` (not a casaas lock).
+    state: &'static str,
+    holder: Option<String>,
+    token: Option<u64>,
+    ttl_ms: Option<u64>,
+    /// The holder's wall clock at acquisition (advisory).
+    acquired_at: Option<String>,
+    /// The holder's wall clock at its last write (advisory).
+    renewed_at: Option<String>,
+    version: String,
+    /// What a foreign object starts with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    found: Option<String>,
+}
+
+/// Runs `casaas ls`.
+pub async fn run(args: LsArgs) -> Result<u8, Failure> {
+    let prefix = target::parse_prefix(&args.url)?;
+    let store = target::open_read_only(&prefix).await?;
+    let explain = |e: casaas_core::CasError| Failure::usage(format!("{}: {e}", prefix.display));
+    let mut keys = store.list("").await.map_err(explain)?;
+    keys.retain(|entry| !entry.key.starts_with(GUARD_PREFIX));
+    keys.sort_by(|a, b| a.key.cmp(&b.key));
+    let now = SystemTime::now();
+    let reads = futures::stream::iter(keys)
+        .map(|listed| {
+            let store = store.clone();
+            async move {
+                let object = store.get(&listed.key).await?;
+                Ok::<_, casaas_core::CasError>(object.map(|o| (listed.key, o)))
+            }
+        })
+        .buffered(CONCURRENT_READS)
+        .collect::<Vec<_>>()
+        .await;
+    let mut entries = Vec::new();
+    for read in reads {
+        // Deleted between the listing and the read: gone, not listed.
+        let Some((key, object)) = read.map_err(explain)? else {
+            continue;
+        };
+        entries.push(entry(key, &object.body, object.version.to_string(), now));
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&entries).unwrap_or_default()
+        );
+    } else {
+        print!("{}", table(&entries));
+    }
+    Ok(0)
+}
+
+fn entry(key: String, body: &[u8], version: String, now: SystemTime) -> Entry {
+    let record = match LeaseRecord::decode(&key, body) {
+        Ok(record) => record,
+        Err(e) => {
+            let found = match e {
+                LeaseError::ForeignObject { found, .. } => found,
+                other => other.to_string(),
+            };
+            return Entry {
+                key,
+                state: "foreign",
+                holder: None,
+                token: None,
+                ttl_ms: None,
+                acquired_at: None,
+                renewed_at: None,
+                version,
+                found: Some(found),
+            };
+        }
+    };
+    let state = if record.released {
+        "released"
+    } else if record.wall_expiry() <= now {
+        "expired"
+    } else {
+        "held"
+    };
+    Entry {
+        key,
+        state,
+        holder: Some(record.owner.clone()),
+        token: Some(record.token),
+        ttl_ms: Some(record.ttl_ms),
+        acquired_at: Some(rfc3339(record.acquired_at_ms)),
+        renewed_at: Some(rfc3339(record.renewed_at_ms)),
+        version,
+        found: None,
+    }
+}
+
+fn table(entries: &[Entry]) -> String {
+    let rows: Vec<[String; 6]> = entries
+        .iter()
+        .map(|e| {
+            let dash = || "-".to_string();
+            [
+                e.key.clone(),
+                e.state.to_string(),
+                e.holder
+                    .clone()
+                    .or_else(|| e.found.as_ref().map(|f| format!("(found {f})")))
+                    .unwrap_or_else(dash),
+                e.token.map_or_else(dash, |t| t.to_string()),
+                e.ttl_ms
+                    .map_or_else(dash, |ms| human(Duration::from_millis(ms))),
+                e.renewed_at.clone().unwrap_or_else(dash),
+            ]
+        })
+        .collect();
+    let header = [
+        "KEY",
+        "STATE",
+        "HOLDER",
+        "TOKEN",
+        "TTL",
+        "WRITTEN (holder's clock)",
+    ];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; 6]| {
+        let mut out = String::new();
+        for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<width$}  "));
+            }
+        }
+        out.trim_end().to_string() + "\n"
+    };
+    let mut out = line(header);
+    for row in &rows {
+        out.push_str(&line(row.each_ref().map(String::as_str)));
+    }
+    out
+}
