@@ -391,3 +391,58 @@ fn adapter_child(prefix: &str, key: &str) -> String {
     let (path, query) = prefix.split_once('?').unwrap_or((prefix, ""));
     format!("{}/{key}?{query}", path.trim_end_matches('/'))
 }
+
+/// On a server that ignores conditional writes (s3rver, gcp-storage-emulator)
+/// four `casaas lock -n` at once never run their command: each exits 2 with
+/// the store guard's one line; with `verify=false` the command runs (as it
+/// did before the guard: on such a store, a lock excludes no one).
+#[test]
+fn a_store_that_ignores_conditions_runs_no_command() {
+    for name in ["s3rver", "gcs-liar"] {
+        let server = test_server(name);
+        let url = lock_url(&server, "guarded");
+        let marker = tempfile::tempdir().unwrap();
+        let children: Vec<_> = (0..4)
+            .map(|i| {
+                let touch = format!("touch {}/ran-{i}", marker.path().display());
+                with_env(&server, casaas())
+                    .args(["lock", "-n", &url, "--", "sh", "-c", &touch])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for child in children {
+            let out = child.wait_with_output().unwrap();
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+            let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+            assert_eq!(lines.len(), 1, "{name}: one line: {stderr}");
+            assert!(
+                lines[0].contains(
+                    "a create on an existing key succeeded: this store ignores If-None-Match"
+                ),
+                "{name}: {stderr}"
+            );
+            assert!(lines[0].contains("casaas conformance"), "{name}: {stderr}");
+        }
+        let ran: Vec<_> = std::fs::read_dir(marker.path()).unwrap().collect();
+        assert!(ran.is_empty(), "{name}: a command ran: {ran:?}");
+
+        // Turned off, it behaves as before the guard, and says so.
+        let unchecked = format!("{url}?verify=false");
+        let unchecked = if url.contains('?') {
+            format!("{url}&verify=false")
+        } else {
+            unchecked
+        };
+        let out = with_env(&server, casaas())
+            .args(["lock", "-n", &unchecked, "--", "true"])
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{name}: {stderr}");
+        assert!(stderr.contains("store guard is off"), "{name}: {stderr}");
+    }
+}
