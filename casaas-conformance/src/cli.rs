@@ -73,6 +73,11 @@ struct Cli {
     /// List the probes and exit.
     #[arg(long)]
     list_probes: bool,
+    /// Save the verdict and the proven options as the store's capability
+    /// profile, to PATH or (without one) to the profile directory, where
+    /// opening the store finds it (see docs/cli.md, "Capability profiles").
+    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "")]
+    save_profile: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -224,6 +229,11 @@ fn run(cli: Cli) -> Result<u8, Usage> {
         .context("starting the async runtime")
         .map_err(Usage)?;
     let report = runtime.block_on(probe(&cli, settings))?;
+    if let Some(path) = &cli.save_profile {
+        let saved =
+            save_profile(&report, cli.url.as_deref(), std::path::Path::new(path)).map_err(Usage)?;
+        eprintln!("capability profile saved to {}", saved.display());
+    }
 
     let rendered = match cli.format {
         Format::Table => report.to_table(),
@@ -313,14 +323,14 @@ async fn open_target(cli: &Cli) -> Result<Opened, Usage> {
         // `object_store+…`, `opendal+…`: the adapter parses the rest with its
         // library's rules, and casaas options do not apply, so there is
         // nothing to reopen with.
-        let store = casaas_core::open_store(url)
+        let store = open_as_given(url)
             .await
             .map_err(|e| open_error(url, &e, cli.create_bucket))?;
         create_bucket_if_asked(cli, &store).await?;
         return Ok((Target::new(store, url), Vec::new(), None));
     }
     let parsed = StoreUrl::parse(url).map_err(|e| open_error(url, &e, cli.create_bucket))?;
-    let store = casaas_core::open_store_url(parsed.clone())
+    let store = open_as_given(parsed.as_unredacted_str())
         .await
         .map_err(|e| {
             let Usage(err) = open_error(url, &e, cli.create_bucket);
@@ -348,6 +358,45 @@ async fn open_target(cli: &Cli) -> Result<Opened, Usage> {
     ))
 }
 
+/// Opens `url` through the one way in, as the user gave it: no capability
+/// profile is looked up (the run is what writes one).
+pub(crate) async fn open_as_given(url: &str) -> Result<Arc<dyn CasStore>, casaas_core::CasError> {
+    casaas_core::open_store_with(url, [(casaas_core::profile::PROFILE_OPTION, "none")]).await
+}
+
+/// Writes the run's verdict and proven options as the store's capability
+/// profile; returns where.
+fn save_profile(report: &Report, url: Option<&str>, path: &std::path::Path) -> Result<PathBuf> {
+    use casaas_core::profile::{CapabilityProfile, ProfileVerdict};
+    let url = url.context("--save-profile needs the URL of the store to profile")?;
+    if casaas_core::adapter_of(url).is_some() {
+        anyhow::bail!(
+            "--save-profile: profiles are for s3://, gs://, az:// and file:// URLs; an adapter \
+             URL is opened by its library's rules"
+        );
+    }
+    let parsed = StoreUrl::parse(url)?;
+    let verdict = match report.verdict {
+        crate::RunVerdict::Safe => ProfileVerdict::Safe,
+        crate::RunVerdict::NotSafe => ProfileVerdict::NotSafe,
+        crate::RunVerdict::Inconclusive => ProfileVerdict::Inconclusive,
+    };
+    // Options count as proven only in a safe run (they were run again).
+    let proven = if verdict == ProfileVerdict::Safe {
+        report
+            .recommended_options
+            .iter()
+            .map(|r| r.option.clone())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let failed = report.blockers().iter().map(|p| p.id.clone()).collect();
+    let profile = CapabilityProfile::new(&parsed, verdict, report.summary.clone(), proven, failed);
+    let explicit = (!path.as_os_str().is_empty()).then_some(path);
+    Ok(profile.save(explicit)?)
+}
+
 /// `--create-bucket`: creates the bucket (or container) where the backend
 /// supports it.
 async fn create_bucket_if_asked(cli: &Cli, store: &Arc<dyn CasStore>) -> Result<(), Usage> {
@@ -370,7 +419,7 @@ struct UrlReopen {
 #[async_trait]
 impl Reopen for UrlReopen {
     async fn reopen(&self, options: &[String]) -> Result<Reopened, casaas_core::CasError> {
-        let store = casaas_core::open_store_url(self.url.with_options(options)?).await?;
+        let store = open_as_given(self.url.with_options(options)?.as_unredacted_str()).await?;
         Ok(Reopened {
             store,
             probes: Vec::new(),
@@ -428,4 +477,168 @@ pub fn sdk_capped(filter: tracing_subscriber::EnvFilter) -> tracing_subscriber::
         .filter_map(|directive| directive.parse().ok())
         .fold(filter, tracing_subscriber::EnvFilter::add_directive);
     filter
+}
+
+/// The probes `casaas doctor` runs after the store guard: every quick
+/// semantic probe and the lease protocol, no race plan and no throttle
+/// measurement, so that a healthy store answers in seconds.
+pub const DOCTOR_PROBES: &[&str] = &[
+    "create_if_absent",
+    "create_conflict",
+    "replace_if_match",
+    "replace_stale",
+    "missing_key",
+    "conditional_delete",
+    "identical_rewrite",
+    "read_after_write",
+    "list_after_write",
+    "lease_protocol",
+    "s3_etag_forms",
+    "s3_versioned_bucket",
+];
+
+/// A deploy gate: the store guard and the quick probes, one line each.
+#[derive(Parser, Debug)]
+#[command(
+    name = "casaas doctor",
+    version,
+    after_help = "Exit status: 0 safe for leases, 1 not safe, 2 usage, configuration or connection error, 3 inconclusive.\n\
+                  Races and rare faults are not probed: run `casaas conformance URL` for those."
+)]
+struct DoctorCli {
+    /// The store to check.
+    url: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = DoctorFormat::Table)]
+    format: DoctorFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum DoctorFormat {
+    /// One line per check, then the verdict.
+    Table,
+    /// The guard's checks and the conformance report, as JSON.
+    Json,
+}
+
+/// Runs `casaas doctor URL` (the first item of `args` is the program name)
+/// and returns the exit status: the store guard, then the quick probes
+/// ([`DOCTOR_PROBES`]); 0 safe, 1 not safe, 2 usage or connection error,
+/// 3 inconclusive.
+pub fn run_doctor_cli<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    register_secrets_from_env();
+    let doctor = DoctorCli::parse_from(args);
+    register_url_secrets(&doctor.url);
+    tracing_subscriber::fmt()
+        .with_writer(|| RedactingStderr)
+        .with_ansi(false)
+        .with_env_filter(sdk_capped(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("warn,casaas_core::lease=error")
+            }),
+        ))
+        .try_init()
+        .ok();
+    register_providers();
+    match doctor_run(&doctor) {
+        Ok(code) => ExitCode::from(code),
+        Err(Usage(e)) => {
+            eprintln!("{}", redact_text(&format!("casaas doctor: error: {e:#}")));
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn doctor_run(doctor: &DoctorCli) -> Result<u8, Usage> {
+    let only = DOCTOR_PROBES.join(",");
+    let cli = Cli::parse_from([
+        "casaas doctor",
+        doctor.url.as_str(),
+        "--quick",
+        "--only",
+        &only,
+    ]);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+        .map_err(Usage)?;
+    runtime.block_on(async {
+        let start = std::time::Instant::now();
+        let (target, _, _tempdir) = open_target(&cli).await?;
+        let guard = casaas_core::guard::StoreGuard::new()
+            .check(target.store.as_ref())
+            .await
+            .map_err(|e| Usage(anyhow::anyhow!(redact_text(&format!("store guard: {e}")))))?;
+        let report = probe(&cli, Settings::quick()).await?;
+        let code = if guard.passed() {
+            report.exit_code()
+        } else {
+            crate::RunVerdict::NotSafe.exit_code()
+        };
+        let verdict = if guard.passed() {
+            report.summary.clone()
+        } else {
+            format!(
+                "NOT SAFE: the store guard failed ({})",
+                guard.failure().map_or("", |f| f.name)
+            )
+        };
+        match doctor.format {
+            DoctorFormat::Table => {
+                for check in &guard.checks {
+                    println!("guard   {check}");
+                }
+                for probe in &report.probes {
+                    println!(
+                        "{:<7} {:<5}  {:<30} {}",
+                        "probe",
+                        probe.verdict.as_str(),
+                        probe.id,
+                        redact_text(&probe.detail)
+                    );
+                }
+                println!(
+                    "{} (guard: {} requests; all checks {:.1} s)",
+                    redact_text(&verdict),
+                    guard.requests(),
+                    start.elapsed().as_secs_f64()
+                );
+            }
+            DoctorFormat::Json => {
+                let checks: Vec<serde_json::Value> = guard
+                    .checks
+                    .iter()
+                    .map(|c| {
+                        serde_json::json!({
+                            "name": c.name, "passed": c.passed, "detail": c.detail
+                        })
+                    })
+                    .collect();
+                let report_json: serde_json::Value =
+                    serde_json::from_str(&report.to_json()).unwrap_or_default();
+                let out = serde_json::json!({
+                    "verdict": verdict,
+                    "exit_code": code,
+                    "guard": {
+                        "passed": guard.passed(),
+                        "checks": checks,
+                        "requests": guard.requests(),
+                        "elapsed_ms": guard.elapsed().as_millis() as u64,
+                    },
+                    "elapsed_ms": start.elapsed().as_millis() as u64,
+                    "report": report_json,
+                });
+                println!(
+                    "{}",
+                    redact_text(&serde_json::to_string_pretty(&out).unwrap_or_default())
+                );
+            }
+        }
+        Ok(code)
+    })
 }

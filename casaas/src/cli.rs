@@ -67,6 +67,14 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+    /// A deploy gate: the store guard and the quick probes, one line each;
+    /// exit 0 safe, 1 not safe, 3 inconclusive.
+    #[command(disable_help_flag = true)]
+    Doctor {
+        /// Arguments of the doctor (see `casaas doctor --help`): URL, --format.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
     /// Print a shell completion script.
     #[command(
         after_long_help = "Example:\n  casaas completions bash > /etc/bash_completion.d/casaas"

@@ -40,10 +40,14 @@ fn main() -> ExitCode {
     }
     // `casaas conformance …` hands its arguments, untouched, to the
     // conformance command line (which parses its own --help).
-    if let Some(position) = conformance_position(&args) {
-        let forwarded = std::iter::once(std::ffi::OsString::from("casaas conformance"))
+    // So does `casaas doctor …`, the conformance crate's deploy gate.
+    if let Some((position, name)) = forwarded_position(&args) {
+        let forwarded = std::iter::once(std::ffi::OsString::from(format!("casaas {name}")))
             .chain(args[position + 1..].iter().cloned());
-        return casaas_conformance::cli::run_cli(forwarded);
+        return match name {
+            "doctor" => casaas_conformance::cli::run_doctor_cli(forwarded),
+            _ => casaas_conformance::cli::run_cli(forwarded),
+        };
     }
     // Secrets in any URL argument are masked from the first message on.
     for arg in &args {
@@ -60,7 +64,7 @@ fn main() -> ExitCode {
             clap_complete::generate(shell, &mut Cli::command(), "casaas", &mut std::io::stdout());
             Ok(0)
         }
-        Command::Conformance { .. } => Ok(0),
+        Command::Conformance { .. } | Command::Doctor { .. } => Ok(0),
         command => run_async(command),
     };
     match outcome {
@@ -110,14 +114,15 @@ fn usage_error(err: &clap::Error) -> ExitCode {
     ExitCode::from(exit::USAGE)
 }
 
-/// Where `conformance` is, if it is the subcommand (only global options may
-/// precede it).
-fn conformance_position(args: &[std::ffi::OsString]) -> Option<usize> {
+/// Where `conformance` or `doctor` is, if it is the subcommand (only global
+/// options may precede it), and which.
+fn forwarded_position(args: &[std::ffi::OsString]) -> Option<(usize, &'static str)> {
     let mut index = 1;
     while let Some(arg) = args.get(index) {
         let text = arg.to_string_lossy();
         match text.as_ref() {
-            "conformance" => return Some(index),
+            "conformance" => return Some((index, "conformance")),
+            "doctor" => return Some((index, "doctor")),
             "--log-format" => index += 2,
             "-v" | "--verbose" | "-vv" => index += 1,
             t if t.starts_with("--log-format=") => index += 1,
@@ -139,7 +144,9 @@ fn run_async(command: Command) -> Result<u8, Failure> {
             Command::Ls(args) => ls::run(args).await,
             Command::Elect(args) => elect::run(args).await,
             Command::Release(args) => release::run(args).await,
-            Command::Completions { .. } | Command::Conformance { .. } => Ok(0),
+            Command::Completions { .. } | Command::Conformance { .. } | Command::Doctor { .. } => {
+                Ok(0)
+            }
         }
     })
 }

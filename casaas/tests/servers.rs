@@ -446,3 +446,165 @@ fn a_store_that_ignores_conditions_runs_no_command() {
         assert!(stderr.contains("store guard is off"), "{name}: {stderr}");
     }
 }
+
+/// `casaas doctor` on every server xtask runs: the verdict of the guard and
+/// the quick probes, one line each, and the exit status of the thorough
+/// conformance verdict wherever the difference is not a race (moto's race
+/// is not something a deploy gate can see: `casaas conformance` says so).
+#[test]
+fn doctor_gives_each_servers_verdict() {
+    for (name, expected) in [
+        ("moto", 0),
+        ("ceph", 0),
+        ("azurite", 0),
+        ("fake-gcs", 0),
+        ("s3rver", 1),
+        ("gcs-liar", 1),
+    ] {
+        let server = test_server(name);
+        let url = lock_url(&server, "doctor");
+        let out = with_env(&server, casaas())
+            .args(["doctor", &url, "--format", "json"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(expected), "{name}");
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            json["guard"]["passed"].as_bool(),
+            Some(expected == 0),
+            "{name}"
+        );
+        assert_eq!(json["exit_code"].as_i64(), Some(expected as i64), "{name}");
+        // No secret in the output.
+        for secret in ["AWS_SECRET_ACCESS_KEY", "AZURE_STORAGE_KEY"] {
+            // (moto's and s3rver's are short words such as "test" that
+            // appear in any output; Ceph's and Azurite's are real secrets.)
+            if let Some(value) = server.env.get(secret).filter(|v| v.len() >= 12) {
+                assert!(!text(&out.stdout).contains(value.as_str()), "{name}");
+            }
+        }
+        // The table, one line per check, on one sound and one lying store
+        // (the same run as the JSON's, rendered differently).
+        if !matches!(name, "moto" | "s3rver") {
+            continue;
+        }
+        let out = with_env(&server, casaas())
+            .args(["doctor", &url])
+            .output()
+            .unwrap();
+        let stdout = text(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(expected),
+            "{name}: {stdout}{}",
+            text(&out.stderr)
+        );
+        let guard_lines = stdout.lines().filter(|l| l.starts_with("guard ")).count();
+        assert!(guard_lines >= 1, "{name}: {stdout}");
+        let last = stdout.lines().last().unwrap_or_default();
+        match expected {
+            0 => assert!(last.starts_with("SAFE"), "{name}: {last}"),
+            _ => assert!(
+                last.starts_with("NOT SAFE: the store guard failed (create_if_absent)"),
+                "{name}: {last}"
+            ),
+        }
+    }
+}
+
+/// A capability profile saved by `casaas conformance --save-profile`: for
+/// s3rver (NOT SAFE) it makes every command refuse the store before any
+/// request; for Ceph it supplies `etag_unquoted=true`, proven by the run,
+/// to a URL that lacks it.
+#[test]
+fn capability_profiles_refuse_or_complete_a_store() {
+    let profiles = tempfile::tempdir().unwrap();
+
+    let s3rver = test_server("s3rver");
+    let url = lock_url(&s3rver, "profiled");
+    let path = profiles.path().join("s3rver.json");
+    let out = with_env(&s3rver, casaas())
+        .args(["conformance", &url, "--quick", "--only", "create_conflict"])
+        .arg(format!("--save-profile={}", path.display()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let profile: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(profile["verdict"], "not_safe");
+    assert_eq!(profile["failed_probes"][0], "create_conflict");
+    // Found in the profile directory by the store's identity, whatever the
+    // prefix: refused before a request (status would answer "free").
+    let other_prefix = lock_url(&s3rver, "elsewhere");
+    let found = with_env(&s3rver, casaas())
+        .env("CASAAS_PROFILE_DIR", profiles.path())
+        .args([
+            "conformance",
+            &url,
+            "--quick",
+            "--only",
+            "create_conflict",
+            "--save-profile",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(found.status.code(), Some(1), "{}", text(&found.stderr));
+    for args in [
+        vec!["status", other_prefix.as_str()],
+        vec!["lock", "-n", other_prefix.as_str(), "--", "true"],
+    ] {
+        let out = with_env(&s3rver, casaas())
+            .env("CASAAS_PROFILE_DIR", profiles.path())
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("says NOT SAFE: failed create_conflict"),
+            "{stderr}"
+        );
+    }
+
+    // Ceph without the option it needs: the guard refuses it...
+    let ceph = test_server("ceph");
+    let url = lock_url(&ceph, "profiled");
+    let bare = casaas_core::StoreUrl::parse(&url)
+        .unwrap()
+        .with_options(&["etag_unquoted=false"])
+        .unwrap();
+    let bare = bare.as_unredacted_str().replace("&etag_unquoted=false", "");
+    let out = with_env(&ceph, casaas())
+        .args(["lock", "-n", &bare, "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("does not accept its own versions"));
+    // ...conformance proves it and saves it...
+    let path = profiles.path().join("ceph.json");
+    let out = with_env(&ceph, casaas())
+        .args([
+            "conformance",
+            &bare,
+            "--quick",
+            "--only",
+            "replace_if_match,s3_etag_forms",
+        ])
+        .arg(format!("--save-profile={}", path.display()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let profile: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(
+        profile["proven_options"][0], "etag_unquoted=true",
+        "{profile}"
+    );
+    // ...and the profile applies it to the URL that lacks it.
+    let with_profile = format!("{bare}&capability_profile={}", path.display());
+    let out = with_env(&ceph, casaas())
+        .args(["lock", "-n", &with_profile, "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
