@@ -86,8 +86,7 @@ pub fn register() {
 fn open(url: StoreUrl) -> StoreFuture {
     Box::pin(async move {
         // Credentials given beside the URL first, then the environment.
-        let builder = AzureBlobStoreBuilder::from_store_url(&url, |name| url.credential(name))?;
-        let store = builder.build().await?;
+        let store = AzureBlobStore::open_url(&url).await?;
         Ok(Arc::new(store) as Arc<dyn CasStore>)
     })
 }

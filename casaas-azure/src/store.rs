@@ -10,8 +10,8 @@ use azure_storage::CloudLocation;
 use azure_storage_blobs::prelude::{BlobClient, ClientBuilder, ContainerClient};
 use bytes::Bytes;
 use casaas_core::{
-    Capabilities, CasError, CasStore, ErrorKind, ListEntry, StoredObject, Version, validate_key,
-    validate_prefix,
+    Capabilities, CasError, CasStore, ErrorKind, ListEntry, StoreUrl, StoredObject, Version,
+    validate_key, validate_prefix,
 };
 use futures::StreamExt;
 
@@ -86,6 +86,23 @@ impl AzureBlobStore {
     /// environment (see [`AzureBlobStoreBuilder::from_url_with_env`]).
     pub async fn from_url(url: &str) -> Result<Self, CasError> {
         AzureBlobStoreBuilder::from_url(url)?.build().await
+    }
+
+    /// Opens the store an `az://account/container/prefix?…` URL names, with
+    /// credentials from the environment: the same word as
+    /// `S3Store::open` and `GcsStore::open`.
+    pub async fn open(url: &str) -> Result<Self, CasError> {
+        Self::open_url(&StoreUrl::parse(url)?).await
+    }
+
+    /// Opens the store a parsed `az://` URL names, with the credentials
+    /// given beside it ([`StoreUrl::with_given_options`]: the lowercase
+    /// names of [`CREDENTIAL_VARIABLES`](crate::CREDENTIAL_VARIABLES)), else
+    /// from the environment.
+    pub async fn open_url(url: &StoreUrl) -> Result<Self, CasError> {
+        AzureBlobStoreBuilder::from_store_url(url, |name| url.credential(name))?
+            .build()
+            .await
     }
 
     pub(crate) fn from_builder(builder: AzureBlobStoreBuilder) -> Result<Self, CasError> {

@@ -365,10 +365,10 @@ async fn run(
 
 /// The store URL without machine paths (the file backend's directory).
 fn redact_url(url: &str) -> String {
-    if url.starts_with("file://") {
-        "file:///…/file-store".into()
-    } else {
-        url.to_string()
+    match casaas_core::StoreUrl::parse(url) {
+        Ok(parsed) if parsed.scheme() == "file" => "file:///…/file-store".into(),
+        Ok(parsed) => parsed.to_string(),
+        Err(_) => url.to_string(),
     }
 }
 

@@ -747,3 +747,76 @@ fn json_logs_carry_errors_as_json_lines() {
         "{line}"
     );
 }
+
+/// `casaas conformance` opens adapter URLs exactly as `casaas-conformance`
+/// does: on every adapter URL that needs no server, the command's verdict
+/// and backend are those of the library suite the standalone binary runs
+/// (`casaas_conformance::Suite` on `open_store_with`, in this process).
+#[test]
+fn casaas_conformance_and_the_standalone_suite_agree_on_adapter_urls() {
+    let dir = tempfile::tempdir().unwrap();
+    let urls = [
+        "object_store+memory:///agree".to_string(),
+        "opendal+memory:///agree".to_string(),
+        format!("object_store+file://{}/os", dir.path().display()),
+        format!("opendal+fs://{}/od", dir.path().display()),
+    ];
+    let only = "create_if_absent,create_conflict,replace_if_match,replace_stale";
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    for url in &urls {
+        let out = run(&[
+            "conformance",
+            url,
+            "--quick",
+            "--format",
+            "json",
+            "--only",
+            only,
+        ]);
+        let command: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{url}: {e}: {}", text(&out.stderr)));
+        let library = runtime.block_on(async {
+            casaas_object_store::register();
+            casaas_opendal::register();
+            let store = casaas_core::open_store_with(url, [("capability_profile", "none")])
+                .await
+                .unwrap();
+            let suite = casaas_conformance::Suite::standard()
+                .only(&only.split(',').map(String::from).collect::<Vec<_>>())
+                .unwrap();
+            suite
+                .run(
+                    &casaas_conformance::Target::new(store, url.as_str()),
+                    &casaas_conformance::Settings::quick(),
+                    std::sync::Arc::new(casaas_conformance::NoProgress),
+                )
+                .await
+                .unwrap()
+        });
+        assert_eq!(
+            command["verdict"],
+            library.verdict.as_str(),
+            "{url}: {}",
+            library.to_table()
+        );
+        assert_eq!(
+            command["backend"]["scheme"], library.backend.scheme,
+            "{url}"
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(i32::from(library.exit_code())),
+            "{url}"
+        );
+        let blockers: Vec<&str> = command["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["severity"] == "critical" && p["verdict"] != "pass")
+            .map(|p| p["id"].as_str().unwrap())
+            .collect();
+        let library_blockers: Vec<&str> =
+            library.blockers().iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(blockers, library_blockers, "{url}");
+    }
+}
