@@ -13,6 +13,7 @@ mod clients;
 mod contention;
 mod cost;
 mod failover;
+mod guard;
 mod plot;
 mod report;
 mod rtt;
@@ -61,6 +62,22 @@ enum Command {
         #[arg(long = "version")]
         versions: Vec<String>,
     },
+    /// The store guard's cost alone (a section of `run`): per store, and per
+    /// `casaas lock` invocation when `--casaas-bin` names the binary.
+    Guard {
+        /// Scratch directory (the file backend lives here).
+        #[arg(long)]
+        work_dir: PathBuf,
+        /// A running server: NAME=ENV_FILE (ceph, moto, azurite, etcd).
+        #[arg(long = "server")]
+        servers: Vec<String>,
+        /// The `casaas` binary, for the per-invocation figures.
+        #[arg(long)]
+        casaas_bin: Option<PathBuf>,
+        /// Runs per store and per command.
+        #[arg(long, default_value_t = 20)]
+        iterations: usize,
+    },
     /// Failover holder: acquire a casaas lease, print `ready`, renew until killed.
     Hold {
         #[arg(long)]
@@ -86,6 +103,7 @@ enum Command {
 /// How much of everything to do.
 struct Plan {
     rtt_iterations: usize,
+    guard_iterations: usize,
     failover_trials: usize,
     scale_leases: usize,
     scale_ceph_leases: usize,
@@ -98,6 +116,7 @@ impl Plan {
         if quick {
             Plan {
                 rtt_iterations: 200,
+                guard_iterations: 10,
                 failover_trials: 10,
                 scale_leases: 1_000,
                 scale_ceph_leases: 0,
@@ -107,6 +126,7 @@ impl Plan {
         } else {
             Plan {
                 rtt_iterations: 1_000,
+                guard_iterations: 50,
                 failover_trials: 50,
                 scale_leases: 10_000,
                 scale_ceph_leases: 1_000,
@@ -209,6 +229,10 @@ async fn run(
     );
     let rtt = rtt::run(&targets, plan.rtt_iterations).await?;
     sections.push(rtt.section()?);
+
+    eprintln!("bench: the store guard");
+    let casaas_bin = std::env::var_os("CASAAS_BIN").map(PathBuf::from);
+    sections.push(guard::run(&targets, plan.guard_iterations, casaas_bin.as_deref()).await?);
 
     eprintln!(
         "bench: failover ({} trials per system)",
@@ -398,6 +422,20 @@ fn main() -> Result<()> {
                 let servers = pairs(&servers, "server")?;
                 let versions = pairs(&versions, "version")?;
                 run(out, work_dir, quick, servers, versions).await
+            }
+            Command::Guard {
+                work_dir,
+                servers,
+                casaas_bin,
+                iterations,
+            } => {
+                let targets = targets(&work_dir, &pairs(&servers, "server")?)?;
+                let section = guard::run(&targets, iterations, casaas_bin.as_deref()).await?;
+                print!("{}", section.markdown);
+                for line in section.headlines {
+                    println!("{line}");
+                }
+                Ok(())
             }
             Command::Hold {
                 url,

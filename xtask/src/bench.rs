@@ -65,10 +65,14 @@ fn run(ctx: &Ctx, quick: bool, running: &[&str]) -> Result<String> {
         args.push("--version".into());
         args.push(format!("{name}={version}"));
     }
+    // The `casaas` command, timed per invocation beside `etcdctl lock`.
+    crate::cargo(&ctx.root, &["build", "--release", "--quiet", "-p", "casaas"])?;
+    let casaas_bin = ctx.root.join("target").join("release").join("casaas");
     eprintln!("xtask: cargo {}", args.join(" "));
     let output = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(&args)
         .current_dir(&ctx.root)
+        .env("CASAAS_BIN", &casaas_bin)
         .env("AWS_EC2_METADATA_DISABLED", "true")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -26,7 +26,8 @@ impl Server for Etcd {
     }
 
     fn install(&self, _ctx: &Ctx) -> Result<()> {
-        apt_install("etcd", &["etcd-server"], &["etcd"])
+        // etcdctl: the bench times `etcdctl lock` per invocation beside `casaas lock`.
+        apt_install("etcd", &["etcd-server", "etcd-client"], &["etcd", "etcdctl"])
     }
 
     fn start(&self, _ctx: &Ctx, port: u16, procs: &mut Procs) -> Result<Started> {
