@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
-use casaas_core::lease::{AcquireOutcome, LeaseRecord};
+use casaas_core::lease::LeaseRecord;
 use casaas_core::lease::{Lease, LeaseConfig};
 use casaas_core::testkit::CountingStore;
 use casaas_core::{CasStore, Version};
@@ -107,11 +107,9 @@ impl System {
                     raw_time = raw_cycle(raw.as_ref(), raw_version, body).await?;
                 }
                 let started = Instant::now();
-                let guard = match lease.try_acquire().await? {
-                    AcquireOutcome::Acquired(guard) => guard,
-                    AcquireOutcome::Held(held) => {
-                        bail!("the benchmark lock is held by {}", held.owner)
-                    }
+                let guard = match lease.try_acquire().await?.into_result() {
+                    Ok(guard) => guard,
+                    Err(held) => bail!("the benchmark lock is held by {}", held.owner),
                 };
                 guard.release().await?;
                 let elapsed = started.elapsed();

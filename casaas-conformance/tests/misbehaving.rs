@@ -1000,18 +1000,13 @@ impl QuotedRefusingStore {
     }
 
     fn bare(version: &Version) -> String {
-        match version {
-            Version::Generation(g) => g.to_string(),
-            Version::ETag(t) => t.trim_matches('"').to_string(),
-        }
+        // A version's text: the ETag verbatim, or the generation's number.
+        version.to_string().trim_matches('"').to_string()
     }
 
     /// The If-Match value this store's client sends for `expected`.
     fn sent(&self, expected: &Version) -> String {
-        let etag = match expected {
-            Version::ETag(t) => t.clone(),
-            Version::Generation(g) => g.to_string(),
-        };
+        let etag = expected.to_string();
         if self.unquoted_option {
             etag.trim_matches('"').to_string()
         } else {

@@ -362,6 +362,7 @@ impl Operation {
 
 /// How far a failed request got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Delivery {
     /// Certainly not sent: the connection was refused, DNS failed, the
     /// request could not be signed.

@@ -20,8 +20,9 @@ use crate::CasError;
 /// let generation = Version::Generation(1700000000000001);
 /// assert_ne!(etag, generation);
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Version {
     /// An entity tag kept verbatim as the server sent it, quotes included
     /// (S3, Azure, the local-file backend).

@@ -246,6 +246,7 @@ async fn a_dropped_attempt_whose_write_lands_later_is_claimed_once() {
     let guard = match lease.try_acquire().await.unwrap() {
         AcquireOutcome::Acquired(g) => g,
         AcquireOutcome::Held(h) => panic!("our own landed write must be claimed: {h:?}"),
+        other => panic!("unexpected outcome {other:?}"),
     };
     assert_eq!(guard.token(), 1);
     assert!(start.elapsed() < Duration::from_secs(1));

@@ -36,6 +36,7 @@ fn acquired(outcome: AcquireOutcome) -> casaas_core::lease::LeaseGuard {
     match outcome {
         AcquireOutcome::Acquired(g) => g,
         AcquireOutcome::Held(h) => panic!("expected to acquire, held by {h:?}"),
+        other => panic!("unexpected outcome {other:?}"),
     }
 }
 

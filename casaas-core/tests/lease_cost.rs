@@ -49,6 +49,7 @@ fn acquired(outcome: AcquireOutcome) -> LeaseGuard {
     match outcome {
         AcquireOutcome::Acquired(g) => g,
         AcquireOutcome::Held(h) => panic!("expected to acquire, held by {h:?}"),
+        other => panic!("unexpected outcome {other:?}"),
     }
 }
 

@@ -24,10 +24,7 @@ fn election(store: &Arc<dyn CasStore>, owner: &str) -> Election {
 }
 
 fn leader(owner: &str, token: u64) -> Option<Leader> {
-    Some(Leader {
-        owner: owner.into(),
-        token,
-    })
+    Some(Leader::new(owner, token))
 }
 
 #[tokio::test(start_paused = true)]

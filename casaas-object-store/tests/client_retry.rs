@@ -156,6 +156,7 @@ async fn lease_acquired_through_a_retried_create_is_ours() {
     let guard = match lease.try_acquire().await.unwrap() {
         AcquireOutcome::Acquired(guard) => guard,
         AcquireOutcome::Held(by) => panic!("our own lease was taken for {by:?}"),
+        other => panic!("unexpected outcome {other:?}"),
     };
     assert_eq!(client.retried.load(Ordering::SeqCst), 1);
     assert_eq!(guard.owner(), "node-a");
@@ -164,6 +165,7 @@ async fn lease_acquired_through_a_retried_create_is_ours() {
     match other.try_acquire().await.unwrap() {
         AcquireOutcome::Held(by) => assert_eq!(by.owner, "node-a"),
         AcquireOutcome::Acquired(_) => panic!("two holders"),
+        other => panic!("unexpected outcome {other:?}"),
     }
 }
 
@@ -183,6 +185,7 @@ async fn lease_released_through_a_retried_replace_is_free() {
     match other.try_acquire().await.unwrap() {
         AcquireOutcome::Acquired(guard) => assert_eq!(guard.owner(), "node-b"),
         AcquireOutcome::Held(by) => panic!("the released lease is still held by {by:?}"),
+        other => panic!("unexpected outcome {other:?}"),
     }
 }
 

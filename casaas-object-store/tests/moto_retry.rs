@@ -176,6 +176,7 @@ async fn a_lease_won_through_a_retried_create_is_ours() {
     let guard = match lease.try_acquire().await.unwrap() {
         AcquireOutcome::Acquired(guard) => guard,
         AcquireOutcome::Held(by) => panic!("our own lease was taken for {by:?}"),
+        other => panic!("unexpected outcome {other:?}"),
     };
     assert_eq!(proxy.injected.load(Ordering::SeqCst), 1);
     assert!(proxy.conditional_puts.load(Ordering::SeqCst) >= 2);
@@ -184,6 +185,7 @@ async fn a_lease_won_through_a_retried_create_is_ours() {
     match other.try_acquire().await.unwrap() {
         AcquireOutcome::Held(by) => assert_eq!(by.owner, "node-a"),
         AcquireOutcome::Acquired(_) => panic!("two holders"),
+        other => panic!("unexpected outcome {other:?}"),
     }
     guard.release().await.unwrap();
 }

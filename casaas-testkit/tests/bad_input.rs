@@ -220,6 +220,7 @@ async fn acquire_error(store: &Arc<dyn CasStore>, bound: Duration) -> String {
     match result {
         Ok(AcquireOutcome::Acquired(_)) => panic!("acquired"),
         Ok(AcquireOutcome::Held(held)) => panic!("reported as held by {}", held.owner),
+        Ok(other) => panic!("unexpected outcome {other:?}"),
         Err(err) => err.to_string(),
     }
 }

@@ -208,6 +208,7 @@ async fn duplicate_is_resolved_by_the_lease(store: Arc<dyn CasStore>, proxy: &Ch
         AcquireOutcome::Held(held) => {
             panic!("our own duplicated create was not recognised: {held:?}")
         }
+        other => panic!("unexpected outcome {other:?}"),
     }
 }
 

@@ -70,10 +70,7 @@ pub async fn run(args: ElectArgs) -> Result<u8, Failure> {
         }
     };
     if let Some((printer, _)) = &observer {
-        printer.emit(Some(Leader {
-            owner: id.clone(),
-            token: leadership.token(),
-        }));
+        printer.emit(Some(Leader::new(id.clone(), leadership.token())));
     }
     event(&args, "elected", &id, Some(leadership.token()), None);
 

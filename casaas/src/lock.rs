@@ -118,11 +118,12 @@ async fn acquire(
     let held = match lease.try_acquire().await {
         Ok(AcquireOutcome::Acquired(guard)) => return Ok(Acquired::Guard(guard)),
         Ok(AcquireOutcome::Held(held)) => held,
-        Err(e) if retryable(&e) && wait.is_some() => HeldBy {
-            owner: "?".to_string(),
-            token: 0,
-            takeover_in: Duration::ZERO,
-        },
+        Ok(other) => {
+            return Err(Failure::usage(format!(
+                "{display}: an acquisition outcome this build does not know: {other:?}"
+            )));
+        }
+        Err(e) if retryable(&e) && wait.is_some() => HeldBy::new("?", 0, Duration::ZERO),
         Err(e) => return Err(explain(e)),
     };
     let held_message = |held: &HeldBy| {

@@ -136,6 +136,8 @@ async fn lease_race(
         match handle.await {
             Ok(Ok(AcquireOutcome::Acquired(g))) => guards.push(g),
             Ok(Ok(AcquireOutcome::Held(_))) => {}
+            // An outcome added later is not a win.
+            Ok(Ok(_)) => {}
             Ok(Err(e))
                 if e.store_kind()
                     .is_some_and(|k| k == ErrorKind::ConcurrentRequest) => {}
@@ -222,6 +224,11 @@ pub(super) async fn lease_protocol(cx: &ProbeContext) -> Result<Outcome, StepErr
                 by.owner
             )));
         }
+        Ok(other) => {
+            return Ok(Outcome::error(format!(
+                "an acquisition outcome this probe does not know: {other:?}"
+            )));
+        }
         Err(e) => return lease_step("acquire a free lease", e),
     };
     tokens.push(guard_a.token());
@@ -243,6 +250,11 @@ pub(super) async fn lease_protocol(cx: &ProbeContext) -> Result<Outcome, StepErr
             return Ok(Outcome::fail(format!(
                 "a second contender acquired a held lease (tokens {} and {token}): two holders",
                 tokens[0]
+            )));
+        }
+        Ok(other) => {
+            return Ok(Outcome::error(format!(
+                "an acquisition outcome this probe does not know: {other:?}"
             )));
         }
         Err(e) => return lease_step("second contender's attempt", e),
@@ -278,6 +290,11 @@ pub(super) async fn lease_protocol(cx: &ProbeContext) -> Result<Outcome, StepErr
                 by.owner
             )));
         }
+        Ok(other) => {
+            return Ok(Outcome::error(format!(
+                "an acquisition outcome this probe does not know: {other:?}"
+            )));
+        }
         Err(e) => return lease_step("acquire after release", e),
     };
     tokens.push(guard_b.token());
@@ -308,6 +325,11 @@ pub(super) async fn lease_protocol(cx: &ProbeContext) -> Result<Outcome, StepErr
                     config.retry_period.max(Duration::from_millis(20)),
                 );
                 tokio::time::sleep(wait).await;
+            }
+            Ok(other) => {
+                return Ok(Outcome::error(format!(
+                    "an acquisition outcome this probe does not know: {other:?}"
+                )));
             }
             Err(e) => return lease_step("take over", e),
         }

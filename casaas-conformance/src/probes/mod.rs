@@ -262,6 +262,7 @@ pub(crate) fn version_form(version: &Version) -> &'static str {
         Version::ETag(t) if t.starts_with("W/") => "weak etag",
         Version::ETag(t) if t.starts_with('"') => "quoted etag",
         Version::ETag(_) => "unquoted etag",
+        _ => "another form",
     }
 }
 

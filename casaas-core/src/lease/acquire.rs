@@ -81,6 +81,8 @@ impl Drop for AttemptWrites {
 
 /// The result of one acquisition attempt.
 #[derive(Debug)]
+#[non_exhaustive]
+#[must_use = "an acquired lease is released as soon as its guard is dropped; a Held outcome says who holds it"]
 pub enum AcquireOutcome {
     /// We hold the lease.
     Acquired(LeaseGuard),
@@ -88,8 +90,38 @@ pub enum AcquireOutcome {
     Held(HeldBy),
 }
 
+impl AcquireOutcome {
+    /// The guard if acquired, or who holds the lease: for a `match` that
+    /// need not name a variant added later.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), casaas_core::lease::LeaseError> {
+    /// use std::sync::Arc;
+    /// use casaas_core::MemoryStore;
+    /// use casaas_core::lease::{Lease, LeaseConfig};
+    ///
+    /// let store = Arc::new(MemoryStore::new());
+    /// let a = Lease::new(store.clone(), "locks/x", "a", LeaseConfig::default())?;
+    /// let b = Lease::new(store, "locks/x", "b", LeaseConfig::default())?;
+    /// let held = a.try_acquire().await?.into_result().expect("free");
+    /// let by = b.try_acquire().await?.into_result().expect_err("taken");
+    /// assert_eq!((by.owner.as_str(), by.token), ("a", held.token()));
+    /// held.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn into_result(self) -> Result<LeaseGuard, HeldBy> {
+        match self {
+            AcquireOutcome::Acquired(guard) => Ok(guard),
+            AcquireOutcome::Held(held) => Err(held),
+        }
+    }
+}
+
 /// Who holds a lease we could not acquire.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HeldBy {
     /// The holder's owner id.
     pub owner: String,
@@ -100,8 +132,21 @@ pub struct HeldBy {
     pub takeover_in: Duration,
 }
 
+impl HeldBy {
+    /// `owner` holds the lease with fencing token `token`; a takeover is
+    /// possible `takeover_in` from now if it stops renewing.
+    pub fn new(owner: impl Into<String>, token: u64, takeover_in: Duration) -> Self {
+        HeldBy {
+            owner: owner.into(),
+            token,
+            takeover_in,
+        }
+    }
+}
+
 /// Options for a blocking [`Lease::acquire`].
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct AcquireOptions {
     /// Give up with [`LeaseError::DeadlineExceeded`] after this long (on the
     /// lease's clock). `None` waits indefinitely.
@@ -273,6 +318,7 @@ impl Lease {
     ///
     /// Requests: 1 GET when held; 1 GET + 1 write when acquired; +1 GET to
     /// resolve an ambiguous or precondition-failed write.
+    #[must_use = "an acquired lease is given up as soon as the returned guard is dropped"]
     pub async fn try_acquire(&self) -> Result<AcquireOutcome, LeaseError> {
         let span = tracing::debug_span!("lease.try_acquire", key = %self.key, owner = %self.owner);
         self.try_acquire_inner().instrument(span).await
@@ -474,6 +520,7 @@ impl Lease {
     /// someone else holds the lease, until acquired, the deadline passes or
     /// the token is cancelled. Retryable store errors are retried; others
     /// (a foreign object, auth, configuration) are returned at once.
+    #[must_use = "the lease is given up as soon as the returned guard is dropped; hold it while you work"]
     pub async fn acquire(&self, options: AcquireOptions) -> Result<LeaseGuard, LeaseError> {
         let span = tracing::info_span!("lease.acquire", key = %self.key, owner = %self.owner);
         async {

@@ -7,6 +7,7 @@ use crate::Capabilities;
 
 /// How a contender decides that a held lease has expired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ExpiryMode {
     /// The default: a contender may take over only after it has observed the
     /// same version unchanged for the record's full TTL on its own monotonic
@@ -21,8 +22,11 @@ pub enum ExpiryMode {
     },
 }
 
-/// Timing of a lease. Build with [`LeaseConfig::with_ttl`], adjust fields,
-/// and [`validate`](LeaseConfig::validate) (done by `Lease::new`).
+/// Timing of a lease. Build with [`LeaseConfig::with_ttl`] (or
+/// `default()`), adjust with the chained setters named after the fields,
+/// and [`validate`](LeaseConfig::validate) (done by `Lease::new`). The fields
+/// are public to read; new ones may be added, so the struct cannot be built
+/// by a literal outside this crate.
 ///
 /// ```
 /// use std::time::Duration;
@@ -32,8 +36,15 @@ pub enum ExpiryMode {
 /// assert_eq!(config.renew_interval, Duration::from_secs(5));
 /// assert!(config.validate().is_ok());
 /// assert!(config.holder_validity() < Duration::from_secs(15));
+///
+/// let tuned = LeaseConfig::with_ttl(Duration::from_secs(15))
+///     .renew_interval(Duration::from_secs(4))
+///     .request_timeout(Duration::from_secs(2));
+/// assert_eq!(tuned.renew_interval, Duration::from_secs(4));
+/// assert!(tuned.validate().is_ok());
 /// ```
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct LeaseConfig {
     /// How long a lease lasts after the holder's last successful write.
     pub ttl: Duration,
@@ -69,6 +80,72 @@ impl Default for LeaseConfig {
     /// A 15 s TTL (see [`LeaseConfig::with_ttl`]).
     fn default() -> Self {
         Self::with_ttl(Duration::from_secs(15))
+    }
+}
+
+/// Chained setters, one per field.
+impl LeaseConfig {
+    /// Sets [`ttl`](LeaseConfig::ttl); the derived timings are not recomputed (use [`with_ttl`](LeaseConfig::with_ttl) for those).
+    #[must_use = "the setter returns the changed configuration"]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Sets [`renew_interval`](LeaseConfig::renew_interval).
+    #[must_use = "the setter returns the changed configuration"]
+    pub fn renew_interval(mut self, renew_interval: Duration) -> Self {
+        self.renew_interval = renew_interval;
+        self
+    }
+
+    /// Sets [`renew_deadline`](LeaseConfig::renew_deadline).
+    #[must_use = "the setter returns the changed configuration"]
+    pub fn renew_deadline(mut self, renew_deadline: Duration) -> Self {
+        self.renew_deadline = renew_deadline;
+        self
+    }
+
+    /// Sets [`retry_period`](LeaseConfig::retry_period).
+    #[must_use = "the setter returns the changed configuration"]
+    pub fn retry_period(mut self, retry_period: Duration) -> Self {
+        self.retry_period = retry_period;
+        self
+    }
+
+    /// Sets [`drift_margin`](LeaseConfig::drift_margin).
+    #[must_use = "the setter returns the changed configuration"]
+    pub fn drift_margin(mut self, drift_margin: f64) -> Self {
+        self.drift_margin = drift_margin;
+        self
+    }
+
+    /// Sets [`safety_margin`](LeaseConfig::safety_margin).
+    #[must_use = "the setter returns the changed configuration"]
+    pub fn safety_margin(mut self, safety_margin: Duration) -> Self {
+        self.safety_margin = safety_margin;
+        self
+    }
+
+    /// Sets [`request_timeout`](LeaseConfig::request_timeout).
+    #[must_use = "the setter returns the changed configuration"]
+    pub fn request_timeout(mut self, request_timeout: Duration) -> Self {
+        self.request_timeout = request_timeout;
+        self
+    }
+
+    /// Sets [`expiry`](LeaseConfig::expiry).
+    #[must_use = "the setter returns the changed configuration"]
+    pub fn expiry(mut self, expiry: ExpiryMode) -> Self {
+        self.expiry = expiry;
+        self
+    }
+
+    /// Sets [`verify_store`](LeaseConfig::verify_store).
+    #[must_use = "the setter returns the changed configuration"]
+    pub fn verify_store(mut self, verify_store: bool) -> Self {
+        self.verify_store = verify_store;
+        self
     }
 }
 

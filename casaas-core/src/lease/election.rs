@@ -19,11 +19,23 @@ use crate::Version;
 
 /// Who leads, as seen by an observer.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Leader {
     /// The leader's owner id.
     pub owner: String,
     /// The leader's fencing token.
     pub token: u64,
+}
+
+impl Leader {
+    /// A leader `owner` holding fencing token `token` (to compare with what
+    /// [`Election::leader`] reports).
+    pub fn new(owner: impl Into<String>, token: u64) -> Self {
+        Leader {
+            owner: owner.into(),
+            token,
+        }
+    }
 }
 
 /// An election for one lease key.
@@ -57,6 +69,7 @@ pub struct Election {
 
 /// Held leadership: a [`LeaseGuard`] plus election bookkeeping.
 #[derive(Debug)]
+#[must_use = "dropping Leadership ends the term at once (its lease is given up); hold it while you lead, then call resign()"]
 pub struct Leadership {
     guard: LeaseGuard,
     leader: Arc<watch::Sender<Option<Leader>>>,
@@ -140,6 +153,7 @@ impl Election {
     }
 
     /// Blocks until we lead or `cancel` fires ([`LeaseError::Cancelled`]).
+    #[must_use = "leadership ends as soon as the returned Leadership is dropped"]
     pub async fn campaign(&self, cancel: &CancellationToken) -> Result<Leadership, LeaseError> {
         let span = tracing::info_span!("election.campaign", key = %self.lease.key(), owner = %self.lease.owner());
         let guard = self
@@ -304,6 +318,7 @@ type NewLeaderFn = Box<dyn Fn(Option<Leader>) + Send + Sync>;
 /// On a loss (not a cancellation) the runner campaigns again unless
 /// [`once`](ElectionRunner::once) was set. If the work future returns on its
 /// own, the runner resigns and returns.
+#[must_use = "an ElectionRunner does nothing until it is run"]
 pub struct ElectionRunner {
     election: Election,
     started: Option<StartedFn>,

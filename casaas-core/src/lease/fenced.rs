@@ -86,6 +86,7 @@ struct UpdateWrite {
 
 /// A value read from a [`FencedResource`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Fenced<T> {
     /// The value.
     pub value: T,

@@ -32,6 +32,7 @@ pub(crate) struct HolderStart {
 
 /// The state of a lease as its holder sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LeaseStatus {
     /// Held, valid until `valid_until` on the holder's clock.
     Held {
@@ -46,6 +47,7 @@ pub enum LeaseStatus {
 
 /// A health report of a holder's renewal (for liveness probes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Health {
     /// The lease is still held.
     pub held: bool,
@@ -108,6 +110,7 @@ pub(crate) struct Shared {
 /// expires after its TTL. Prefer [`release`](LeaseGuard::release), which
 /// reports the outcome.
 #[derive(Debug)]
+#[must_use = "dropping a LeaseGuard stops renewal and gives the lease up at once; hold it while you work, then call release()"]
 pub struct LeaseGuard {
     shared: Arc<Shared>,
     task: Option<JoinHandle<()>>,

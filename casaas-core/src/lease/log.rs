@@ -56,6 +56,7 @@ struct LogRecord<T> {
 
 /// One entry of a [`FencedLog`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LogEntry<T> {
     /// Sequence number, from 1.
     pub seq: u64,

@@ -26,6 +26,7 @@ pub const LEASE_SCHEMA_VERSION: u64 = 1;
 /// assert!(LeaseRecord::decode("locks/a", b"hello").is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct LeaseRecord {
     /// Always [`LEASE_RECORD_KIND`].
     pub kind: String,

@@ -315,7 +315,7 @@ async fn list_prefix(store: Arc<dyn CasStore>) {
             expected.push((key.to_string(), v));
         }
     }
-    expected.sort();
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
     let listed: Vec<_> = store
         .list("logs/")
         .await

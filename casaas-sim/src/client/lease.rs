@@ -111,10 +111,6 @@ async fn watch_beliefs(
         let current = status.borrow_and_update().clone();
         let now = time.now();
         match current {
-            LeaseStatus::Lost(_) => {
-                close(&mut open, now.min(end));
-                return;
-            }
             LeaseStatus::Held { valid_until, .. } => {
                 end = clock.to_true(valid_until);
                 if now < end {
@@ -137,6 +133,11 @@ async fn watch_beliefs(
                         return;
                     }
                 }
+            }
+            // Lost (and any state added later): no longer held.
+            _ => {
+                close(&mut open, now.min(end));
+                return;
             }
         }
     }
