@@ -5,7 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use casaas_core::{CasError, StoreUrl, validate_key};
+use casaas_core::provider::validate_key;
+use casaas_core::{CasError, StoreUrl};
 use url::Url;
 
 /// The well-known development account of Azurite and the storage emulator.

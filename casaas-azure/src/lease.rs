@@ -22,10 +22,11 @@ use std::time::Duration;
 use azure_core::request_options::{LeaseBreakPeriod, LeaseDuration, LeaseId};
 use azure_storage_blobs::prelude::BlobClient;
 use bytes::Bytes;
-use casaas_core::{CasError, CasStore, ErrorKind, validate_key};
+use casaas_core::provider::validate_key;
+use casaas_core::{CasError, CasStore, ErrorKind};
 
 use crate::AzureBlobStore;
-use casaas_core::Operation;
+use casaas_core::provider::Operation;
 
 use crate::error::{Failure, map_failure};
 

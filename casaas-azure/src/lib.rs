@@ -41,7 +41,8 @@ mod transport;
 
 use std::sync::Arc;
 
-use casaas_core::{CasStore, StoreFuture, StoreUrl};
+use casaas_core::provider::StoreFuture;
+use casaas_core::{CasStore, StoreUrl};
 
 pub use config::{
     AzureBlobStoreBuilder, AzureCredentials, CREDENTIAL_VARIABLES, DEFAULT_CONNECT_TIMEOUT,
@@ -80,7 +81,7 @@ pub const SDK_LOG_CAPS: [&str; 3] = [
 /// Registers the `az://` scheme with [`casaas_core::open_store`].
 /// Idempotent.
 pub fn register() {
-    casaas_core::register_scheme(SCHEME, open);
+    casaas_core::provider::register_scheme(SCHEME, open);
 }
 
 fn open(url: StoreUrl) -> StoreFuture {

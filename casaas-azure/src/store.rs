@@ -9,14 +9,14 @@ use azure_core::{RetryOptions, TransportOptions};
 use azure_storage::CloudLocation;
 use azure_storage_blobs::prelude::{BlobClient, ClientBuilder, ContainerClient};
 use bytes::Bytes;
+use casaas_core::provider::{validate_key, validate_prefix};
 use casaas_core::{
     Capabilities, CasError, CasStore, ErrorKind, ListEntry, StoreUrl, StoredObject, Version,
-    validate_key, validate_prefix,
 };
 use futures::StreamExt;
 
 use crate::config::AzureBlobStoreBuilder;
-use casaas_core::Operation;
+use casaas_core::provider::Operation;
 
 use crate::error::{Failure, map_failure};
 use crate::transport::Transport;

@@ -164,7 +164,7 @@ async fn debug_and_describe_hold_no_secret() {
 #[tokio::test]
 async fn register_makes_az_urls_openable() {
     casaas_azure::register();
-    assert!(casaas_core::registered_schemes().contains(&"az".to_string()));
+    assert!(casaas_core::provider::registered_schemes().contains(&"az".to_string()));
     // Fails on the URL before looking at any credential.
     let err = casaas_core::open_store("az://acct").await.unwrap_err();
     assert!(err.to_string().contains("no container"), "{err}");

@@ -11,7 +11,8 @@ use casaas_azure::{
     AzureBlobStore, AzureCredentials, DEV_ACCOUNT, Failure, NativeLeaseError, map_failure,
     map_lease_failure,
 };
-use casaas_core::{CasStore, ErrorKind, Operation};
+use casaas_core::provider::Operation;
+use casaas_core::{CasStore, ErrorKind};
 use rstest::rstest;
 
 #[rstest]

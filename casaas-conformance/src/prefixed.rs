@@ -5,10 +5,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use casaas_core::{
-    Capabilities, CasError, CasStore, ListEntry, StoredObject, Version, validate_key,
-    validate_prefix,
-};
+use casaas_core::provider::{validate_key, validate_prefix};
+use casaas_core::{Capabilities, CasError, CasStore, ListEntry, StoredObject, Version};
 
 /// Prepends a fixed prefix to every key; lists only under it.
 ///

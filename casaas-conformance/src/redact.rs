@@ -9,8 +9,9 @@
 
 use std::sync::{Mutex, OnceLock};
 
-pub use casaas_core::REDACTED;
-use casaas_core::{StoreUrl, is_secret_name, is_secret_option};
+use casaas_core::StoreUrl;
+pub use casaas_core::provider::REDACTED;
+use casaas_core::provider::{is_secret_name, is_secret_option};
 
 /// Secret values shorter than this are not registered: they would
 /// redact ordinary words.

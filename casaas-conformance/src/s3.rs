@@ -10,7 +10,8 @@ use async_trait::async_trait;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
-use casaas_core::{CasError, CasStore, Delivery, Operation, StoreUrl, classify};
+use casaas_core::provider::{Delivery, Operation, classify};
+use casaas_core::{CasError, CasStore, StoreUrl};
 use casaas_s3::S3Store;
 use serde_json::{Value, json};
 

@@ -163,7 +163,7 @@ pub fn url_with_options(url: &str, options: &[String]) -> Result<String, CasErro
 /// The scheme a report names: `s3`, or `object_store+s3` for an adapter
 /// URL (whose adapter name is no URL scheme).
 fn scheme_of(url: &str) -> String {
-    match casaas_core::adapter_of(url) {
+    match casaas_core::provider::adapter_of(url) {
         Some(adapter) => {
             let inner = &url[adapter.len() + 1..];
             let scheme = inner.split_once(':').map_or("", |(scheme, _)| scheme);

@@ -7,11 +7,15 @@
 //! This crate holds:
 //! - the CAS-object contract: [`CasStore`], [`Version`], [`CasError`] and
 //!   [`Capabilities`], which every backend implements;
-//! - backends chosen by URL at run time: [`open_store`], [`register_scheme`];
+//! - the one way in: [`open_store_with`] (a URL and options given beside
+//!   it, credentials among them) and [`open_store`] (a URL alone);
 //! - the embedded backends: [`MemoryStore`] (reference semantics) and
 //!   [`FileStore`] (a real CAS across processes on one machine);
 //! - the protocols built on the contract, in [`lease`]: [`Lease`](lease::Lease),
 //!   leader election, the fenced resource and the fenced log.
+//!
+//! What provider and adapter crates need (URL registration, the error
+//! policy, key validation, redaction) is in [`provider`], not here.
 //!
 //! Test support (the contract suite every backend passes, fault injection,
 //! request counting, the lookup of test servers) is behind the `testkit`
@@ -45,21 +49,58 @@ pub mod testkit;
 mod url;
 mod version;
 
-pub use error::{CasError, CodeTable, Delivery, ErrorKind, Operation, classify};
+pub use error::{CasError, ErrorKind};
 pub use file::FileStore;
 pub use memory::MemoryStore;
-pub use registry::{
-    AdapterFactory, StoreFactory, StoreFuture, adapter_of, open_store, open_store_url,
-    open_store_with, register_adapter, register_scheme, registered_schemes,
-};
-pub use store::{
-    Capabilities, CasStore, ListEntry, MAX_KEY_LEN, StoredObject, validate_key, validate_prefix,
-};
-pub use url::{
-    REDACTED, StoreUrl, UrlOptions, is_secret_name, is_secret_option, parse_bool, replace_userinfo,
-    userinfo,
-};
-pub use version::{Version, VersionPair};
+pub use registry::{open_store, open_store_with};
+pub use store::{Capabilities, CasStore, ListEntry, StoredObject};
+pub use url::StoreUrl;
+pub use version::Version;
+
+// Crate-internal shorthands (public under `provider`).
+pub(crate) use store::validate_key;
+pub(crate) use url::parse_bool;
+
+// Kept at the root, hidden, only until the provider crates' error
+// modules import them from `provider`; not part of the root's API (the
+// root-listing test names them as the only hidden exceptions).
+#[doc(hidden)]
+pub use error::{Delivery, Operation, classify};
+#[doc(hidden)]
+pub use registry::adapter_of;
+
+pub mod provider {
+    //! What a provider or adapter crate needs to plug a store into casaas,
+    //! and nothing an application needs: the one error policy
+    //! ([`classify`] with a provider's [`CodeTable`]), URL registration
+    //! ([`register_scheme`], [`register_adapter`]), the parsed URL's options
+    //! and redaction helpers, key validation, and the version pair of
+    //! stores that name a version two ways.
+    //!
+    //! ```
+    //! use casaas_core::provider::{StoreFuture, register_scheme};
+    //! use casaas_core::{StoreUrl, open_store};
+    //!
+    //! fn open_alias(url: StoreUrl) -> StoreFuture {
+    //!     // A scheme that opens the in-memory store under another name.
+    //!     Box::pin(async move { open_store(&format!("memory://{}/{}", url.authority(), url.path())).await })
+    //! }
+    //! register_scheme("doc-alias", open_alias);
+    //! assert!(casaas_core::provider::registered_schemes().contains(&"doc-alias".to_string()));
+    //! ```
+
+    pub use crate::error::{CodeTable, Delivery, Operation, classify};
+    pub use crate::registry::{
+        AdapterFactory, StoreFactory, StoreFuture, adapter_of, open_store_url, register_adapter,
+        register_scheme, registered_schemes,
+    };
+    pub use crate::store::{MAX_KEY_LEN, validate_key, validate_prefix};
+    pub use crate::url::{
+        REDACTED, UrlOptions, is_secret_name, is_secret_option, parse_bool, replace_userinfo,
+        userinfo,
+    };
+    pub use crate::version::VersionPair;
+}
 
 /// The README's example, compiled and run as a doctest.
 #[cfg(doctest)]

@@ -49,14 +49,14 @@ pub fn register_adapter(name: &str, factory: AdapterFactory) {
 /// [`StoreUrl::parse`]: `NAME` need not be a valid URL scheme.
 ///
 /// ```
-/// casaas_core::register_adapter("doc_adapter", |inner, _given| {
+/// casaas_core::provider::register_adapter("doc_adapter", |inner, _given| {
 ///     Box::pin(async move { casaas_core::open_store(&inner).await })
 /// });
 /// assert_eq!(
-///     casaas_core::adapter_of("doc_adapter+memory://x/p").as_deref(),
+///     casaas_core::provider::adapter_of("doc_adapter+memory://x/p").as_deref(),
 ///     Some("doc_adapter")
 /// );
-/// assert_eq!(casaas_core::adapter_of("memory://x/p"), None);
+/// assert_eq!(casaas_core::provider::adapter_of("memory://x/p"), None);
 /// ```
 pub fn adapter_of(url: &str) -> Option<String> {
     adapter_for(url).map(|(name, _, _)| name)

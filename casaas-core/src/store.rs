@@ -233,7 +233,7 @@ forward_cas_store!(Arc, Box);
 /// no control characters.
 ///
 /// ```
-/// use casaas_core::validate_key;
+/// use casaas_core::provider::validate_key;
 /// assert!(validate_key("locks/leader").is_ok());
 /// assert!(validate_key("../etc/passwd").is_err());
 /// ```

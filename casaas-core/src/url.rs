@@ -438,7 +438,7 @@ pub fn is_secret_name(name: &str) -> bool {
 /// `true` as one would redact every `true` in a JSON report.
 ///
 /// ```
-/// use casaas_core::is_secret_option;
+/// use casaas_core::provider::is_secret_option;
 /// assert!(is_secret_option("sig", "abc123"));
 /// assert!(!is_secret_option("skip_signature", "true"));
 /// assert!(!is_secret_option("region", "eu-west-1"));

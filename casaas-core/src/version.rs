@@ -90,7 +90,8 @@ impl fmt::Debug for Version {
 /// splits the pair unambiguously.
 ///
 /// ```
-/// use casaas_core::{Version, VersionPair};
+/// use casaas_core::Version;
+/// use casaas_core::provider::VersionPair;
 ///
 /// let pair = VersionPair::new(Some("\"abc\"".into()), Some("17".into())).unwrap();
 /// let version = pair.to_version();

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use casaas_core::{CasError, StoreUrl, validate_prefix};
+use casaas_core::provider::validate_prefix;
+use casaas_core::{CasError, StoreUrl};
 
 use crate::store::GcsStore;
 use url::Url;

@@ -12,7 +12,7 @@ use google_cloud_auth::credentials::{CacheableResource, Credentials};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 use crate::config::GcsConfig;
-use casaas_core::Operation;
+use casaas_core::provider::Operation;
 
 use crate::error::{Failure, Stage, from_json_answer, from_reqwest, map_failure};
 

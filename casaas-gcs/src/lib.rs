@@ -44,7 +44,8 @@ mod store;
 
 use std::sync::Arc;
 
-use casaas_core::{CasStore, StoreFuture, StoreUrl};
+use casaas_core::provider::StoreFuture;
+use casaas_core::{CasStore, StoreUrl};
 
 pub use config::{
     Auth, DEFAULT_ENDPOINT, DEFAULT_TIMEOUT, GcsConfig, GcsStoreBuilder, URL_OPTIONS,
@@ -55,7 +56,7 @@ pub use store::{GcsStore, MIN_WRITE_INTERVAL};
 /// `gs://BUCKET/prefix?endpoint=…&anonymous=…&timeout=…&conditional_delete=…`
 /// (see [`GcsConfig::from_url`]).
 pub fn register() {
-    casaas_core::register_scheme("gs", open_url);
+    casaas_core::provider::register_scheme("gs", open_url);
 }
 
 fn open_url(url: StoreUrl) -> StoreFuture {

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use casaas_core::provider::{Operation, validate_key, validate_prefix};
 use casaas_core::{
-    Capabilities, CasError, CasStore, ErrorKind, ListEntry, Operation, StoreUrl, StoredObject,
-    Version, validate_key, validate_prefix,
+    Capabilities, CasError, CasStore, ErrorKind, ListEntry, StoreUrl, StoredObject, Version,
 };
 use google_cloud_auth::credentials::Credentials;
 use google_cloud_gax::retry_policy::NeverRetry;

@@ -85,7 +85,7 @@ pub const OBJECT_STORE_VERSION: &str = "0.14";
 /// Registers the `object_store+` adapter with [`casaas_core::open_store`],
 /// e.g. `object_store+s3://bucket/prefix?aws_endpoint=...`. Idempotent.
 pub fn register() {
-    casaas_core::register_adapter("object_store", url::open_adapter);
+    casaas_core::provider::register_adapter("object_store", url::open_adapter);
 }
 
 /// The README's example, compiled (and run where it needs no server) as a

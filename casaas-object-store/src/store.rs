@@ -6,10 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use casaas_core::{
-    Capabilities, CasError, CasStore, ErrorKind, ListEntry, Operation, StoredObject, Version,
-    validate_key, validate_prefix,
-};
+use casaas_core::provider::{Operation, validate_key, validate_prefix};
+use casaas_core::{Capabilities, CasError, CasStore, ErrorKind, ListEntry, StoredObject, Version};
 use futures::{StreamExt, TryStreamExt};
 
 // The object_store line this copy is compiled against (see `error.rs`).

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use casaas_core::{CasError, CasStore, StoreFuture};
+use casaas_core::provider::StoreFuture;
+use casaas_core::{CasError, CasStore};
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut};
 use object_store::azure::MicrosoftAzureBuilder;
 use object_store::gcp::GoogleCloudStorageBuilder;

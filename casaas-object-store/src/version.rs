@@ -1,7 +1,7 @@
 //! object_store's `(e_tag, version)` pair: casaas-core's [`VersionPair`],
 //! and the condition `PutMode::Update` takes from it.
 
-use casaas_core::VersionPair;
+use casaas_core::provider::VersionPair;
 
 // The object_store line this copy is compiled against (see `error.rs`).
 use super::os;

@@ -68,7 +68,7 @@ pub const OPENDAL_VERSION: &str = "0.59";
 /// Registers the `opendal+` adapter with [`casaas_core::open_store`], e.g.
 /// `opendal+s3://bucket/root?endpoint=...&region=...`. Idempotent.
 pub fn register() {
-    casaas_core::register_adapter("opendal", url::open_adapter);
+    casaas_core::provider::register_adapter("opendal", url::open_adapter);
 }
 
 /// The README's example, compiled (and run where it needs no server) as a

@@ -5,15 +5,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use casaas_core::{
-    Capabilities, CasError, CasStore, ErrorKind, ListEntry, StoredObject, Version, validate_key,
-    validate_prefix,
-};
+use casaas_core::provider::{validate_key, validate_prefix};
+use casaas_core::{Capabilities, CasError, CasStore, ErrorKind, ListEntry, StoredObject, Version};
 use futures::{StreamExt, TryStreamExt};
 use opendal::{Capability, Metadata, Operator};
 use sha2::{Digest, Sha256};
 
-use casaas_core::Operation;
+use casaas_core::provider::Operation;
 
 use crate::error::map_error;
 use crate::version::{ObjectVersion, PRODUCED_BY};

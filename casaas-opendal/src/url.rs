@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use casaas_core::{CasError, CasStore, StoreFuture};
+use casaas_core::provider::StoreFuture;
+use casaas_core::{CasError, CasStore};
 use opendal::Operator;
 use url::Url;
 

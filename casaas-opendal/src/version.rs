@@ -1,6 +1,6 @@
 //! OpenDAL's `(etag, version)` pair: casaas-core's [`VersionPair`].
 
-use casaas_core::VersionPair;
+use casaas_core::provider::VersionPair;
 
 /// The identity of one stored write as OpenDAL reports it.
 pub type ObjectVersion = VersionPair;

@@ -12,7 +12,8 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::config::{Region, RequestChecksumCalculation, ResponseChecksumValidation};
 use aws_smithy_types::retry::RetryConfig;
 use aws_smithy_types::timeout::TimeoutConfig;
-use casaas_core::{CasError, StoreUrl, UrlOptions, validate_key};
+use casaas_core::provider::{UrlOptions, validate_key};
+use casaas_core::{CasError, StoreUrl};
 use url::Url;
 
 use crate::clock::{DateInterceptor, DateSlot};

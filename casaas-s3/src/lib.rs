@@ -37,7 +37,8 @@ mod store;
 
 use std::sync::Arc;
 
-use casaas_core::{CasStore, StoreFuture, StoreUrl};
+use casaas_core::provider::StoreFuture;
+use casaas_core::{CasStore, StoreUrl};
 
 pub use clock::ServerDate;
 pub use config::{
@@ -48,7 +49,7 @@ pub use store::S3Store;
 /// Registers the `s3://` scheme with [`casaas_core::open_store`]. Stores
 /// opened this way take credentials from the AWS chain. Idempotent.
 pub fn register() {
-    casaas_core::register_scheme("s3", open_url);
+    casaas_core::provider::register_scheme("s3", open_url);
 }
 
 fn open_url(url: StoreUrl) -> StoreFuture {

@@ -9,9 +9,9 @@ use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::operation::get_object::GetObjectError;
 use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
+use casaas_core::provider::{Operation, validate_key, validate_prefix};
 use casaas_core::{
-    Capabilities, CasError, CasStore, ErrorKind, ListEntry, Operation, StoreUrl, StoredObject,
-    Version, validate_key, validate_prefix,
+    Capabilities, CasError, CasStore, ErrorKind, ListEntry, StoreUrl, StoredObject, Version,
 };
 
 use crate::clock::{DateSlot, ServerDate};

@@ -3,9 +3,9 @@
 
 use std::time::{Duration, SystemTime};
 
-use casaas_core::Delivery::{self, MaybeSent};
 use casaas_core::ErrorKind::{self, *};
-use casaas_core::{Operation, classify};
+use casaas_core::provider::Delivery::{self, MaybeSent};
+use casaas_core::provider::{Operation, classify};
 use casaas_s3::error::{code_table, parse_retry_after};
 use rstest::rstest;
 

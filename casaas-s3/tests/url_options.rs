@@ -154,7 +154,7 @@ async fn invalid_keys_send_nothing() {
 #[tokio::test]
 async fn register_opens_s3_urls() {
     casaas_s3::register();
-    assert!(casaas_core::registered_schemes().contains(&"s3".to_string()));
+    assert!(casaas_core::provider::registered_schemes().contains(&"s3".to_string()));
     let err = casaas_core::open_store("s3://bucket/p?nope=1")
         .await
         .unwrap_err();

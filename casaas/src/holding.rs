@@ -104,7 +104,9 @@ pub fn lease_end(
                 LeaseStatus::Lost(reason) => return explain_loss(&reason, &owner, token),
                 LeaseStatus::Held { valid_until, .. } => valid_until,
                 other => {
-                    return format!("its lease entered a state this build does not know: {other:?}");
+                    return format!(
+                        "its lease entered a state this build does not know: {other:?}"
+                    );
                 }
             };
             let now = clock.now();

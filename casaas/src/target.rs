@@ -162,7 +162,7 @@ fn without_create_dirs(url: &str) -> String {
 /// Registers the user-info of `url` (as text, so also of a URL that does
 /// not parse) as secrets.
 pub fn register_userinfo(url: &str) {
-    if let Some(userinfo) = casaas_core::userinfo(url) {
+    if let Some(userinfo) = casaas_core::provider::userinfo(url) {
         logging::add_secret(userinfo);
         for part in userinfo.split(':') {
             logging::add_secret(part);
@@ -179,7 +179,7 @@ fn adapter_prefix(url: &str) -> Option<(&str, &str)> {
 }
 
 fn strip_userinfo_text(url: &str) -> String {
-    casaas_core::replace_userinfo(url, "")
+    casaas_core::provider::replace_userinfo(url, "")
 }
 
 #[cfg(test)]
