@@ -10,7 +10,7 @@ pub fn register() {
     casaas_gcs::register();
     #[cfg(feature = "azure")]
     casaas_azure::register();
-    #[cfg(feature = "object-store")]
+    #[cfg(feature = "object_store")]
     casaas_object_store::register();
     #[cfg(feature = "opendal")]
     casaas_opendal::register();
@@ -24,9 +24,9 @@ pub fn missing_scheme_hint() -> String {
         ("gcs", "gs://", cfg!(feature = "gcs")),
         ("azure", "az://", cfg!(feature = "azure")),
         (
-            "object-store",
+            "object_store",
             "object_store+URL",
-            cfg!(feature = "object-store"),
+            cfg!(feature = "object_store"),
         ),
         ("opendal", "opendal+URL", cfg!(feature = "opendal")),
     ];
