@@ -2,6 +2,8 @@
 //! task a user comes for. `cargo test` builds the examples before it runs
 //! this test; it runs the built programs.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::PathBuf;
 use std::process::Command;
 
