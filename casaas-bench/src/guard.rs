@@ -105,10 +105,15 @@ fn command_rows(
     let mut systems: Vec<(String, Command)> = Vec::new();
     for (label, url) in [
         (format!("casaas lock ({}), guard on", s3.name), &guarded),
-        (format!("casaas lock ({}), verify=false", s3.name), &unguarded),
+        (
+            format!("casaas lock ({}), verify=false", s3.name),
+            &unguarded,
+        ),
     ] {
         let mut command = Command::new(bin);
-        command.args(["lock", "-n", url, "--", "true"]).envs(&s3.env);
+        command
+            .args(["lock", "-n", url, "--", "true"])
+            .envs(&s3.env);
         systems.push((label, command));
     }
     if let Some(endpoint) = etcdctl {

@@ -66,7 +66,10 @@ fn run(ctx: &Ctx, quick: bool, running: &[&str]) -> Result<String> {
         args.push(format!("{name}={version}"));
     }
     // The `casaas` command, timed per invocation beside `etcdctl lock`.
-    crate::cargo(&ctx.root, &["build", "--release", "--quiet", "-p", "casaas"])?;
+    crate::cargo(
+        &ctx.root,
+        &["build", "--release", "--quiet", "-p", "casaas"],
+    )?;
     let casaas_bin = ctx.root.join("target").join("release").join("casaas");
     eprintln!("xtask: cargo {}", args.join(" "));
     let output = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))

@@ -27,7 +27,11 @@ impl Server for Etcd {
 
     fn install(&self, _ctx: &Ctx) -> Result<()> {
         // etcdctl: the bench times `etcdctl lock` per invocation beside `casaas lock`.
-        apt_install("etcd", &["etcd-server", "etcd-client"], &["etcd", "etcdctl"])
+        apt_install(
+            "etcd",
+            &["etcd-server", "etcd-client"],
+            &["etcd", "etcdctl"],
+        )
     }
 
     fn start(&self, _ctx: &Ctx, port: u16, procs: &mut Procs) -> Result<Started> {
