@@ -529,11 +529,8 @@ async fn exclusion(seed: u64, rates: [f64; 3]) -> Result<(), String> {
     let mut tasks = Vec::new();
     let mut connections = Vec::new();
     for (i, rate) in rates.into_iter().enumerate() {
-        let connection = FaultyStore::new(
-            memory.clone(),
-            seed * 10 + i as u64,
-            FaultConfig::default(),
-        );
+        let connection =
+            FaultyStore::new(memory.clone(), seed * 10 + i as u64, FaultConfig::default());
         // The store guard first (once for all three: one store), so that
         // the faults below meet the protocol's requests.
         casaas_core::testkit::pass_store_guard(&connection)
@@ -611,7 +608,11 @@ async fn exclusion(seed: u64, rates: [f64; 3]) -> Result<(), String> {
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
     assert!(held_samples > 8_000, "seed {seed}: {held_samples}");
     let lost_responses: u64 = connections.iter().map(|c| c.counts().lost_responses).sum();
-    assert!(lost_responses > 0, "seed {seed}: {:?} {tokens:?}", connections.iter().map(|c| c.counts()).collect::<Vec<_>>());
+    assert!(
+        lost_responses > 0,
+        "seed {seed}: {:?} {tokens:?}",
+        connections.iter().map(|c| c.counts()).collect::<Vec<_>>()
+    );
     Ok(())
 }
 

@@ -117,14 +117,24 @@ async fn the_store_guard_costs_eight_requests_once_per_store() {
     assert_eq!(c, counts(1 + 2, 1 + 2, 3, 1, 0), "first acquire on a store");
 
     // Every later handle on the same store, of any kind, pays nothing more.
-    let b = Lease::new(s.store.clone(), "locks/other", "b", LeaseConfig::with_ttl(TTL)).unwrap();
+    let b = Lease::new(
+        s.store.clone(),
+        "locks/other",
+        "b",
+        LeaseConfig::with_ttl(TTL),
+    )
+    .unwrap();
     let (outcome, c) = s.cost(b.try_acquire()).await;
     let other = acquired(outcome.unwrap());
     assert_eq!(c, counts(1, 1, 0, 0, 0), "second lease on the store");
     let r = FencedResource::<u64>::new(s.store.clone(), "fenced/value").unwrap();
     let (v, c) = s.cost(r.update(1, |v| v.copied().unwrap_or(0) + 1)).await;
     v.unwrap();
-    assert_eq!(c, counts(1, 1, 0, 0, 0), "fenced resource on a guarded store");
+    assert_eq!(
+        c,
+        counts(1, 1, 0, 0, 0),
+        "fenced resource on a guarded store"
+    );
 
     // A second handle on the same objects (another `open_store` of one URL)
     // shares the verdict.

@@ -12,7 +12,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use casaas_core::guard::{GUARD_PREFIX, StoreGuard};
 use casaas_core::lease::{
-    AcquireOptions, AcquireOutcome, Election, FencedLog, FencedResource, Lease, LeaseConfig, LeaseError,
+    AcquireOptions, AcquireOutcome, Election, FencedLog, FencedResource, Lease, LeaseConfig,
+    LeaseError,
 };
 use casaas_core::testkit::CountingStore;
 use casaas_core::{
@@ -120,7 +121,9 @@ impl CasStore for Lying {
         let current = self.inner.get(key).await?;
         match (self.lie, current) {
             (Lie::NoIfMatch, _) => Err(CasError::unsupported("lying: 501 If-Match")),
-            (Lie::ReplaceIgnoresVersion, Some(c)) => self.inner.replace(key, &c.version, body).await,
+            (Lie::ReplaceIgnoresVersion, Some(c)) => {
+                self.inner.replace(key, &c.version, body).await
+            }
             (Lie::ReplaceIgnoresVersion, None) => self.inner.create(key, body).await,
             (Lie::ReplaceAlwaysRefused, _) => Err(precondition()),
             (Lie::RefusedReplaceApplies, Some(c)) if &c.version != expected => {
