@@ -52,7 +52,8 @@ pub use registry::{
     register_adapter, register_scheme, registered_schemes,
 };
 pub use store::{
-    Capabilities, CasStore, ListEntry, MAX_KEY_LEN, StoredObject, validate_key, validate_prefix,
+    Capabilities, CasStore, ForwardingStore, ListEntry, MAX_KEY_LEN, StoredObject, validate_key,
+    validate_prefix,
 };
 pub use url::{
     REDACTED, StoreUrl, UrlOptions, is_secret_name, is_secret_option, parse_bool, replace_userinfo,
