@@ -347,6 +347,11 @@ fn report(
         check::mutual_exclusion(h, &who, &context),
     );
     findings.add("token_order", check::token_order(h, &who, &context));
+    let ttls: Vec<Duration> = world.leases.iter().map(|l| l.ttl).collect();
+    findings.add(
+        "belief_rests_on_a_write",
+        check::belief_rests_on_a_write(h, &ttls, &who, &context),
+    );
     findings.add(
         "lock_token_monotonic",
         check::lock_token_monotonic(h, &context),
