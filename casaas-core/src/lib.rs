@@ -33,6 +33,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod failure;
 mod file;
 pub mod guard;
 pub mod lease;
@@ -45,6 +46,7 @@ mod url;
 mod version;
 
 pub use error::{CasError, CodeTable, Delivery, ErrorKind, Operation, classify};
+pub use failure::{Failure, Stage, confirm_refusal};
 pub use file::FileStore;
 pub use memory::MemoryStore;
 pub use registry::{
