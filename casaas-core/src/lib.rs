@@ -33,6 +33,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod failure;
 mod file;
 pub mod guard;
 pub mod lease;
@@ -46,6 +47,7 @@ mod url;
 mod version;
 
 pub use error::{CasError, CodeTable, Delivery, ErrorKind, Operation, classify};
+pub use failure::{Failure, Stage, confirm_refusal};
 pub use file::FileStore;
 pub use memory::MemoryStore;
 pub use registry::{
@@ -53,7 +55,8 @@ pub use registry::{
     open_store_with, register_adapter, register_scheme, registered_schemes,
 };
 pub use store::{
-    Capabilities, CasStore, ListEntry, MAX_KEY_LEN, StoredObject, validate_key, validate_prefix,
+    Capabilities, CasStore, ForwardingStore, ListEntry, MAX_KEY_LEN, StoredObject, validate_key,
+    validate_prefix,
 };
 pub use url::{
     REDACTED, StoreUrl, UrlOptions, is_secret_name, is_secret_option, parse_bool, replace_userinfo,

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use casaas_core::{
     Capabilities, CasError, CasStore, ErrorKind, ListEntry, Operation, StoredObject, Version,
-    validate_key, validate_prefix,
+    confirm_refusal, validate_key, validate_prefix,
 };
 use futures::{StreamExt, TryStreamExt};
 
@@ -242,7 +242,8 @@ impl ObjectStoreCas {
             Err(err) => {
                 let mapped = map_error(err, op, key);
                 if mapped.kind() == ErrorKind::PreconditionFailed && self.client_retries {
-                    Err(self.confirm_refusal(key, &body, mapped).await)
+                    // A refusal may be object_store's retry of our own applied write.
+                    Err(confirm_refusal(self, key, &body, mapped, "object_store").await)
                 } else {
                     Err(mapped)
                 }
@@ -257,36 +258,6 @@ impl ObjectStoreCas {
             format!("\"{tag}\"")
         } else {
             tag
-        }
-    }
-
-    /// A refused conditional write after which the object holds exactly our
-    /// bytes may be our own write, refused on object_store's retry: say so.
-    async fn confirm_refusal(&self, key: &str, body: &Bytes, refusal: CasError) -> CasError {
-        match self.get(key).await {
-            Ok(Some(stored)) if stored.body == *body => CasError::new(
-                ErrorKind::Ambiguous,
-                format!(
-                    "the store refused the conditional write ({}), but the object holds exactly \
-                     the bytes written: object_store may have retried a write that had taken \
-                     effect",
-                    refusal.evidence()
-                ),
-            )
-            .with_key(key)
-            .with_code("RefusedAfterRetry")
-            .with_source(refusal),
-            Ok(_) => refusal,
-            Err(read) => CasError::new(
-                ErrorKind::Ambiguous,
-                format!(
-                    "the store refused the conditional write ({}) and reading it back failed \
-                     ({read}): object_store may have retried a write that had taken effect",
-                    refusal.evidence()
-                ),
-            )
-            .with_key(key)
-            .with_source(refusal),
         }
     }
 }

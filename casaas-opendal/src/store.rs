@@ -13,7 +13,7 @@ use futures::{StreamExt, TryStreamExt};
 use opendal::{Capability, Metadata, Operator};
 use sha2::{Digest, Sha256};
 
-use casaas_core::Operation;
+use casaas_core::{Operation, confirm_refusal};
 
 use crate::error::map_error;
 use crate::version::{ObjectVersion, PRODUCED_BY};
@@ -189,35 +189,12 @@ impl OpendalCas {
     }
 
     /// A refused conditional write after which the object holds exactly our
-    /// bytes may be our own write, refused on a retry: say so.
+    /// bytes may be our own write, refused on a retry: core's one check.
     async fn confirm_refusal(&self, key: &str, body: &Bytes, refusal: CasError) -> CasError {
-        if !self.client_retries || refusal.kind() != ErrorKind::PreconditionFailed {
+        if !self.client_retries {
             return refusal;
         }
-        match self.get(key).await {
-            Ok(Some(stored)) if stored.body == *body => CasError::new(
-                ErrorKind::Ambiguous,
-                format!(
-                    "the store refused the conditional write ({}), but the object holds exactly \
-                     the bytes written: a retry may have re-sent a write that had taken effect",
-                    refusal.evidence()
-                ),
-            )
-            .with_key(key)
-            .with_code("RefusedAfterRetry")
-            .with_source(refusal),
-            Ok(_) => refusal,
-            Err(read) => CasError::new(
-                ErrorKind::Ambiguous,
-                format!(
-                    "the store refused the conditional write ({}) and reading it back failed \
-                     ({read})",
-                    refusal.evidence()
-                ),
-            )
-            .with_key(key)
-            .with_source(refusal),
-        }
+        confirm_refusal(self, key, body, refusal, "OpenDAL").await
     }
 
     async fn read_current(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
