@@ -70,6 +70,11 @@ struct Cli {
     /// Create the bucket (or container) first, where the backend supports it.
     #[arg(long)]
     create_bucket: bool,
+    /// The same bucket and prefix through another endpoint (repeatable):
+    /// race probes and the lease probe spread their writers over every
+    /// endpoint, and race_across_endpoints becomes critical.
+    #[arg(long = "gateway", value_name = "URL")]
+    gateways: Vec<String>,
     /// List the probes and exit.
     #[arg(long)]
     list_probes: bool,
@@ -140,6 +145,9 @@ where
     if let Some(url) = &cli.url {
         register_url_secrets(url);
     }
+    for url in &cli.gateways {
+        register_url_secrets(url);
+    }
     tracing_subscriber::fmt()
         .with_writer(|| RedactingStderr)
         .with_ansi(false)
@@ -202,6 +210,11 @@ fn run(cli: Cli) -> Result<u8, Usage> {
                 "{e} (put the URL before --only, or separate ids with commas)"
             ))
         })?;
+    }
+    if !cli.gateways.is_empty() && cli.url.is_none() {
+        return Err(Usage(anyhow::anyhow!(
+            "--gateway names another endpoint of the store: give the store's URL first"
+        )));
     }
     // Fail now, not after a long run, if the report cannot be written.
     if let Some(path) = &cli.output {
@@ -296,6 +309,34 @@ fn explain_run_error(e: ConformanceError, create_bucket: bool) -> anyhow::Error 
 type Opened = (Target, Vec<Box<dyn Probe>>, Option<tempfile::TempDir>);
 
 async fn open_target(cli: &Cli) -> Result<Opened, Usage> {
+    let (mut target, probes, dir) = open_main(cli).await?;
+    for url in &cli.gateways {
+        let (store, reopen) = open_endpoint(cli, url).await?;
+        target = target.with_gateway(store, url.as_str(), reopen);
+    }
+    Ok((target, probes, dir))
+}
+
+/// Another endpoint (`--gateway`): its store and, for a URL that casaas
+/// options apply to, the way to reopen it with them.
+async fn open_endpoint(
+    cli: &Cli,
+    url: &str,
+) -> Result<(Arc<dyn CasStore>, Option<Arc<dyn Reopen>>), Usage> {
+    if casaas_core::adapter_of(url).is_some() {
+        let store = casaas_core::open_store(url)
+            .await
+            .map_err(|e| open_error(url, &e, cli.create_bucket))?;
+        return Ok((store, None));
+    }
+    let parsed = StoreUrl::parse(url).map_err(|e| open_error(url, &e, cli.create_bucket))?;
+    let store = casaas_core::open_store_url(parsed.clone())
+        .await
+        .map_err(|e| open_error(url, &e, cli.create_bucket))?;
+    Ok((store, Some(Arc::new(UrlReopen { url: parsed }))))
+}
+
+async fn open_main(cli: &Cli) -> Result<Opened, Usage> {
     let Some(url) = cli.url.as_deref() else {
         let dir = tempfile::Builder::new()
             .prefix("casaas-conformance-")

@@ -64,7 +64,9 @@ pub use report::{
     BackendReport, CleanupReport, Incomplete, Judgement, Report, SCHEMA_VERSION, SettingsReport,
     ToolInfo, judge, rfc3339,
 };
-pub use suite::{ConformanceError, Reopen, Reopened, Suite, Target, url_with_options};
+pub use suite::{
+    ConformanceError, Gateway, Reopen, Reopened, Suite, Target, url_with_options,
+};
 
 /// The README's example, compiled (and run where it needs no server) as a
 /// doctest.

@@ -68,6 +68,10 @@ pub struct BackendReport {
     pub declared_capabilities: Capabilities,
     /// Whether the backend exposed the server's clock.
     pub server_clock: bool,
+    /// The other endpoints of the same bucket and prefix (`--gateway`),
+    /// without credentials.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gateways: Vec<String>,
 }
 
 /// What the run left behind.
@@ -199,6 +203,9 @@ impl Report {
         let _ = writeln!(out, "casaas-conformance {}", self.tool.version);
         let _ = writeln!(out, "store:    {}", self.backend.description);
         let _ = writeln!(out, "url:      {}", self.backend.url);
+        for gateway in &self.backend.gateways {
+            let _ = writeln!(out, "gateway:  {gateway}");
+        }
         let _ = writeln!(
             out,
             "mode:     {} (concurrency {}, race rounds {}), {:.1} s, under {}/",
@@ -302,6 +309,9 @@ impl Report {
             md_escape(&self.backend.url)
         );
         let _ = writeln!(out, "**{}**\n", md_escape(&self.summary));
+        for gateway in &self.backend.gateways {
+            let _ = writeln!(out, "- gateway: `{}`", md_escape(gateway));
+        }
         let _ = writeln!(
             out,
             "- store: {}\n- mode: {} (concurrency {}, race rounds {})\n- started: {}, took {:.1} s\n- tool: casaas-conformance {}\n",

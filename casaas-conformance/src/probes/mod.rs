@@ -60,6 +60,36 @@ macro_rules! builtin {
     };
 }
 
+/// `race_across_endpoints`: critical when the run has more than one
+/// endpoint, an info note otherwise (one endpoint cannot see it).
+struct RaceAcrossEndpoints;
+
+#[async_trait]
+impl Probe for RaceAcrossEndpoints {
+    fn id(&self) -> &'static str {
+        "race_across_endpoints"
+    }
+    fn title(&self) -> &'static str {
+        "Concurrent writes through several endpoints: exactly one winner"
+    }
+    fn severity(&self) -> Severity {
+        Severity::Critical
+    }
+    fn severity_for(&self, endpoints: usize) -> Severity {
+        if endpoints > 1 {
+            Severity::Critical
+        } else {
+            Severity::Info
+        }
+    }
+    fn explanation(&self) -> &'static str {
+        "A store that serializes conditional writes within each gateway but not across gateways lets two processes behind different gateways acquire the same lock."
+    }
+    async fn run(&self, cx: &ProbeContext) -> Result<Outcome, StepError> {
+        races::race_across_endpoints(cx).await
+    }
+}
+
 /// A probe this backend cannot run: always answers unsupported with a
 /// reason. The binary replaces these placeholders (by id) with real probes
 /// for backends that give the access they need.
@@ -218,6 +248,7 @@ pub fn standard() -> Vec<Box<dyn Probe>> {
             "Concurrent replaces from one version: exactly one winner",
             "More than one winner of a replace race means two contenders take over the same expired lease, both holding it.",
         ),
+        Box::new(RaceAcrossEndpoints),
         builtin!(
             lease::lease_protocol,
             "lease_protocol",
