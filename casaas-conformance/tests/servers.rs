@@ -167,6 +167,23 @@ fn s3rver_ignores_conditions_and_is_not_safe() {
     }
 }
 
+/// The multipart and copy probes fail on a store that ignores conditions:
+/// proof that they can.
+#[test]
+fn s3rver_fails_the_multipart_and_copy_probes() {
+    let (_, report) = probe(
+        "s3rver",
+        "s3_multipart_if_none_match,s3_multipart_if_match,s3_copy_conditional",
+    );
+    for id in [
+        "s3_multipart_if_none_match",
+        "s3_multipart_if_match",
+        "s3_copy_conditional",
+    ] {
+        assert_eq!(verdict(&report, id), "fail", "{id}");
+    }
+}
+
 #[test]
 fn azurite_is_safe() {
     let (code, report) = probe("azurite", CORE);
