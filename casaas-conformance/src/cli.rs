@@ -281,7 +281,10 @@ async fn compare(cli: &Cli, settings: Settings) -> Result<u8, Usage> {
         let settings = settings.clone();
         async move {
             let result = probe_quietly(&one, settings).await;
-            (redact_url(url), result.map_err(|Usage(e)| redact_text(&format!("{e:#}"))))
+            (
+                redact_url(url),
+                result.map_err(|Usage(e)| redact_text(&format!("{e:#}"))),
+            )
         }
     });
     let results: Vec<(String, Result<Report, String>)> = futures::future::join_all(runs).await;
@@ -290,8 +293,9 @@ async fn compare(cli: &Cli, settings: Settings) -> Result<u8, Usage> {
             let reports: Vec<serde_json::Value> = results
                 .iter()
                 .map(|(url, r)| match r {
-                    Ok(report) => serde_json::from_str(&report.to_json())
-                        .unwrap_or(serde_json::Value::Null),
+                    Ok(report) => {
+                        serde_json::from_str(&report.to_json()).unwrap_or(serde_json::Value::Null)
+                    }
                     Err(e) => serde_json::json!({ "url": url, "error": e }),
                 })
                 .collect();

@@ -719,7 +719,13 @@ pub fn comparison_markdown(results: &[Compared]) -> String {
             Ok(report) => report.summary.clone(),
             Err(e) => format!("not run: {e}"),
         };
-        let _ = writeln!(out, "- store {}: `{}` — {}", i + 1, md_escape(url), md_escape(&line));
+        let _ = writeln!(
+            out,
+            "- store {}: `{}` — {}",
+            i + 1,
+            md_escape(url),
+            md_escape(&line)
+        );
     }
     redact_text(&out)
 }

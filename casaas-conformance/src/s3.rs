@@ -609,7 +609,12 @@ async fn head_etag(store: &S3Store, bucket: &str, key: &str) -> Option<String> {
 }
 
 /// PutObject of a fresh body under `condition` (none: unconditional).
-async fn put_raw(store: &S3Store, bucket: &str, key: &str, condition: Option<&Condition>) -> Answered {
+async fn put_raw(
+    store: &S3Store,
+    bucket: &str,
+    key: &str,
+    condition: Option<&Condition>,
+) -> Answered {
     let request = store
         .client()
         .put_object()
@@ -621,7 +626,11 @@ async fn put_raw(store: &S3Store, bucket: &str, key: &str, condition: Option<&Co
         Some(Condition::Matches(etag)) => request.if_match(etag),
         None => request,
     };
-    request.send().await.map(|_| ()).map_err(|e| answer_json(&e))
+    request
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| answer_json(&e))
 }
 
 /// A one-part multipart upload of `key` completed under `condition`;
@@ -715,7 +724,10 @@ fn judge_refusal(
     match answer {
         Ok(()) => {
             failures.push(format!("{name}: accepted"));
-            checks.insert(name.into(), json!({ "accepted": true, "object_kept": kept }));
+            checks.insert(
+                name.into(),
+                json!({ "accepted": true, "object_kept": kept }),
+            );
         }
         Err(a) => {
             if !kept {
@@ -785,8 +797,9 @@ impl Probe for MultipartIfMatch {
         let (store, bucket) = (&self.store, self.store.bucket());
         let key = store.object_key(&cx.base_key("multipart-if-match"));
         if let Err(answer) = put_raw(store, bucket, &key, None).await {
-            return Ok(Outcome::error("the object to replace could not be written")
-                .with("answer", answer));
+            return Ok(
+                Outcome::error("the object to replace could not be written").with("answer", answer)
+            );
         }
         let mut checks = serde_json::Map::new();
         let mut failures = Vec::new();
@@ -794,7 +807,14 @@ impl Probe for MultipartIfMatch {
         let stale = multipart_raw(store, &key, &Condition::Matches(STALE_ETAG.into())).await?;
         let after = head_etag(store, bucket, &key).await;
         let unsupported = stale.as_ref().err().is_some_and(not_implemented);
-        judge_refusal(&mut checks, &mut failures, "stale_if_match", &stale, &before, &after);
+        judge_refusal(
+            &mut checks,
+            &mut failures,
+            "stale_if_match",
+            &stale,
+            &before,
+            &after,
+        );
         if let Some(current) = after.clone() {
             let fresh = multipart_raw(store, &key, &Condition::Matches(current)).await?;
             judge_accept(&mut checks, &mut failures, "current_if_match", &fresh);
@@ -825,7 +845,11 @@ impl CopyConditional {
             Condition::Absent => request.if_none_match("*"),
             Condition::Matches(etag) => request.if_match(etag),
         };
-        request.send().await.map(|_| ()).map_err(|e| answer_json(&e))
+        request
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| answer_json(&e))
     }
 }
 
@@ -873,14 +897,33 @@ impl Probe for CopyConditional {
             .copy(&source, &target, &Condition::Matches(STALE_ETAG.into()))
             .await;
         let after_stale = head_etag(store, bucket, &target).await;
-        judge_refusal(&mut checks, &mut failures, "stale_if_match", &stale, &after, &after_stale);
+        judge_refusal(
+            &mut checks,
+            &mut failures,
+            "stale_if_match",
+            &stale,
+            &after,
+            &after_stale,
+        );
         if let Some(current) = after_stale {
-            let current = self.copy(&source, &target, &Condition::Matches(current)).await;
+            let current = self
+                .copy(&source, &target, &Condition::Matches(current))
+                .await;
             judge_accept(&mut checks, &mut failures, "current_if_match", &current);
         }
         let to_fresh = self.copy(&source, &fresh, &Condition::Absent).await;
-        judge_accept(&mut checks, &mut failures, "if_none_match_to_fresh_key", &to_fresh);
-        Ok(raw_outcome("CopyObject with conditions", checks, failures, unsupported))
+        judge_accept(
+            &mut checks,
+            &mut failures,
+            "if_none_match_to_fresh_key",
+            &to_fresh,
+        );
+        Ok(raw_outcome(
+            "CopyObject with conditions",
+            checks,
+            failures,
+            unsupported,
+        ))
     }
 }
 
@@ -931,14 +974,18 @@ impl VersioningStates {
     async fn remove_bucket(&self, bucket: &str) {
         let client = self.store.client();
         if let Ok(listed) = client.list_object_versions().bucket(bucket).send().await {
-            let versions = listed
-                .versions()
-                .iter()
-                .map(|v| (v.key().map(str::to_string), v.version_id().map(str::to_string)));
-            let markers = listed
-                .delete_markers()
-                .iter()
-                .map(|m| (m.key().map(str::to_string), m.version_id().map(str::to_string)));
+            let versions = listed.versions().iter().map(|v| {
+                (
+                    v.key().map(str::to_string),
+                    v.version_id().map(str::to_string),
+                )
+            });
+            let markers = listed.delete_markers().iter().map(|m| {
+                (
+                    m.key().map(str::to_string),
+                    m.version_id().map(str::to_string),
+                )
+            });
             for (key, version) in versions.chain(markers).collect::<Vec<_>>() {
                 let Some(key) = key else { continue };
                 let _ = client
@@ -969,7 +1016,14 @@ impl VersioningStates {
         let v1 = head_etag(store, bucket, key).await;
         let again = put_raw(store, bucket, key, Some(&Condition::Absent)).await;
         let after = head_etag(store, bucket, key).await;
-        judge_refusal(&mut checks, &mut failures, "second_create", &again, &v1, &after);
+        judge_refusal(
+            &mut checks,
+            &mut failures,
+            "second_create",
+            &again,
+            &v1,
+            &after,
+        );
         if let Some(current) = after.clone() {
             let replaced = put_raw(store, bucket, key, Some(&Condition::Matches(current))).await;
             judge_accept(&mut checks, &mut failures, "replace_current", &replaced);
@@ -978,7 +1032,14 @@ impl VersioningStates {
         if let Some(old) = v1.clone().filter(|old| Some(old) != v2.as_ref()) {
             let stale = put_raw(store, bucket, key, Some(&Condition::Matches(old))).await;
             let after = head_etag(store, bucket, key).await;
-            judge_refusal(&mut checks, &mut failures, "replace_stale", &stale, &v2, &after);
+            judge_refusal(
+                &mut checks,
+                &mut failures,
+                "replace_stale",
+                &stale,
+                &v2,
+                &after,
+            );
         }
         let wrong = store
             .client()
@@ -991,7 +1052,14 @@ impl VersioningStates {
             .map(|_| ())
             .map_err(|e| answer_json(&e));
         let after = head_etag(store, bucket, key).await;
-        judge_refusal(&mut checks, &mut failures, "delete_wrong_etag", &wrong, &v2, &after);
+        judge_refusal(
+            &mut checks,
+            &mut failures,
+            "delete_wrong_etag",
+            &wrong,
+            &v2,
+            &after,
+        );
         if let Some(current) = after {
             let deleted = store
                 .client()
@@ -1011,7 +1079,12 @@ impl VersioningStates {
                 }
                 // A delete marker is on top now: the key is absent again.
                 let recreated = put_raw(store, bucket, key, Some(&Condition::Absent)).await;
-                judge_accept(&mut checks, &mut failures, "create_after_delete", &recreated);
+                judge_accept(
+                    &mut checks,
+                    &mut failures,
+                    "create_after_delete",
+                    &recreated,
+                );
             }
         }
         (checks, failures)

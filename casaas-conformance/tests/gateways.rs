@@ -86,7 +86,12 @@ impl CasStore for GatewayStore {
         self.write(key, body).await
     }
 
-    async fn replace(&self, key: &str, expected: &Version, body: Bytes) -> Result<Version, CasError> {
+    async fn replace(
+        &self,
+        key: &str,
+        expected: &Version,
+        body: Bytes,
+    ) -> Result<Version, CasError> {
         let _serialized = self.lock.lock().await;
         match shared().get(key).await? {
             Some(current) if &current.version == expected => {}

@@ -145,7 +145,9 @@ fn seaweedfs_is_safe_across_its_two_gateways() {
         .unwrap();
     assert_eq!(across["severity"], "critical");
     assert_eq!(across["verdict"], "pass");
-    let winners = across["evidence"]["winners_by_endpoint"].as_object().unwrap();
+    let winners = across["evidence"]["winners_by_endpoint"]
+        .as_object()
+        .unwrap();
     assert_eq!(winners.len(), 2, "{across:#}");
     for id in [
         "s3_multipart_if_none_match",

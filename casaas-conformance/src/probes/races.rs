@@ -114,7 +114,13 @@ impl Tally {
         )
     }
 
-    fn outcome(self, what: &str, concurrency: usize, started: Instant, labels: &[String]) -> Outcome {
+    fn outcome(
+        self,
+        what: &str,
+        concurrency: usize,
+        started: Instant,
+        labels: &[String],
+    ) -> Outcome {
         let unsafe_rounds = self.unsafe_rounds();
         // Only rounds with one winner are evidence of exclusion.
         let detectable = detectable_race_rate(self.one_winner);
@@ -162,7 +168,10 @@ impl Tally {
             outcome
                 .with("endpoints", labels.len())
                 .with("winners_by_endpoint", self.winners_by_label(labels))
-                .with("rounds_multiple_winners_across_endpoints", self.multiple_winners_across)
+                .with(
+                    "rounds_multiple_winners_across_endpoints",
+                    self.multiple_winners_across,
+                )
         } else {
             outcome
         };
@@ -306,7 +315,10 @@ async fn judge(
     tally.winner_ms.extend(winner_ms);
     tally.loser_ms.extend(loser_ms);
     for (task, _) in &winners {
-        *tally.winners_by_endpoint.entry(endpoints[*task]).or_default() += 1;
+        *tally
+            .winners_by_endpoint
+            .entry(endpoints[*task])
+            .or_default() += 1;
     }
     let mut winning_endpoints: Vec<usize> = winners.iter().map(|(t, _)| endpoints[*t]).collect();
     winning_endpoints.sort_unstable();
@@ -555,13 +567,11 @@ pub(super) async fn race_across_endpoints(cx: &ProbeContext) -> Result<Outcome, 
     })
     .await?;
     let by_endpoint = tally.winners_by_label(&labels);
-    let outcome = tally.outcome(
-        "creates and replaces",
-        race.concurrency,
-        started,
-        &labels,
-    );
-    let winners: Vec<String> = by_endpoint.iter().map(|(l, n)| format!("{l} won {n}")).collect();
+    let outcome = tally.outcome("creates and replaces", race.concurrency, started, &labels);
+    let winners: Vec<String> = by_endpoint
+        .iter()
+        .map(|(l, n)| format!("{l} won {n}"))
+        .collect();
     Ok(Outcome {
         detail: format!("{}; {}", outcome.detail, winners.join(", ")),
         ..outcome
