@@ -121,7 +121,10 @@ async fn open_by_url() {
 async fn unproven_large_conditional_writes_are_refused() {
     let op = Operator::new(services::Memory::default()).unwrap();
     let store = OpendalCas::new(op.clone(), "large").unwrap();
-    let big = Bytes::from(vec![b'x'; casaas_opendal::CONDITIONAL_SINGLE_PART_LIMIT + 1]);
+    let big = Bytes::from(vec![
+        b'x';
+        casaas_opendal::CONDITIONAL_SINGLE_PART_LIMIT + 1
+    ]);
     let err = store.create("big", big.clone()).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
     let text = err.to_string();

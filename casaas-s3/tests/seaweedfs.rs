@@ -33,7 +33,12 @@ async fn gateway_stores(label: &str) -> Vec<Arc<dyn CasStore>> {
     let server = test_server("seaweedfs");
     let prefix = unique_prefix(label);
     let mut urls = vec![server.url.clone()];
-    urls.extend(server.var(GATEWAYS_VAR).split_whitespace().map(String::from));
+    urls.extend(
+        server
+            .var(GATEWAYS_VAR)
+            .split_whitespace()
+            .map(String::from),
+    );
     assert!(urls.len() >= 2, "SeaweedFS runs two gateways");
     let mut stores: Vec<Arc<dyn CasStore>> = Vec::new();
     for url in urls {
