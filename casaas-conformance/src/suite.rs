@@ -468,12 +468,15 @@ fn with_first_run(mut rerun: ProbeResult, first: &ProbeResult) -> ProbeResult {
     rerun
 }
 
+/// A gateway's store and its label, as the probes get them.
+type Endpoint = (Arc<dyn CasStore>, String);
+
 /// Each gateway's store under the run's prefix, with its label.
 fn gateway_run_stores(
     target: &Target,
     gateways: &[Gateway],
     run_prefix: &str,
-) -> Result<Vec<(Arc<dyn CasStore>, String)>, ConformanceError> {
+) -> Result<Vec<Endpoint>, ConformanceError> {
     gateways
         .iter()
         .map(|g| {
@@ -520,7 +523,7 @@ async fn reopen_gateways(target: &Target, options: &[String]) -> Vec<Gateway> {
 async fn run_probes(
     probes: &[&dyn Probe],
     run_store: &Arc<dyn CasStore>,
-    gateways: &[(Arc<dyn CasStore>, String)],
+    gateways: &[Endpoint],
     run_prefix: &str,
     options: &[String],
     target: &Target,
