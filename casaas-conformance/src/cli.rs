@@ -250,12 +250,21 @@ fn run(cli: Cli) -> Result<u8, Usage> {
         .context("starting the async runtime")
         .map_err(Usage)?;
     if cli.urls.len() > 1 {
+        if cli.save_profile.is_some() {
+            return Err(Usage(anyhow::anyhow!(
+                "--save-profile saves one store's profile: give one store URL with it"
+            )));
+        }
         return runtime.block_on(compare(&cli, settings));
     }
     let report = runtime.block_on(probe(&cli, settings))?;
     if let Some(path) = &cli.save_profile {
-        let saved =
-            save_profile(&report, cli.url.as_deref(), std::path::Path::new(path)).map_err(Usage)?;
+        let saved = save_profile(
+            &report,
+            cli.urls.first().map(String::as_str),
+            std::path::Path::new(path),
+        )
+        .map_err(Usage)?;
         eprintln!("capability profile saved to {}", saved.display());
     }
 

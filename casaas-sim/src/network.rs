@@ -88,6 +88,13 @@ impl CasStore for Recorder {
     fn describe(&self) -> String {
         format!("recorded({})", self.inner.describe())
     }
+
+    fn identity(&self) -> String {
+        // Each run's world is a store of its own: the once-per-store work
+        // (the store guard) happens in every run, so a run is a function
+        // of its seed whatever ran before it in the process.
+        format!("recorded({})", self.inner.identity())
+    }
 }
 
 /// What all clients of one primitive's run share.
@@ -374,5 +381,10 @@ impl CasStore for Net {
             self.client,
             self.world.store.describe()
         )
+    }
+
+    fn identity(&self) -> String {
+        // Every client reaches the one store of its world.
+        self.world.store.identity()
     }
 }

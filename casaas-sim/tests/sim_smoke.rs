@@ -7,17 +7,8 @@ use casaas_sim::{SimConfig, run};
 
 const OPS: u64 = 4_000;
 
-/// The store guard runs once per store per process, and every run's
-/// simulated stores share their identities: after one run, none runs it
-/// again. Runs compared for replay must both come after that one (tests of
-/// this file run in parallel, in one process).
-fn warm_up() {
-    run(&SimConfig::new(OPS, 1)).unwrap();
-}
-
 #[test]
 fn same_seed_same_history() {
-    warm_up();
     let first = run(&SimConfig::new(OPS, 7)).unwrap();
     let again = run(&SimConfig::new(OPS, 7)).unwrap();
     let other = run(&SimConfig::new(OPS, 8)).unwrap();
@@ -86,7 +77,6 @@ fn no_drift_margin_is_caught() {
 
 #[test]
 fn explored_configurations_replay_and_stay_safe() {
-    warm_up();
     let first = run(&SimConfig::new(OPS, 5).explore()).unwrap();
     let again = run(&SimConfig::new(OPS, 5).explore()).unwrap();
     let fixed = run(&SimConfig::new(OPS, 5)).unwrap();
