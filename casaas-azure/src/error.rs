@@ -8,7 +8,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use casaas_core::{CasError, Delivery, ErrorKind, Operation, classify};
+use casaas_core::{CasError, ErrorKind, Operation};
 
 /// A failed request, reduced to what the error mapping needs. Never holds
 /// credentials: transport details are rendered without the request URL
@@ -82,6 +82,34 @@ impl Failure {
         match self {
             Failure::Status { status, .. } => Some(*status),
             _ => None,
+        }
+    }
+
+    /// Core's record of this failure: how far the request got, the status
+    /// and code if the service answered. Its [`kind`](casaas_core::Failure::kind)
+    /// is the one error policy with Azure's [`code_table`].
+    pub fn record(&self) -> casaas_core::Failure {
+        use casaas_core::{Failure as Record, Stage};
+        match self {
+            Failure::Status {
+                status,
+                code,
+                message,
+                retry_after,
+            } => Record::answered(*status, code.clone(), message.clone().unwrap_or_default())
+                .with_retry_after(*retry_after),
+            Failure::NotSent { detail } => Record::at(Stage::NotSent, detail.clone()),
+            Failure::AfterSend { timed_out, detail } => Record::at(
+                if *timed_out {
+                    Stage::TimedOut
+                } else {
+                    Stage::Interrupted
+                },
+                detail.clone(),
+            ),
+            Failure::BadResponse { detail } => Record::at(Stage::Unreadable, detail.clone()),
+            Failure::Credential { detail } => Record::at(Stage::Credentials, detail.clone()),
+            Failure::Request { detail } => Record::at(Stage::Rejected, detail.clone()),
         }
     }
 
@@ -201,6 +229,7 @@ fn find_wire(error: &azure_core::Error) -> Option<&WireFailure> {
 /// }
 /// ```
 pub fn map_failure(op: Operation, failure: &Failure, container: &str) -> CasError {
+    let kind = failure.record().kind(op, &code_table);
     let error = match failure {
         Failure::Status {
             status,
@@ -208,8 +237,15 @@ pub fn map_failure(op: Operation, failure: &Failure, container: &str) -> CasErro
             message,
             retry_after,
         } => {
-            let mut error = map_status(op, *status, code.as_deref(), message.as_deref(), container)
-                .with_status(*status);
+            let mut error = map_status(
+                op,
+                kind,
+                *status,
+                code.as_deref(),
+                message.as_deref(),
+                container,
+            )
+            .with_status(*status);
             if let Some(code) = code {
                 error = error.with_code(code.clone());
             }
@@ -219,11 +255,11 @@ pub fn map_failure(op: Operation, failure: &Failure, container: &str) -> CasErro
             error
         }
         Failure::NotSent { detail } => CasError::new(
-            classify(op, Delivery::NotSent, None, None, &code_table),
+            kind,
             format!("could not reach the blob endpoint; nothing was sent ({detail})"),
         ),
         Failure::AfterSend { timed_out, detail } => CasError::new(
-            classify(op, Delivery::MaybeSent, None, None, &code_table),
+            kind,
             if *timed_out {
                 format!("timed out after the request was sent; it may have taken effect ({detail})")
             } else {
@@ -235,7 +271,7 @@ pub fn map_failure(op: Operation, failure: &Failure, container: &str) -> CasErro
         // The service said yes but the answer could not be read: Azure
         // keeps it `Ambiguous` for reads too (retrying is the fix).
         Failure::BadResponse { detail } => CasError::new(
-            ErrorKind::Ambiguous,
+            kind,
             if op.writes() {
                 format!(
                     "the service accepted the request but its answer could not be read, so the \
@@ -246,7 +282,7 @@ pub fn map_failure(op: Operation, failure: &Failure, container: &str) -> CasErro
             },
         ),
         Failure::Credential { detail } => CasError::new(
-            ErrorKind::Unauthorized,
+            kind,
             format!("could not obtain a token for Azure Storage ({detail})"),
         ),
         Failure::Request { detail } => CasError::misconfigured(format!(
@@ -286,6 +322,7 @@ pub fn code_table(_op: Operation, status: Option<u16>, code: Option<&str>) -> Op
 
 fn map_status(
     op: Operation,
+    kind: ErrorKind,
     status: u16,
     code: Option<&str>,
     message: Option<&str>,
@@ -294,7 +331,6 @@ fn map_status(
     let said = message
         .map(|m| format!(" The service said: {m}"))
         .unwrap_or_default();
-    let kind = classify(op, Delivery::MaybeSent, Some(status), code, &code_table);
     let text = match (kind, status, code) {
         (ErrorKind::PreconditionFailed, _, _) => match (op, code) {
             (Operation::Create, _) => "the blob already exists".to_string(),
@@ -353,6 +389,7 @@ fn map_status(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use casaas_core::{Delivery, classify};
 
     fn kind(op: Operation, status: u16, code: Option<&str>) -> ErrorKind {
         map_failure(op, &Failure::status(status, code), "c").kind()

@@ -27,7 +27,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 /// Probe an object store's conditional writes and say whether leases can be
 /// built on it.
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(
     name = "casaas-conformance",
     version,
@@ -37,8 +37,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 )]
 struct Cli {
     /// The store to probe. Without one, the embedded file backend is probed
-    /// in a temporary directory.
-    url: Option<String>,
+    /// in a temporary directory. With several, each is probed (in
+    /// parallel) and one comparison table is printed.
+    #[arg(value_name = "URL")]
+    urls: Vec<String>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
@@ -70,6 +72,11 @@ struct Cli {
     /// Create the bucket (or container) first, where the backend supports it.
     #[arg(long)]
     create_bucket: bool,
+    /// The same bucket and prefix through another endpoint (repeatable):
+    /// race probes and the lease probe spread their writers over every
+    /// endpoint, and race_across_endpoints becomes critical.
+    #[arg(long = "gateway", value_name = "URL")]
+    gateways: Vec<String>,
     /// List the probes and exit.
     #[arg(long)]
     list_probes: bool,
@@ -142,7 +149,10 @@ where
     // is redacted from every output.
     register_secrets_from_env();
     let cli = Cli::parse_from(args);
-    if let Some(url) = &cli.url {
+    for url in &cli.urls {
+        register_url_secrets(url);
+    }
+    for url in &cli.gateways {
         register_url_secrets(url);
     }
     tracing_subscriber::fmt()
@@ -208,6 +218,17 @@ fn run(cli: Cli) -> Result<u8, Usage> {
             ))
         })?;
     }
+    if cli.urls.len() > 1 && !cli.gateways.is_empty() {
+        return Err(Usage(anyhow::anyhow!(
+            "--gateway names another endpoint of one store: give one store URL with it, \
+             or compare several stores without it"
+        )));
+    }
+    if !cli.gateways.is_empty() && cli.urls.is_empty() {
+        return Err(Usage(anyhow::anyhow!(
+            "--gateway names another endpoint of the store: give the store's URL first"
+        )));
+    }
     // Fail now, not after a long run, if the report cannot be written.
     if let Some(path) = &cli.output {
         std::fs::write(path, "")
@@ -228,10 +249,22 @@ fn run(cli: Cli) -> Result<u8, Usage> {
         .build()
         .context("starting the async runtime")
         .map_err(Usage)?;
+    if cli.urls.len() > 1 {
+        if cli.save_profile.is_some() {
+            return Err(Usage(anyhow::anyhow!(
+                "--save-profile saves one store's profile: give one store URL with it"
+            )));
+        }
+        return runtime.block_on(compare(&cli, settings));
+    }
     let report = runtime.block_on(probe(&cli, settings))?;
     if let Some(path) = &cli.save_profile {
-        let saved =
-            save_profile(&report, cli.url.as_deref(), std::path::Path::new(path)).map_err(Usage)?;
+        let saved = save_profile(
+            &report,
+            cli.urls.first().map(String::as_str),
+            std::path::Path::new(path),
+        )
+        .map_err(Usage)?;
         eprintln!("capability profile saved to {}", saved.display());
     }
 
@@ -255,6 +288,76 @@ fn run(cli: Cli) -> Result<u8, Usage> {
         }
     }
     Ok(report.exit_code())
+}
+
+/// Several stores: each probed in parallel, one comparison printed. The
+/// exit status is the worst verdict's (not safe, then a store that could
+/// not be probed, then inconclusive, then safe).
+async fn compare(cli: &Cli, settings: Settings) -> Result<u8, Usage> {
+    let runs = cli.urls.iter().map(|url| {
+        let mut one = cli.clone();
+        one.urls = vec![url.clone()];
+        let settings = settings.clone();
+        async move {
+            let result = probe_quietly(&one, settings).await;
+            (
+                redact_url(url),
+                result.map_err(|Usage(e)| redact_text(&format!("{e:#}"))),
+            )
+        }
+    });
+    let results: Vec<(String, Result<Report, String>)> = futures::future::join_all(runs).await;
+    let rendered = match cli.format {
+        Format::Json => {
+            let reports: Vec<serde_json::Value> = results
+                .iter()
+                .map(|(url, r)| match r {
+                    Ok(report) => {
+                        serde_json::from_str(&report.to_json()).unwrap_or(serde_json::Value::Null)
+                    }
+                    Err(e) => serde_json::json!({ "url": url, "error": e }),
+                })
+                .collect();
+            serde_json::to_string_pretty(&reports).unwrap_or_default() + "\n"
+        }
+        Format::Markdown => crate::report::comparison_markdown(&results),
+        Format::Table => crate::report::comparison_table(&results),
+    };
+    match &cli.output {
+        Some(path) => {
+            std::fs::write(path, &rendered)
+                .with_context(|| format!("writing the report to {}", path.display()))
+                .map_err(Usage)?;
+            print!("{}", crate::report::comparison_table(&results));
+        }
+        None => print!("{rendered}"),
+    }
+    let codes: Vec<u8> = results
+        .iter()
+        .map(|(_, r)| r.as_ref().map_or(2, Report::exit_code))
+        .collect();
+    Ok([1, 2, 3, 0]
+        .into_iter()
+        .find(|c| codes.contains(c))
+        .unwrap_or(0))
+}
+
+/// One store's run without a progress bar (several run at once).
+async fn probe_quietly(cli: &Cli, settings: Settings) -> Result<Report, Usage> {
+    let (target, extra, _tempdir) = open_target(cli).await?;
+    let mut suite = Suite::standard();
+    for probe in extra {
+        suite = suite.with_probe(probe);
+    }
+    if !cli.only.is_empty() {
+        suite = suite
+            .only(&cli.only)
+            .map_err(|e| Usage(anyhow::anyhow!("{e}")))?;
+    }
+    suite
+        .run(&target, &settings, Arc::new(crate::NoProgress))
+        .await
+        .map_err(|e| Usage(explain_run_error(e, cli.create_bucket)))
 }
 
 async fn probe(cli: &Cli, settings: Settings) -> Result<Report, Usage> {
@@ -306,7 +409,35 @@ fn explain_run_error(e: ConformanceError, create_bucket: bool) -> anyhow::Error 
 type Opened = (Target, Vec<Box<dyn Probe>>, Option<tempfile::TempDir>);
 
 async fn open_target(cli: &Cli) -> Result<Opened, Usage> {
-    let Some(url) = cli.url.as_deref() else {
+    let (mut target, probes, dir) = open_main(cli).await?;
+    for url in &cli.gateways {
+        let (store, reopen) = open_endpoint(cli, url).await?;
+        target = target.with_gateway(store, url.as_str(), reopen);
+    }
+    Ok((target, probes, dir))
+}
+
+/// Another endpoint (`--gateway`): its store and, for a URL that casaas
+/// options apply to, the way to reopen it with them.
+async fn open_endpoint(
+    cli: &Cli,
+    url: &str,
+) -> Result<(Arc<dyn CasStore>, Option<Arc<dyn Reopen>>), Usage> {
+    if casaas_core::adapter_of(url).is_some() {
+        let store = open_as_given(url)
+            .await
+            .map_err(|e| open_error(url, &e, cli.create_bucket))?;
+        return Ok((store, None));
+    }
+    let parsed = StoreUrl::parse(url).map_err(|e| open_error(url, &e, cli.create_bucket))?;
+    let store = open_as_given(parsed.as_unredacted_str())
+        .await
+        .map_err(|e| open_error(url, &e, cli.create_bucket))?;
+    Ok((store, Some(Arc::new(UrlReopen { url: parsed }))))
+}
+
+async fn open_main(cli: &Cli) -> Result<Opened, Usage> {
+    let Some(url) = cli.urls.first().map(String::as_str) else {
         let dir = tempfile::Builder::new()
             .prefix("casaas-conformance-")
             .tempdir()

@@ -75,6 +75,20 @@ pub struct ReplaceStaleEvidence {
 pub struct RaceEvidence {
     /// How often each answer was given to the racers that lost.
     pub loser_answers: BTreeMap<String, u64>,
+    /// How long a conditional write took under the race's contention.
+    pub contended_latency_ms: ContendedLatency,
+    /// Winners per endpoint (`INDEX: LABEL`), with more than one endpoint.
+    pub winners_by_endpoint: BTreeMap<String, u64>,
+}
+
+/// Latency of the racers' writes, split by how they ended.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ContendedLatency {
+    /// The writes that won their round.
+    pub winners: Option<Percentiles>,
+    /// The writes refused because another won.
+    pub losers: Option<Percentiles>,
 }
 
 /// Evidence of `throttle`.

@@ -160,6 +160,12 @@ impl Outcome {
         Self::new(Verdict::Unsupported, detail)
     }
 
+    /// Something worth knowing that is no failure (an info probe's
+    /// finding).
+    pub fn note(detail: impl Into<String>) -> Self {
+        Self::new(Verdict::Note, detail)
+    }
+
     /// No conclusion could be reached.
     pub fn error(detail: impl Into<String>) -> Self {
         Self::new(Verdict::Error, detail)

@@ -183,6 +183,10 @@ pub struct ProbeContext {
     pub(crate) store: Arc<dyn CasStore>,
     pub(crate) racing: Arc<dyn CasStore>,
     pub(crate) protocol: Arc<dyn CasStore>,
+    /// Every endpoint's racing and protocol stores, the probe's own first
+    /// (see [`ProbeContext::with_endpoints`]).
+    pub(crate) endpoints: Vec<EndpointStores>,
+    pub(crate) keys: Arc<KeyClock>,
     pub(crate) paced: PacedStore,
     pub(crate) pacer: Arc<Pacer>,
     pub(crate) settings: Settings,
@@ -233,14 +237,15 @@ impl ProbeContext {
     ) -> Self {
         let keys = Arc::new(KeyClock::default());
         let paced = PacedStore::new(store.clone(), pacer.clone(), keys.clone(), Mode::Resolving);
-        let racing = PacedStore::new(store.clone(), pacer.clone(), keys.clone(), Mode::Racing);
-        let protocol = PacedStore::new(store.clone(), pacer.clone(), keys, Mode::Protocol);
+        let own = EndpointStores::new(&store, &pacer, &keys, "main".to_string());
         ProbeContext {
             id,
             raw: store,
             store: Arc::new(paced.clone()),
-            racing: Arc::new(racing),
-            protocol: Arc::new(protocol),
+            racing: own.racing.clone(),
+            protocol: own.protocol.clone(),
+            endpoints: vec![own],
+            keys,
             paced,
             pacer,
             settings,
@@ -248,6 +253,19 @@ impl ProbeContext {
             progress,
             key_prefix: String::new(),
         }
+    }
+
+    /// Adds the other endpoints (`--gateway`): the same bucket and prefix
+    /// through other gateways, each `(store, label)` already on the probe's
+    /// key prefix. Race probes and the lease probe spread their writers
+    /// over every endpoint; writes to one key share one pace whatever the
+    /// endpoint.
+    pub fn with_endpoints(mut self, others: Vec<(Arc<dyn CasStore>, String)>) -> Self {
+        for (store, label) in others {
+            self.endpoints
+                .push(EndpointStores::new(&store, &self.pacer, &self.keys, label));
+        }
+        self
     }
 
     /// Records where the probe's store lives inside the store the user
@@ -282,6 +300,25 @@ impl ProbeContext {
     /// outcomes are returned for the caller to resolve.
     pub fn racing_store(&self) -> &Arc<dyn CasStore> {
         &self.racing
+    }
+
+    /// One racing store per endpoint ([`ProbeContext::racing_store`] first,
+    /// then the other gateways): racer `i` writes through endpoint
+    /// `i % len`.
+    pub fn racing_stores(&self) -> Vec<Arc<dyn CasStore>> {
+        self.endpoints.iter().map(|e| e.racing.clone()).collect()
+    }
+
+    /// One protocol store per endpoint ([`ProbeContext::protocol_store`]
+    /// first).
+    pub fn protocol_stores(&self) -> Vec<Arc<dyn CasStore>> {
+        self.endpoints.iter().map(|e| e.protocol.clone()).collect()
+    }
+
+    /// The endpoints' labels, in the order of [`ProbeContext::racing_stores`]
+    /// (`main`, then each gateway's URL without credentials).
+    pub fn endpoint_labels(&self) -> Vec<String> {
+        self.endpoints.iter().map(|e| e.label.clone()).collect()
     }
 
     /// The store for protocols that resolve unknown outcomes themselves
@@ -331,6 +368,38 @@ impl ProbeContext {
     }
 }
 
+/// One endpoint's stores for races and protocols.
+pub(crate) struct EndpointStores {
+    racing: Arc<dyn CasStore>,
+    protocol: Arc<dyn CasStore>,
+    label: String,
+}
+
+impl EndpointStores {
+    fn new(
+        store: &Arc<dyn CasStore>,
+        pacer: &Arc<Pacer>,
+        keys: &Arc<KeyClock>,
+        label: String,
+    ) -> Self {
+        EndpointStores {
+            racing: Arc::new(PacedStore::new(
+                store.clone(),
+                pacer.clone(),
+                keys.clone(),
+                Mode::Racing,
+            )),
+            protocol: Arc::new(PacedStore::new(
+                store.clone(),
+                pacer.clone(),
+                keys.clone(),
+                Mode::Protocol,
+            )),
+            label,
+        }
+    }
+}
+
 /// A named check of one property of a store.
 ///
 /// Probes are written once against [`CasStore`]. A binary may contribute
@@ -347,6 +416,14 @@ pub trait Probe: Send + Sync {
 
     /// How much a failure matters.
     fn severity(&self) -> Severity;
+
+    /// How much a failure matters when the run has `endpoints` endpoints
+    /// (the URL and its `--gateway`s): the same as [`Probe::severity`]
+    /// unless the probe only means something across endpoints.
+    fn severity_for(&self, endpoints: usize) -> Severity {
+        let _ = endpoints;
+        self.severity()
+    }
 
     /// One plain sentence: what a failure means for a lock on this store.
     fn explanation(&self) -> &'static str;

@@ -68,6 +68,10 @@ pub struct BackendReport {
     pub declared_capabilities: Capabilities,
     /// Whether the backend exposed the server's clock.
     pub server_clock: bool,
+    /// The other endpoints of the same bucket and prefix (`--gateway`),
+    /// without credentials.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gateways: Vec<String>,
 }
 
 /// What the run left behind.
@@ -199,6 +203,9 @@ impl Report {
         let _ = writeln!(out, "casaas-conformance {}", self.tool.version);
         let _ = writeln!(out, "store:    {}", self.backend.description);
         let _ = writeln!(out, "url:      {}", self.backend.url);
+        for gateway in &self.backend.gateways {
+            let _ = writeln!(out, "gateway:  {gateway}");
+        }
         let _ = writeln!(
             out,
             "mode:     {} (concurrency {}, race rounds {}), {:.1} s, under {}/",
@@ -302,6 +309,9 @@ impl Report {
             md_escape(&self.backend.url)
         );
         let _ = writeln!(out, "**{}**\n", md_escape(&self.summary));
+        for gateway in &self.backend.gateways {
+            let _ = writeln!(out, "- gateway: `{}`", md_escape(gateway));
+        }
         let _ = writeln!(
             out,
             "- store: {}\n- mode: {} (concurrency {}, race rounds {})\n- started: {}, took {:.1} s\n- tool: casaas-conformance {}\n",
@@ -538,6 +548,111 @@ pub fn rfc3339(at: SystemTime) -> String {
         rem % 3600 / 60,
         rem % 60
     )
+}
+
+/// The result of one store in a comparison: its URL (without credentials)
+/// and its report, or why it could not be probed.
+pub type Compared = (String, Result<Report, String>);
+
+/// Probe ids in first-seen order over every report.
+fn compared_ids(results: &[Compared]) -> Vec<(String, Severity)> {
+    let mut ids: Vec<(String, Severity)> = Vec::new();
+    for report in results.iter().filter_map(|(_, r)| r.as_ref().ok()) {
+        for p in &report.probes {
+            if !ids.iter().any(|(id, _)| id == &p.id) {
+                ids.push((p.id.clone(), p.severity));
+            }
+        }
+    }
+    ids
+}
+
+/// The verdict word of one store, or `not run` when it could not be probed.
+fn compared_verdict(result: &Result<Report, String>) -> String {
+    match result {
+        Ok(r) => r.verdict.as_str().to_uppercase().replace('_', " "),
+        Err(_) => "NOT RUN".to_string(),
+    }
+}
+
+/// One comparison table in Markdown: a column per store, a row per probe,
+/// the verdict first and each store's verdict line (or error) below.
+pub fn comparison_markdown(results: &[Compared]) -> String {
+    let mut out = String::from("## Conformance comparison\n\n| Probe | Severity |");
+    for (i, _) in results.iter().enumerate() {
+        let _ = write!(out, " store {} |", i + 1);
+    }
+    out.push_str("\n|---|---|");
+    out.push_str(&"---|".repeat(results.len()));
+    out.push_str("\n| **verdict** | |");
+    for (_, r) in results {
+        let _ = write!(out, " **{}** |", compared_verdict(r));
+    }
+    out.push('\n');
+    for (id, severity) in compared_ids(results) {
+        let _ = write!(out, "| `{id}` | {severity} |");
+        for (_, r) in results {
+            let cell = r
+                .as_ref()
+                .ok()
+                .and_then(|r| r.probe(&id))
+                .map_or("-".to_string(), |p| p.verdict.as_str().to_string());
+            let _ = write!(out, " {cell} |");
+        }
+        out.push('\n');
+    }
+    out.push('\n');
+    for (i, (url, r)) in results.iter().enumerate() {
+        let line = match r {
+            Ok(report) => report.summary.clone(),
+            Err(e) => format!("not run: {e}"),
+        };
+        let _ = writeln!(
+            out,
+            "- store {}: `{}` — {}",
+            i + 1,
+            md_escape(url),
+            md_escape(&line)
+        );
+    }
+    redact_text(&out)
+}
+
+/// The same comparison as plain text for people.
+pub fn comparison_table(results: &[Compared]) -> String {
+    let width = 12;
+    let mut out = String::new();
+    let _ = write!(out, "{:<28}{:<10}", "PROBE", "SEVERITY");
+    for (i, _) in results.iter().enumerate() {
+        let _ = write!(out, "{:<width$}", format!("STORE {}", i + 1));
+    }
+    out.push('\n');
+    let _ = write!(out, "{:<28}{:<10}", "verdict", "");
+    for (_, r) in results {
+        let _ = write!(out, "{:<width$}", compared_verdict(r));
+    }
+    out.push('\n');
+    for (id, severity) in compared_ids(results) {
+        let _ = write!(out, "{id:<28}{:<10}", severity.as_str());
+        for (_, r) in results {
+            let cell = r
+                .as_ref()
+                .ok()
+                .and_then(|r| r.probe(&id))
+                .map_or("-".to_string(), |p| p.verdict.as_str().to_uppercase());
+            let _ = write!(out, "{cell:<width$}");
+        }
+        out.push('\n');
+    }
+    out.push('\n');
+    for (i, (url, r)) in results.iter().enumerate() {
+        let line = match r {
+            Ok(report) => report.summary.clone(),
+            Err(e) => format!("not run: {e}"),
+        };
+        let _ = writeln!(out, "store {}: {url}\n  {line}", i + 1);
+    }
+    redact_text(&out)
 }
 
 #[cfg(test)]

@@ -60,6 +60,15 @@ pub fn s3_probes(store: &S3Store) -> Vec<Box<dyn Probe>> {
         Box::new(VersionedBucket {
             store: store.clone(),
         }),
+        Box::new(MultipartIfMatch {
+            store: store.clone(),
+        }),
+        Box::new(CopyConditional {
+            store: store.clone(),
+        }),
+        Box::new(VersioningStates {
+            store: store.clone(),
+        }),
     ]
 }
 
@@ -452,7 +461,7 @@ impl Probe for MultipartIfNoneMatch {
         "CompleteMultipartUpload honours If-None-Match"
     }
     fn severity(&self) -> Severity {
-        Severity::Info
+        Severity::Warning
     }
     fn explanation(&self) -> &'static str {
         "Large records written by multipart upload could overwrite an existing object; casaas lease records are small single-part writes, so leases are unaffected."
@@ -571,5 +580,573 @@ impl Probe for VersionedBucket {
                 }
             }
         }
+    }
+}
+
+/// The condition of a raw S3 write.
+#[derive(Debug, Clone)]
+enum Condition {
+    /// `If-None-Match: *`.
+    Absent,
+    /// `If-Match: ETAG`.
+    Matches(String),
+}
+
+/// What a raw conditional write came to: `Ok(())` accepted, `Err(answer)`
+/// refused (with the store's status and code).
+type Answered = Result<(), Value>;
+
+/// The ETag of `bucket`/`key`, or `None` if absent (or unreadable).
+async fn head_etag(store: &S3Store, bucket: &str, key: &str) -> Option<String> {
+    store
+        .client()
+        .head_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .ok()
+        .and_then(|h| h.e_tag().map(str::to_string))
+}
+
+/// PutObject of a fresh body under `condition` (none: unconditional).
+async fn put_raw(
+    store: &S3Store,
+    bucket: &str,
+    key: &str,
+    condition: Option<&Condition>,
+) -> Answered {
+    let request = store
+        .client()
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(ByteStream::from(payload("raw write").to_vec()));
+    let request = match condition {
+        Some(Condition::Absent) => request.if_none_match("*"),
+        Some(Condition::Matches(etag)) => request.if_match(etag),
+        None => request,
+    };
+    request
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| answer_json(&e))
+}
+
+/// A one-part multipart upload of `key` completed under `condition`;
+/// `Ok(Ok(()))` completed, `Ok(Err(answer))` refused (the upload aborted).
+async fn multipart_raw(
+    store: &S3Store,
+    key: &str,
+    condition: &Condition,
+) -> Result<Answered, StepError> {
+    let client = store.client();
+    let bucket = store.bucket();
+    let created = client
+        .create_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .map_err(|e| {
+            let (s, c) = sdk_answer(&e);
+            step_error("CreateMultipartUpload", Operation::Create, s, c)
+        })?;
+    let upload_id = created.upload_id().unwrap_or_default().to_string();
+    let part = client
+        .upload_part()
+        .bucket(bucket)
+        .key(key)
+        .upload_id(&upload_id)
+        .part_number(1)
+        .body(ByteStream::from(payload("multipart").to_vec()))
+        .send()
+        .await
+        .map_err(|e| {
+            let (s, c) = sdk_answer(&e);
+            step_error("UploadPart", Operation::Create, s, c)
+        })?;
+    let completed = CompletedMultipartUpload::builder()
+        .parts(
+            CompletedPart::builder()
+                .part_number(1)
+                .set_e_tag(part.e_tag().map(str::to_string))
+                .build(),
+        )
+        .build();
+    let request = client
+        .complete_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .upload_id(&upload_id)
+        .multipart_upload(completed);
+    let request = match condition {
+        Condition::Absent => request.if_none_match("*"),
+        Condition::Matches(etag) => request.if_match(etag),
+    };
+    match request.send().await {
+        Ok(_) => Ok(Ok(())),
+        // 200 with a body the SDK cannot parse: the upload completed.
+        Err(e) if sdk_answer(&e).0 == Some(200) => Ok(Ok(())),
+        Err(e) => {
+            // Leave no dangling upload behind.
+            let _ = client
+                .abort_multipart_upload()
+                .bucket(bucket)
+                .key(key)
+                .upload_id(&upload_id)
+                .send()
+                .await;
+            Ok(Err(answer_json(&e)))
+        }
+    }
+}
+
+/// Whether a refusal says the store does not implement the condition.
+fn not_implemented(answer: &Value) -> bool {
+    answer["status"] == json!(501) || answer["code"] == json!("NotImplemented")
+}
+
+/// A stale ETag in the store's quoting.
+const STALE_ETAG: &str = "\"00000000000000000000000000000000\"";
+
+/// Judges a refused-or-not check: `refused` must hold and the object must
+/// keep `before`; records the answer under `name`.
+fn judge_refusal(
+    checks: &mut serde_json::Map<String, Value>,
+    failures: &mut Vec<String>,
+    name: &str,
+    answer: &Answered,
+    before: &Option<String>,
+    after: &Option<String>,
+) {
+    let kept = before.is_some() && before == after;
+    match answer {
+        Ok(()) => {
+            failures.push(format!("{name}: accepted"));
+            checks.insert(
+                name.into(),
+                json!({ "accepted": true, "object_kept": kept }),
+            );
+        }
+        Err(a) => {
+            if !kept {
+                failures.push(format!("{name}: refused but the object changed"));
+            }
+            checks.insert(name.into(), json!({ "refused": a, "object_kept": kept }));
+        }
+    }
+}
+
+/// Judges a check that must be accepted.
+fn judge_accept(
+    checks: &mut serde_json::Map<String, Value>,
+    failures: &mut Vec<String>,
+    name: &str,
+    answer: &Answered,
+) {
+    match answer {
+        Ok(()) => {
+            checks.insert(name.into(), json!({ "accepted": true }));
+        }
+        Err(a) => {
+            failures.push(format!("{name}: refused"));
+            checks.insert(name.into(), json!({ "refused": a }));
+        }
+    }
+}
+
+/// The outcome of a raw-check probe: unsupported when the store answered
+/// 501 to the conditional form, else fail on any failure.
+fn raw_outcome(
+    what: &str,
+    checks: serde_json::Map<String, Value>,
+    failures: Vec<String>,
+    unsupported: bool,
+) -> Outcome {
+    let outcome = if unsupported {
+        Outcome::unsupported(format!("the store does not implement {what}"))
+    } else if failures.is_empty() {
+        Outcome::pass(format!("{what}: every condition was honoured"))
+    } else {
+        Outcome::fail(format!("{what}: {}", failures.join("; ")))
+    };
+    outcome.with("checks", Value::Object(checks))
+}
+
+struct MultipartIfMatch {
+    store: S3Store,
+}
+
+#[async_trait]
+impl Probe for MultipartIfMatch {
+    fn id(&self) -> &'static str {
+        "s3_multipart_if_match"
+    }
+    fn title(&self) -> &'static str {
+        "CompleteMultipartUpload honours If-Match"
+    }
+    fn severity(&self) -> Severity {
+        Severity::Warning
+    }
+    fn explanation(&self) -> &'static str {
+        "A large record replaced by multipart upload with a stale If-Match would overwrite a newer one; casaas lease records are small single-part writes, and the adapters refuse larger conditional writes unless allowed."
+    }
+
+    async fn run(&self, cx: &ProbeContext) -> Result<Outcome, StepError> {
+        let (store, bucket) = (&self.store, self.store.bucket());
+        let key = store.object_key(&cx.base_key("multipart-if-match"));
+        if let Err(answer) = put_raw(store, bucket, &key, None).await {
+            return Ok(
+                Outcome::error("the object to replace could not be written").with("answer", answer)
+            );
+        }
+        let mut checks = serde_json::Map::new();
+        let mut failures = Vec::new();
+        let before = head_etag(store, bucket, &key).await;
+        let stale = multipart_raw(store, &key, &Condition::Matches(STALE_ETAG.into())).await?;
+        let after = head_etag(store, bucket, &key).await;
+        let unsupported = stale.as_ref().err().is_some_and(not_implemented);
+        judge_refusal(
+            &mut checks,
+            &mut failures,
+            "stale_if_match",
+            &stale,
+            &before,
+            &after,
+        );
+        if let Some(current) = after.clone() {
+            let fresh = multipart_raw(store, &key, &Condition::Matches(current)).await?;
+            judge_accept(&mut checks, &mut failures, "current_if_match", &fresh);
+        }
+        Ok(raw_outcome(
+            "CompleteMultipartUpload with If-Match",
+            checks,
+            failures,
+            unsupported,
+        ))
+    }
+}
+
+struct CopyConditional {
+    store: S3Store,
+}
+
+impl CopyConditional {
+    async fn copy(&self, source: &str, key: &str, condition: &Condition) -> Answered {
+        let request = self
+            .store
+            .client()
+            .copy_object()
+            .bucket(self.store.bucket())
+            .key(key)
+            .copy_source(format!("{}/{source}", self.store.bucket()));
+        let request = match condition {
+            Condition::Absent => request.if_none_match("*"),
+            Condition::Matches(etag) => request.if_match(etag),
+        };
+        request
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| answer_json(&e))
+    }
+}
+
+#[async_trait]
+impl Probe for CopyConditional {
+    fn id(&self) -> &'static str {
+        "s3_copy_conditional"
+    }
+    fn title(&self) -> &'static str {
+        "CopyObject honours If-None-Match and If-Match on the destination"
+    }
+    fn severity(&self) -> Severity {
+        Severity::Warning
+    }
+    fn explanation(&self) -> &'static str {
+        "Tools that publish a record by copying it into place would overwrite a holder's record if the copy ignores its condition; casaas itself never copies."
+    }
+
+    async fn run(&self, cx: &ProbeContext) -> Result<Outcome, StepError> {
+        let (store, bucket) = (&self.store, self.store.bucket());
+        let source = store.object_key(&cx.base_key("copy-source"));
+        let target = store.object_key(&cx.base_key("copy-target"));
+        let fresh = store.object_key(&cx.base_key("copy-fresh"));
+        for key in [&source, &target] {
+            if let Err(answer) = put_raw(store, bucket, key, None).await {
+                return Ok(Outcome::error("the objects to copy could not be written")
+                    .with("answer", answer));
+            }
+        }
+        let mut checks = serde_json::Map::new();
+        let mut failures = Vec::new();
+        let before = head_etag(store, bucket, &target).await;
+        let onto_existing = self.copy(&source, &target, &Condition::Absent).await;
+        let after = head_etag(store, bucket, &target).await;
+        let unsupported = onto_existing.as_ref().err().is_some_and(not_implemented);
+        judge_refusal(
+            &mut checks,
+            &mut failures,
+            "if_none_match_onto_existing",
+            &onto_existing,
+            &before,
+            &after,
+        );
+        let stale = self
+            .copy(&source, &target, &Condition::Matches(STALE_ETAG.into()))
+            .await;
+        let after_stale = head_etag(store, bucket, &target).await;
+        judge_refusal(
+            &mut checks,
+            &mut failures,
+            "stale_if_match",
+            &stale,
+            &after,
+            &after_stale,
+        );
+        if let Some(current) = after_stale {
+            let current = self
+                .copy(&source, &target, &Condition::Matches(current))
+                .await;
+            judge_accept(&mut checks, &mut failures, "current_if_match", &current);
+        }
+        let to_fresh = self.copy(&source, &fresh, &Condition::Absent).await;
+        judge_accept(
+            &mut checks,
+            &mut failures,
+            "if_none_match_to_fresh_key",
+            &to_fresh,
+        );
+        Ok(raw_outcome(
+            "CopyObject with conditions",
+            checks,
+            failures,
+            unsupported,
+        ))
+    }
+}
+
+struct VersioningStates {
+    store: S3Store,
+}
+
+impl VersioningStates {
+    /// Creates a bucket in versioning state `state` (`Enabled`, or
+    /// `Suspended` after enabling); `Err(reason)` when the store or the
+    /// credentials do not allow it.
+    async fn bucket_in(&self, state: &str) -> Result<String, Value> {
+        use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
+        let client = self.store.client();
+        let bucket = format!(
+            "casaas-conf-{}-{}",
+            crate::probes::nonce().get(..10).unwrap_or("0"),
+            state.to_ascii_lowercase()
+        );
+        client
+            .create_bucket()
+            .bucket(&bucket)
+            .send()
+            .await
+            .map_err(|e| json!({ "step": "CreateBucket", "answer": answer_json(&e) }))?;
+        let mut states = vec![BucketVersioningStatus::Enabled];
+        if state == "Suspended" {
+            states.push(BucketVersioningStatus::Suspended);
+        }
+        for status in states {
+            let set = client
+                .put_bucket_versioning()
+                .bucket(&bucket)
+                .versioning_configuration(VersioningConfiguration::builder().status(status).build())
+                .send()
+                .await;
+            if let Err(e) = set {
+                let answer = json!({ "step": "PutBucketVersioning", "answer": answer_json(&e) });
+                self.remove_bucket(&bucket).await;
+                return Err(answer);
+            }
+        }
+        Ok(bucket)
+    }
+
+    /// Removes every version and delete marker, then the bucket (best
+    /// effort: it is the probe's own, created by it).
+    async fn remove_bucket(&self, bucket: &str) {
+        let client = self.store.client();
+        if let Ok(listed) = client.list_object_versions().bucket(bucket).send().await {
+            let versions = listed.versions().iter().map(|v| {
+                (
+                    v.key().map(str::to_string),
+                    v.version_id().map(str::to_string),
+                )
+            });
+            let markers = listed.delete_markers().iter().map(|m| {
+                (
+                    m.key().map(str::to_string),
+                    m.version_id().map(str::to_string),
+                )
+            });
+            for (key, version) in versions.chain(markers).collect::<Vec<_>>() {
+                let Some(key) = key else { continue };
+                let _ = client
+                    .delete_object()
+                    .bucket(bucket)
+                    .key(key)
+                    .set_version_id(version)
+                    .send()
+                    .await;
+            }
+        }
+        if let Err(e) = client.delete_bucket().bucket(bucket).send().await {
+            tracing::warn!(
+                "could not remove the probe's bucket {bucket}: {}",
+                answer_json(&e)["answer"]
+            );
+        }
+    }
+
+    /// Create, replace and delete under conditions in `bucket`.
+    async fn checks(&self, bucket: &str) -> (serde_json::Map<String, Value>, Vec<String>) {
+        let store = &self.store;
+        let key = "casaas-conformance-versioning";
+        let mut checks = serde_json::Map::new();
+        let mut failures = Vec::new();
+        let created = put_raw(store, bucket, key, Some(&Condition::Absent)).await;
+        judge_accept(&mut checks, &mut failures, "create_if_absent", &created);
+        let v1 = head_etag(store, bucket, key).await;
+        let again = put_raw(store, bucket, key, Some(&Condition::Absent)).await;
+        let after = head_etag(store, bucket, key).await;
+        judge_refusal(
+            &mut checks,
+            &mut failures,
+            "second_create",
+            &again,
+            &v1,
+            &after,
+        );
+        if let Some(current) = after.clone() {
+            let replaced = put_raw(store, bucket, key, Some(&Condition::Matches(current))).await;
+            judge_accept(&mut checks, &mut failures, "replace_current", &replaced);
+        }
+        let v2 = head_etag(store, bucket, key).await;
+        if let Some(old) = v1.clone().filter(|old| Some(old) != v2.as_ref()) {
+            let stale = put_raw(store, bucket, key, Some(&Condition::Matches(old))).await;
+            let after = head_etag(store, bucket, key).await;
+            judge_refusal(
+                &mut checks,
+                &mut failures,
+                "replace_stale",
+                &stale,
+                &v2,
+                &after,
+            );
+        }
+        let wrong = store
+            .client()
+            .delete_object()
+            .bucket(bucket)
+            .key(key)
+            .if_match(STALE_ETAG)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| answer_json(&e));
+        let after = head_etag(store, bucket, key).await;
+        judge_refusal(
+            &mut checks,
+            &mut failures,
+            "delete_wrong_etag",
+            &wrong,
+            &v2,
+            &after,
+        );
+        if let Some(current) = after {
+            let deleted = store
+                .client()
+                .delete_object()
+                .bucket(bucket)
+                .key(key)
+                .if_match(current)
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| answer_json(&e));
+            judge_accept(&mut checks, &mut failures, "delete_current", &deleted);
+            if deleted.is_ok() {
+                let gone = head_etag(store, bucket, key).await.is_none();
+                if !gone {
+                    failures.push("delete_current: the object is still readable".into());
+                }
+                // A delete marker is on top now: the key is absent again.
+                let recreated = put_raw(store, bucket, key, Some(&Condition::Absent)).await;
+                judge_accept(
+                    &mut checks,
+                    &mut failures,
+                    "create_after_delete",
+                    &recreated,
+                );
+            }
+        }
+        (checks, failures)
+    }
+}
+
+#[async_trait]
+impl Probe for VersioningStates {
+    fn id(&self) -> &'static str {
+        "s3_versioning_states"
+    }
+    fn title(&self) -> &'static str {
+        "Conditional create, replace and delete with versioning enabled and suspended"
+    }
+    fn severity(&self) -> Severity {
+        Severity::Warning
+    }
+    fn explanation(&self) -> &'static str {
+        "A store that stops honouring conditions once bucket versioning is enabled or suspended would let two holders write after someone changes the bucket's settings."
+    }
+
+    async fn run(&self, _cx: &ProbeContext) -> Result<Outcome, StepError> {
+        let mut states = serde_json::Map::new();
+        let mut failures = Vec::new();
+        let mut not_run = Vec::new();
+        for state in ["Enabled", "Suspended"] {
+            match self.bucket_in(state).await {
+                Ok(bucket) => {
+                    let (checks, failed) = self.checks(&bucket).await;
+                    self.remove_bucket(&bucket).await;
+                    failures.extend(failed.into_iter().map(|f| format!("{state}: {f}")));
+                    states.insert(state.into(), Value::Object(checks));
+                }
+                Err(reason) => {
+                    not_run.push(format!(
+                        "{state} not run ({} answered {})",
+                        reason["step"].as_str().unwrap_or("?"),
+                        reason["answer"]["answer"].as_str().unwrap_or("?")
+                    ));
+                    states.insert(state.into(), json!({ "not_run": reason }));
+                }
+            }
+        }
+        let ran = 2 - not_run.len();
+        let outcome = if ran == 0 {
+            Outcome::unsupported(format!(
+                "no bucket could be created in a versioning state: {}",
+                not_run.join("; ")
+            ))
+        } else if failures.is_empty() {
+            let mut detail =
+                "create-if-absent, replace and delete kept their conditions (a delete with a wrong ETag kept the object)".to_string();
+            if !not_run.is_empty() {
+                detail.push_str(&format!("; {}", not_run.join("; ")));
+            } else {
+                detail.push_str(" with versioning enabled and suspended");
+            }
+            Outcome::pass(detail)
+        } else {
+            Outcome::fail(failures.join("; "))
+        };
+        Ok(outcome.with("states", Value::Object(states)))
     }
 }

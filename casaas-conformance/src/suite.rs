@@ -72,6 +72,32 @@ pub struct Target {
     /// Opens the store again with options, to prove recommended options
     /// before they are recommended.
     pub reopen: Option<Arc<dyn Reopen>>,
+    /// The same bucket and prefix through other endpoints (`--gateway`):
+    /// race probes and the lease probe spread their writers over all of
+    /// them, and `race_across_endpoints` is critical when there are any.
+    pub gateways: Vec<Gateway>,
+}
+
+/// Another endpoint of the same store: the same bucket and prefix through
+/// another gateway.
+#[derive(Clone)]
+pub struct Gateway {
+    /// The store, opened through this endpoint.
+    pub store: Arc<dyn CasStore>,
+    /// Its URL, for the report (never with credentials).
+    pub url: String,
+    /// Opens it again with options, as [`Target::reopen`] does for the
+    /// main endpoint.
+    pub reopen: Option<Arc<dyn Reopen>>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("store", &self.store.describe())
+            .field("url", &self.url)
+            .finish()
+    }
 }
 
 /// The store opened again with casaas options added, and the
@@ -113,6 +139,7 @@ impl std::fmt::Debug for Target {
             .field("url", &self.url)
             .field("clock", &self.clock.is_some())
             .field("reopen", &self.reopen.is_some())
+            .field("gateways", &self.gateways)
             .finish()
     }
 }
@@ -125,7 +152,28 @@ impl Target {
             url: redact_url(&url.into()),
             clock: None,
             reopen: None,
+            gateways: Vec::new(),
         }
+    }
+
+    /// Adds another endpoint of the same bucket and prefix (`--gateway`).
+    pub fn with_gateway(
+        mut self,
+        store: Arc<dyn CasStore>,
+        url: impl Into<String>,
+        reopen: Option<Arc<dyn Reopen>>,
+    ) -> Self {
+        self.gateways.push(Gateway {
+            store,
+            url: redact_url(&url.into()),
+            reopen,
+        });
+        self
+    }
+
+    /// How many endpoints the run writes through: the URL and its gateways.
+    pub fn endpoints(&self) -> usize {
+        1 + self.gateways.len()
     }
 
     /// Adds the hook that opens the store again with options.
@@ -273,6 +321,10 @@ impl Suite {
             .map_err(|e| setup_error(e, &target.store))?;
         let run_store: Arc<dyn CasStore> = Arc::new(run_store);
         preflight(&run_store, &target.store).await?;
+        let gateway_stores = gateway_run_stores(target, &target.gateways, &run_prefix)?;
+        for (store, _) in &gateway_stores {
+            preflight(store, &target.store).await?;
+        }
 
         let pacer = Arc::new(match settings.min_write_interval {
             Some(interval) => Pacer::new(Some(interval), IntervalSource::Option),
@@ -285,6 +337,7 @@ impl Suite {
         let mut results = run_probes(
             &probes,
             &run_store,
+            &gateway_stores,
             &run_prefix,
             &[],
             target,
@@ -322,9 +375,12 @@ impl Suite {
                         PrefixedStore::new(reopened.store.clone(), &run_prefix)
                             .map_err(|e| setup_error(e, &target.store))?,
                     );
+                    let gateways = reopen_gateways(target, &options).await;
+                    let gateway_stores = gateway_run_stores(target, &gateways, &run_prefix)?;
                     let again = run_probes(
                         &probes,
                         &with_options,
+                        &gateway_stores,
                         &run_prefix,
                         &options,
                         target,
@@ -378,6 +434,7 @@ impl Suite {
                 capabilities,
                 declared_capabilities: declared,
                 server_clock: target.clock.is_some(),
+                gateways: target.gateways.iter().map(|g| g.url.clone()).collect(),
             },
             results,
             options_applied,
@@ -411,12 +468,62 @@ fn with_first_run(mut rerun: ProbeResult, first: &ProbeResult) -> ProbeResult {
     rerun
 }
 
+/// A gateway's store and its label, as the probes get them.
+type Endpoint = (Arc<dyn CasStore>, String);
+
+/// Each gateway's store under the run's prefix, with its label.
+fn gateway_run_stores(
+    target: &Target,
+    gateways: &[Gateway],
+    run_prefix: &str,
+) -> Result<Vec<Endpoint>, ConformanceError> {
+    gateways
+        .iter()
+        .map(|g| {
+            let store = PrefixedStore::new(g.store.clone(), run_prefix)
+                .map_err(|e| setup_error(e, &target.store))?;
+            Ok((Arc::new(store) as Arc<dyn CasStore>, g.url.clone()))
+        })
+        .collect()
+}
+
+/// The gateways opened again with `options` where they can be; a gateway
+/// that cannot be reopened is used as it is (with a warning).
+async fn reopen_gateways(target: &Target, options: &[String]) -> Vec<Gateway> {
+    let mut gateways = Vec::with_capacity(target.gateways.len());
+    for g in &target.gateways {
+        let store = match &g.reopen {
+            Some(reopen) => match reopen.reopen(options).await {
+                Ok(reopened) => reopened.store,
+                Err(e) => {
+                    tracing::warn!(
+                        "could not open gateway {} again with {}: {}",
+                        g.url,
+                        options.join(", "),
+                        redact_text(&e.to_string())
+                    );
+                    g.store.clone()
+                }
+            },
+            None => g.store.clone(),
+        };
+        gateways.push(Gateway {
+            store,
+            url: g.url.clone(),
+            reopen: None,
+        });
+    }
+    gateways
+}
+
 /// Runs `probes` in order, each under its own sub-prefix of `run_store`
-/// (under `with-options/` when `options` are applied).
+/// and of each gateway's store (under `with-options/` when `options` are
+/// applied).
 #[allow(clippy::too_many_arguments)]
 async fn run_probes(
     probes: &[&dyn Probe],
     run_store: &Arc<dyn CasStore>,
+    gateways: &[Endpoint],
     run_prefix: &str,
     options: &[String],
     target: &Target,
@@ -435,6 +542,14 @@ async fn run_probes(
         };
         let store = PrefixedStore::new(run_store.clone(), &sub)
             .map_err(|e| setup_error(e, &target.store))?;
+        let others = gateways
+            .iter()
+            .map(|(g, label)| {
+                let store = PrefixedStore::new(g.clone(), &sub)
+                    .map_err(|e| setup_error(e, &target.store))?;
+                Ok((Arc::new(store) as Arc<dyn CasStore>, label.clone()))
+            })
+            .collect::<Result<Vec<_>, ConformanceError>>()?;
         let cx = ProbeContext::with_pacer(
             probe.id(),
             Arc::new(store),
@@ -443,7 +558,8 @@ async fn run_probes(
             progress.clone(),
             pacer.clone(),
         )
-        .with_key_prefix(format!("{run_prefix}/{sub}/"));
+        .with_key_prefix(format!("{run_prefix}/{sub}/"))
+        .with_endpoints(others);
         let mut result = run_one(*probe, &cx, settings).await;
         result.options = options.to_vec();
         tracing::debug!(probe = result.id, verdict = %result.verdict, "probe finished");
@@ -468,15 +584,16 @@ async fn run_one(probe: &dyn Probe, cx: &ProbeContext, settings: &Settings) -> P
             settings.probe_timeout
         )),
     };
+    let severity = probe.severity_for(cx.endpoints.len());
     // An info probe never fails: what it found is a note.
-    let verdict = match (outcome.verdict, probe.severity()) {
+    let verdict = match (outcome.verdict, severity) {
         (Verdict::Fail, Severity::Info) => Verdict::Note,
         (verdict, _) => verdict,
     };
     ProbeResult {
         id: probe.id().to_string(),
         title: probe.title().to_string(),
-        severity: probe.severity(),
+        severity,
         verdict,
         detail: redact_text(&outcome.detail),
         evidence: outcome.evidence,

@@ -299,3 +299,60 @@ fn adapter_urls_are_probed_through_their_adapter() {
         assert_eq!(json["verdict"], "safe", "{url}: {json:#}");
     }
 }
+
+/// Several URLs: each store probed, one comparison table; the exit status
+/// is the worst store's (a store that cannot be opened counts as 2).
+#[test]
+fn several_stores_make_one_comparison_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = format!("file://{}/store", dir.path().display());
+    let only = ["--only", "create_conflict,race_create", "--rounds", "3"];
+    let mut args = vec![
+        "memory://compare-a/p",
+        file.as_str(),
+        "--format",
+        "markdown",
+    ];
+    args.extend(only);
+    let out = conformance(&args);
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(stdout.starts_with("## Conformance comparison"), "{stdout}");
+    assert!(stdout.contains("| store 1 | store 2 |"), "{stdout}");
+    assert!(
+        stdout.contains("| `race_create` | critical | pass | pass |"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("- store 2: `file://"), "{stdout}");
+
+    let mut args = vec!["memory://compare-b/p", "nosuchscheme://x/p"];
+    args.extend(only);
+    let out = conformance(&args);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{stdout}");
+    assert!(stdout.contains("NOT RUN"), "{stdout}");
+    assert!(stdout.contains("store 2: nosuchscheme://x/p"), "{stdout}");
+}
+
+#[test]
+fn a_gateway_needs_exactly_one_store_url() {
+    let out = conformance(&["--gateway", "memory://g/p", "--quick"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--gateway"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = conformance(&["memory://a/p", "memory://b/p", "--gateway", "memory://g/p"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--gateway"),
+        "{}",
+        text(&out.stderr)
+    );
+}

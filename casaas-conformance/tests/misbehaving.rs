@@ -662,6 +662,21 @@ fn redact_millis(text: &str) -> String {
     out
 }
 
+/// `under contention a write took p50/p99 0.1/0.4 ms when it won, … when
+/// refused` -> `under contention [latency]`.
+fn redact_contended(text: &str) -> String {
+    const START: &str = "under contention a write took";
+    const END: &str = "when refused";
+    match (text.find(START), text.find(END)) {
+        (Some(start), Some(end)) if end > start => format!(
+            "{}under contention [latency]{}",
+            &text[..start],
+            &text[end + END.len()..]
+        ),
+        _ => text.to_string(),
+    }
+}
+
 /// `(version 268)` -> `(version [n])`, `version is 272, not 271` ->
 /// `version is [n], not [n]`:
 /// memory-store generations depend on how many writes the throttle probe
@@ -698,7 +713,7 @@ fn redacted(mut report: Report, also: &[&str]) -> Report {
     report.pacing = Default::default();
     for p in &mut report.probes {
         p.duration_ms = 0;
-        p.detail = redact_versions(&redact_millis(&p.detail));
+        p.detail = redact_versions(&redact_millis(&redact_contended(&p.detail)));
         if VARYING.contains(&p.id.as_str()) || also.contains(&p.id.as_str()) {
             p.detail = "[varies]".into();
             for value in p.evidence.0.values_mut() {

@@ -16,6 +16,17 @@ fn probe(name: &str, only: &str) -> (i32, Value) {
 
 /// As [`probe`], with the server's URL changed by `edit`.
 fn probe_url(name: &str, only: &str, edit: impl Fn(&str) -> String) -> (i32, Value) {
+    probe_endpoints(name, only, edit, false)
+}
+
+/// As [`probe_url`]; with `gateways`, the server's other gateways (its
+/// env file's `CASAAS_TEST_GATEWAY_URLS`) are given with `--gateway`.
+fn probe_endpoints(
+    name: &str,
+    only: &str,
+    edit: impl Fn(&str) -> String,
+    gateways: bool,
+) -> (i32, Value) {
     let server = test_server(name);
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("report.json");
@@ -34,6 +45,11 @@ fn probe_url(name: &str, only: &str, edit: impl Fn(&str) -> String) -> (i32, Val
         .args(["--only", only, "--output"])
         .arg(&json)
         .env("AWS_EC2_METADATA_DISABLED", "true");
+    if gateways {
+        for url in server.var("CASAAS_TEST_GATEWAY_URLS").split_whitespace() {
+            command.arg("--gateway").arg(url);
+        }
+    }
     for (k, v) in &server.env {
         command.env(k, v);
     }
@@ -105,12 +121,67 @@ fn ceph_without_its_option_is_safe_once_the_option_is_proven() {
     assert_eq!(report["options_applied"][0], "etag_unquoted=true");
 }
 
+/// SeaweedFS through both of its S3 gateways: every critical probe passes,
+/// races included with writers spread over the gateways, and so do the
+/// multipart, copy and versioning probes.
+#[test]
+fn seaweedfs_is_safe_across_its_two_gateways() {
+    let (code, report) = probe_endpoints(
+        "seaweedfs",
+        &format!(
+            "{CORE},race_across_endpoints,s3_etag_forms,s3_multipart_if_none_match,\
+             s3_multipart_if_match,s3_copy_conditional,s3_versioning_states"
+        ),
+        |url| url.to_string(),
+        true,
+    );
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["summary"], "SAFE FOR LEASES");
+    let across = report["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == "race_across_endpoints")
+        .unwrap();
+    assert_eq!(across["severity"], "critical");
+    assert_eq!(across["verdict"], "pass");
+    let winners = across["evidence"]["winners_by_endpoint"]
+        .as_object()
+        .unwrap();
+    assert_eq!(winners.len(), 2, "{across:#}");
+    for id in [
+        "s3_multipart_if_none_match",
+        "s3_multipart_if_match",
+        "s3_copy_conditional",
+        "s3_versioning_states",
+    ] {
+        assert_eq!(verdict(&report, id), "pass", "{id}");
+    }
+}
+
 #[test]
 fn s3rver_ignores_conditions_and_is_not_safe() {
     let (code, report) = probe("s3rver", CORE);
     assert_eq!(code, 1, "{report:#}");
     assert_eq!(report["safe_for_leases"], false);
     for id in ["create_conflict", "replace_stale", "race_create"] {
+        assert_eq!(verdict(&report, id), "fail", "{id}");
+    }
+}
+
+/// The multipart and copy probes fail on a store that ignores conditions:
+/// proof that they can.
+#[test]
+fn s3rver_fails_the_multipart_and_copy_probes() {
+    let (_, report) = probe(
+        "s3rver",
+        "s3_multipart_if_none_match,s3_multipart_if_match,s3_copy_conditional",
+    );
+    for id in [
+        "s3_multipart_if_none_match",
+        "s3_multipart_if_match",
+        "s3_copy_conditional",
+    ] {
         assert_eq!(verdict(&report, id), "fail", "{id}");
     }
 }

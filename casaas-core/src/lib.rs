@@ -37,6 +37,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod failure;
 mod file;
 pub mod guard;
 pub mod lease;
@@ -53,7 +54,7 @@ pub use error::{CasError, ErrorKind};
 pub use file::FileStore;
 pub use memory::MemoryStore;
 pub use registry::{open_store, open_store_with};
-pub use store::{Capabilities, CasStore, ListEntry, StoredObject};
+pub use store::{Capabilities, CasStore, ForwardingStore, ListEntry, StoredObject};
 pub use url::StoreUrl;
 pub use version::Version;
 
@@ -66,6 +67,8 @@ pub(crate) use url::parse_bool;
 // root-listing test names them as the only hidden exceptions).
 #[doc(hidden)]
 pub use error::{Delivery, Operation, classify};
+#[doc(hidden)]
+pub use failure::{Failure, Stage, confirm_refusal};
 #[doc(hidden)]
 pub use registry::adapter_of;
 
@@ -90,6 +93,7 @@ pub mod provider {
     //! ```
 
     pub use crate::error::{CodeTable, Delivery, Operation, classify};
+    pub use crate::failure::{Failure, Stage, confirm_refusal};
     pub use crate::registry::{
         AdapterFactory, StoreFactory, StoreFuture, adapter_of, open_store_url, register_adapter,
         register_scheme, registered_schemes,

@@ -182,51 +182,164 @@ pub trait CasStore: std::any::Any + Send + Sync + fmt::Debug + 'static {
     }
 }
 
-/// Forwards every method, so that a shared store (`Arc<dyn CasStore>`,
-/// `Arc<S3Store>`) is itself a store: wrappers generic over `S: CasStore`
-/// take it as it is.
-macro_rules! forward_cas_store {
+/// A store that wraps another and changes only some of its methods.
+///
+/// Implement [`inner`](ForwardingStore::inner) and override the `wrap_*`
+/// methods that differ; every other method of [`CasStore`] reaches the
+/// inner store, through the blanket `impl CasStore`. A wrapper written this
+/// way cannot forget a method (`create_bucket`, `identity`, one added
+/// later): the default is to forward it.
+///
+/// The default [`wrap_identity`](ForwardingStore::wrap_identity) is the
+/// wrapper's type name around the inner identity, since a wrapper that
+/// changes what the store does is a store of its own for the
+/// [store guard](crate::guard).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), casaas_core::CasError> {
+/// use casaas_core::{CasStore, ForwardingStore, MemoryStore};
+///
+/// /// A memory store that describes itself differently.
+/// #[derive(Debug, Default)]
+/// struct Named(MemoryStore);
+///
+/// impl ForwardingStore for Named {
+///     type Inner = MemoryStore;
+///     fn inner(&self) -> &MemoryStore {
+///         &self.0
+///     }
+///     fn wrap_describe(&self) -> String {
+///         "named".into()
+///     }
+/// }
+///
+/// let store = Named::default();
+/// store.create("k", "v".into()).await?;
+/// assert_eq!(store.describe(), "named");
+/// assert!(store.get("k").await?.is_some());
+/// # Ok(())
+/// # }
+/// ```
+#[async_trait]
+pub trait ForwardingStore: std::any::Any + Send + Sync + fmt::Debug + 'static {
+    /// The wrapped store's type.
+    type Inner: CasStore + ?Sized;
+
+    /// The wrapped store.
+    fn inner(&self) -> &Self::Inner;
+
+    /// [`CasStore::get`]; forwards by default.
+    async fn wrap_get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
+        self.inner().get(key).await
+    }
+
+    /// [`CasStore::create`]; forwards by default.
+    async fn wrap_create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
+        self.inner().create(key, body).await
+    }
+
+    /// [`CasStore::replace`]; forwards by default.
+    async fn wrap_replace(
+        &self,
+        key: &str,
+        expected: &Version,
+        body: Bytes,
+    ) -> Result<Version, CasError> {
+        self.inner().replace(key, expected, body).await
+    }
+
+    /// [`CasStore::delete`]; forwards by default.
+    async fn wrap_delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
+        self.inner().delete(key, expected).await
+    }
+
+    /// [`CasStore::list`]; forwards by default.
+    async fn wrap_list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
+        self.inner().list(prefix).await
+    }
+
+    /// [`CasStore::capabilities`]; forwards by default.
+    fn wrap_capabilities(&self) -> Capabilities {
+        self.inner().capabilities()
+    }
+
+    /// [`CasStore::describe`]; forwards by default.
+    fn wrap_describe(&self) -> String {
+        self.inner().describe()
+    }
+
+    /// [`CasStore::identity`]; by default the wrapper's type name around
+    /// the inner store's identity.
+    fn wrap_identity(&self) -> String {
+        format!(
+            "{}({})",
+            std::any::type_name::<Self>(),
+            self.inner().identity()
+        )
+    }
+
+    /// [`CasStore::create_bucket`]; forwards by default.
+    async fn wrap_create_bucket(&self) -> Result<(), CasError> {
+        self.inner().create_bucket().await
+    }
+}
+
+#[async_trait]
+impl<W: ForwardingStore> CasStore for W {
+    async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
+        self.wrap_get(key).await
+    }
+    async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
+        self.wrap_create(key, body).await
+    }
+    async fn replace(
+        &self,
+        key: &str,
+        expected: &Version,
+        body: Bytes,
+    ) -> Result<Version, CasError> {
+        self.wrap_replace(key, expected, body).await
+    }
+    async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
+        self.wrap_delete(key, expected).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
+        self.wrap_list(prefix).await
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.wrap_capabilities()
+    }
+    fn describe(&self) -> String {
+        self.wrap_describe()
+    }
+    fn identity(&self) -> String {
+        self.wrap_identity()
+    }
+    async fn create_bucket(&self) -> Result<(), CasError> {
+        self.wrap_create_bucket().await
+    }
+}
+
+/// A shared store (`Arc<dyn CasStore>`, `Arc<S3Store>`, a `Box`) is itself
+/// the store it points to, identity included: wrappers generic over
+/// `S: CasStore` take it as it is.
+macro_rules! pointer_is_its_store {
     ($($pointer:ident),*) => {$(
-        #[async_trait]
-        impl<T: CasStore + ?Sized> CasStore for $pointer<T> {
-            async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
-                (**self).get(key).await
+        impl<T: CasStore + ?Sized> ForwardingStore for $pointer<T> {
+            type Inner = T;
+            fn inner(&self) -> &T {
+                self
             }
-            async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
-                (**self).create(key, body).await
-            }
-            async fn replace(
-                &self,
-                key: &str,
-                expected: &Version,
-                body: Bytes,
-            ) -> Result<Version, CasError> {
-                (**self).replace(key, expected, body).await
-            }
-            async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
-                (**self).delete(key, expected).await
-            }
-            async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
-                (**self).list(prefix).await
-            }
-            fn capabilities(&self) -> Capabilities {
-                (**self).capabilities()
-            }
-            fn describe(&self) -> String {
-                (**self).describe()
-            }
-            fn identity(&self) -> String {
+            fn wrap_identity(&self) -> String {
                 (**self).identity()
-            }
-            async fn create_bucket(&self) -> Result<(), CasError> {
-                (**self).create_bucket().await
             }
         }
     )*};
 }
 
 use std::sync::Arc;
-forward_cas_store!(Arc, Box);
+pointer_is_its_store!(Arc, Box);
 
 /// Checks that `key` is acceptable to every backend: non-empty, at most
 /// [`MAX_KEY_LEN`] bytes, no leading `/`, no empty, `.` or `..` segment, and

@@ -11,7 +11,7 @@ use casaas_core::lease::{
     LeaseConfig, LeaseError, LeaseRecord, LostReason, SystemClock,
 };
 use casaas_core::testkit::{Fault, FaultConfig, FaultyStore};
-use casaas_core::{CasStore, ErrorKind, FileStore, MemoryStore};
+use casaas_core::{CasStore, ErrorKind, FileStore, ForwardingStore, MemoryStore};
 
 const KEY: &str = "locks/leader";
 
@@ -447,46 +447,15 @@ async fn invalid_configuration_names_the_number() {
 #[derive(Debug)]
 struct SlowStore(MemoryStore);
 
-#[async_trait::async_trait]
-impl CasStore for SlowStore {
-    async fn get(
-        &self,
-        key: &str,
-    ) -> Result<Option<casaas_core::StoredObject>, casaas_core::CasError> {
-        self.0.get(key).await
+impl ForwardingStore for SlowStore {
+    type Inner = MemoryStore;
+    fn inner(&self) -> &MemoryStore {
+        &self.0
     }
-    async fn create(
-        &self,
-        key: &str,
-        body: Bytes,
-    ) -> Result<casaas_core::Version, casaas_core::CasError> {
-        self.0.create(key, body).await
-    }
-    async fn replace(
-        &self,
-        key: &str,
-        expected: &casaas_core::Version,
-        body: Bytes,
-    ) -> Result<casaas_core::Version, casaas_core::CasError> {
-        self.0.replace(key, expected, body).await
-    }
-    async fn delete(
-        &self,
-        key: &str,
-        expected: &casaas_core::Version,
-    ) -> Result<(), casaas_core::CasError> {
-        self.0.delete(key, expected).await
-    }
-    async fn list(
-        &self,
-        prefix: &str,
-    ) -> Result<Vec<casaas_core::ListEntry>, casaas_core::CasError> {
-        self.0.list(prefix).await
-    }
-    fn capabilities(&self) -> casaas_core::Capabilities {
+    fn wrap_capabilities(&self) -> casaas_core::Capabilities {
         casaas_core::Capabilities::full().with_min_write_interval(Duration::from_secs(5))
     }
-    fn describe(&self) -> String {
+    fn wrap_describe(&self) -> String {
         "slow".into()
     }
 }
@@ -706,15 +675,19 @@ impl MortalStore {
 }
 
 #[async_trait::async_trait]
-impl CasStore for MortalStore {
-    async fn get(
+impl ForwardingStore for MortalStore {
+    type Inner = dyn CasStore;
+    fn inner(&self) -> &dyn CasStore {
+        &self.inner
+    }
+    async fn wrap_get(
         &self,
         key: &str,
     ) -> Result<Option<casaas_core::StoredObject>, casaas_core::CasError> {
         self.alive().await;
         self.inner.get(key).await
     }
-    async fn create(
+    async fn wrap_create(
         &self,
         key: &str,
         body: Bytes,
@@ -724,7 +697,7 @@ impl CasStore for MortalStore {
         self.wrote();
         Ok(version)
     }
-    async fn replace(
+    async fn wrap_replace(
         &self,
         key: &str,
         expected: &casaas_core::Version,
@@ -735,7 +708,7 @@ impl CasStore for MortalStore {
         self.wrote();
         Ok(version)
     }
-    async fn delete(
+    async fn wrap_delete(
         &self,
         key: &str,
         expected: &casaas_core::Version,
@@ -743,17 +716,14 @@ impl CasStore for MortalStore {
         self.alive().await;
         self.inner.delete(key, expected).await
     }
-    async fn list(
+    async fn wrap_list(
         &self,
         prefix: &str,
     ) -> Result<Vec<casaas_core::ListEntry>, casaas_core::CasError> {
         self.alive().await;
         self.inner.list(prefix).await
     }
-    fn capabilities(&self) -> casaas_core::Capabilities {
-        self.inner.capabilities()
-    }
-    fn describe(&self) -> String {
+    fn wrap_describe(&self) -> String {
         "mortal".into()
     }
 }

@@ -9,72 +9,11 @@
 
 use std::time::Duration;
 
-use casaas_core::{CasError, Delivery, ErrorKind, Operation, classify};
+use casaas_core::{CasError, ErrorKind, Operation};
 
-/// How far a failed request got.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    /// It was never sent: connection refused, DNS failure, TLS handshake.
-    NotSent,
-    /// Credentials could not be obtained, so it was never sent.
-    Credentials,
-    /// The client rejected it before sending (malformed name or URL).
-    Rejected,
-    /// The server answered with an error status.
-    Answered,
-    /// No answer within the deadline after it was (or may have been) sent.
-    TimedOut,
-    /// The connection broke after it was (or may have been) sent.
-    Interrupted,
-    /// An answer came that the client could not understand.
-    Unreadable,
-}
-
-/// The facts of one failed request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    /// How far the request got.
-    pub stage: Stage,
-    /// The HTTP status, when the server answered.
-    pub status: Option<u16>,
-    /// The provider's error reason (JSON API `errors[].reason`, or a gRPC
-    /// code name), when given.
-    pub reason: Option<String>,
-    /// The provider's message or the client's description.
-    pub message: String,
-    /// The `Retry-After` the server asked for.
-    pub retry_after: Option<Duration>,
-}
-
-impl Failure {
-    /// A failure at `stage` with a message and nothing else.
-    pub fn at(stage: Stage, message: impl Into<String>) -> Self {
-        Failure {
-            stage,
-            status: None,
-            reason: None,
-            message: message.into(),
-            retry_after: None,
-        }
-    }
-
-    /// An error answer with HTTP `status`.
-    pub fn answered(status: u16, reason: Option<String>, message: impl Into<String>) -> Self {
-        Failure {
-            stage: Stage::Answered,
-            status: Some(status),
-            reason: reason.filter(|r| !r.is_empty()),
-            message: message.into(),
-            retry_after: None,
-        }
-    }
-
-    /// Records the `Retry-After` delay.
-    pub fn with_retry_after(mut self, retry_after: Option<Duration>) -> Self {
-        self.retry_after = retry_after;
-        self
-    }
-}
+/// The facts of one failed request, and how far it got: core's one record
+/// for every provider (GCS's reason goes in `code`).
+pub use casaas_core::{Failure, Stage};
 
 /// Whether a 404 message says the bucket, not the object, is missing.
 fn names_missing_bucket(message: &str) -> bool {
@@ -118,24 +57,10 @@ pub fn map_failure(op: Operation, bucket: &str, key: &str, failure: Failure) -> 
         format!(": {}", failure.message)
     };
     let table = |op, status, reason: Option<&str>| code_table(op, status, reason, &failure.message);
-    let policy = |delivery| {
-        classify(
-            op,
-            delivery,
-            failure.status,
-            failure.reason.as_deref(),
-            &table,
-        )
-    };
     let kind = match failure.stage {
-        Stage::NotSent => policy(Delivery::NotSent),
-        Stage::Credentials => ErrorKind::Unauthorized,
-        Stage::Rejected => ErrorKind::Misconfigured,
         // Not an answer GCS sends: a read learns the store is not GCS.
         Stage::Unreadable if !op.writes() => ErrorKind::Unsupported,
-        Stage::Answered | Stage::TimedOut | Stage::Interrupted | Stage::Unreadable => {
-            policy(Delivery::MaybeSent)
-        }
+        _ => failure.kind(op, &table),
     };
     let message = match (failure.stage, kind) {
         (Stage::NotSent, _) => format!("the {verb} request was not sent{detail}"),
@@ -158,17 +83,9 @@ pub fn map_failure(op: Operation, bucket: &str, key: &str, failure: Failure) -> 
         }
         (Stage::Answered, kind) => answer_message(kind, verb, bucket, failure.status, &detail),
     };
-    let mut err = CasError::new(kind, message).with_key(key);
-    if let Some(status) = failure.status {
-        err = err.with_status(status);
-    }
-    if let Some(reason) = failure.reason {
-        err = err.with_code(reason);
-    }
-    if let Some(after) = failure.retry_after {
-        err = err.with_retry_after(after);
-    }
-    if kind == ErrorKind::Misconfigured && failure.status == Some(404) {
+    let missing_bucket = kind == ErrorKind::Misconfigured && failure.status == Some(404);
+    let mut err = failure.into_error(kind, message, key);
+    if missing_bucket {
         err = err.with_bucket_missing();
     }
     err
@@ -280,7 +197,7 @@ pub(crate) fn from_sdk(err: &google_cloud_storage::Error) -> Failure {
         return match http {
             Some(http) => Failure::answered(http, reason, status.message.clone()),
             None => Failure {
-                reason,
+                code: reason,
                 ..Failure::at(Stage::TimedOut, status.message.clone())
             },
         };
@@ -440,7 +357,7 @@ mod tests {
     fn json_error_bodies() {
         let body = br#"{"error":{"code":412,"message":"At least one of the pre-conditions you specified did not hold.","errors":[{"domain":"global","reason":"conditionNotMet","message":"x"}]}}"#;
         let f = from_json_answer(412, None, body);
-        assert_eq!(f.reason.as_deref(), Some("conditionNotMet"));
+        assert_eq!(f.code.as_deref(), Some("conditionNotMet"));
         assert!(f.message.starts_with("At least one"));
         let err = map_failure(Operation::Delete, "b", "k", f);
         assert_eq!(err.kind(), ErrorKind::PreconditionFailed);
@@ -448,7 +365,7 @@ mod tests {
 
         let f = from_json_answer(429, Some("3"), b"Too many\n requests");
         assert_eq!(f.message, "Too many requests");
-        assert_eq!(f.reason, None);
+        assert_eq!(f.code, None);
         let err = map_failure(Operation::Replace, "b", "k", f);
         assert_eq!(err.kind(), ErrorKind::Throttled);
         assert_eq!(err.retry_after(), Some(Duration::from_secs(3)));

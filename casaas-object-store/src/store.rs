@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use casaas_core::provider::{Operation, validate_key, validate_prefix};
+use casaas_core::provider::{Operation, confirm_refusal, validate_key, validate_prefix};
 use casaas_core::{Capabilities, CasError, CasStore, ErrorKind, ListEntry, StoredObject, Version};
 use futures::{StreamExt, TryStreamExt};
 
@@ -78,7 +78,18 @@ pub struct ObjectStoreCas {
     /// strip the quotes (Azure's XML) get them back, so that listed versions
     /// equal read versions.
     quoted_etags: AtomicBool,
+    /// Whether conditional writes above [`CONDITIONAL_SINGLE_PART_LIMIT`]
+    /// are sent (the caller's explicit opt-in).
+    large_conditional_writes: bool,
 }
+
+/// The largest body a conditional write is sent with unless
+/// [`ObjectStoreCas::allow_large_conditional_writes`] says otherwise: 5 MiB,
+/// S3's minimum part size. Above it a client or gateway may split a write
+/// into a multipart or chunked upload, whose condition some stores drop
+/// (`CompleteMultipartUpload` ignoring `If-None-Match`), and no casaas
+/// profile proves that path.
+pub const CONDITIONAL_SINGLE_PART_LIMIT: usize = 5 * 1024 * 1024;
 
 impl fmt::Debug for ObjectStoreCas {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -89,6 +100,19 @@ impl fmt::Debug for ObjectStoreCas {
             .field("replace_if_match", &self.replace_if_match)
             .finish()
     }
+}
+
+/// The refusal of a conditional write above the single-part limit.
+fn too_large(key: &str, len: usize) -> CasError {
+    CasError::invalid_input(format!(
+        "refused: a conditional write of {len} bytes is larger than the single-part limit of \
+         {CONDITIONAL_SINGLE_PART_LIMIT} bytes; above it the write may go multipart or chunked, \
+         where a store can silently drop the condition, and this store's multipart conditional \
+         writes are not proven. Keep conditional records small, or opt in with \
+         allow_large_conditional_writes(true) once the conformance suite's multipart probes pass \
+         on this store"
+    ))
+    .with_key(key)
 }
 
 /// Backends known to lack `PutMode::Update`, by the name their `Display`
@@ -125,7 +149,19 @@ impl ObjectStoreCas {
             create_if_absent: true,
             reports_versions: AtomicBool::new(false),
             quoted_etags: AtomicBool::new(false),
+            large_conditional_writes: false,
         })
+    }
+
+    /// Allows conditional writes with bodies above
+    /// [`CONDITIONAL_SINGLE_PART_LIMIT`]. Off by default: a large body may go
+    /// multipart or chunked on its way to the store, where the condition can
+    /// be silently lost. Turn it on only for a store whose multipart
+    /// conditional writes were proven (the conformance suite's
+    /// `s3_multipart_if_none_match` and `s3_multipart_if_match`).
+    pub fn allow_large_conditional_writes(mut self, allow: bool) -> Self {
+        self.large_conditional_writes = allow;
+        self
     }
 
     /// Declares whether the client retries failed requests (object_store's
@@ -226,6 +262,9 @@ impl ObjectStoreCas {
         mode: PutMode,
         op: Operation,
     ) -> Result<Version, CasError> {
+        if body.len() > CONDITIONAL_SINGLE_PART_LIMIT && !self.large_conditional_writes {
+            return Err(too_large(key, body.len()));
+        }
         let path = self.path(key);
         let options = PutOptions {
             mode,
@@ -240,7 +279,8 @@ impl ObjectStoreCas {
             Err(err) => {
                 let mapped = map_error(err, op, key);
                 if mapped.kind() == ErrorKind::PreconditionFailed && self.client_retries {
-                    Err(self.confirm_refusal(key, &body, mapped).await)
+                    // A refusal may be object_store's retry of our own applied write.
+                    Err(confirm_refusal(self, key, &body, mapped, "object_store").await)
                 } else {
                     Err(mapped)
                 }
@@ -255,36 +295,6 @@ impl ObjectStoreCas {
             format!("\"{tag}\"")
         } else {
             tag
-        }
-    }
-
-    /// A refused conditional write after which the object holds exactly our
-    /// bytes may be our own write, refused on object_store's retry: say so.
-    async fn confirm_refusal(&self, key: &str, body: &Bytes, refusal: CasError) -> CasError {
-        match self.get(key).await {
-            Ok(Some(stored)) if stored.body == *body => CasError::new(
-                ErrorKind::Ambiguous,
-                format!(
-                    "the store refused the conditional write ({}), but the object holds exactly \
-                     the bytes written: object_store may have retried a write that had taken \
-                     effect",
-                    refusal.evidence()
-                ),
-            )
-            .with_key(key)
-            .with_code("RefusedAfterRetry")
-            .with_source(refusal),
-            Ok(_) => refusal,
-            Err(read) => CasError::new(
-                ErrorKind::Ambiguous,
-                format!(
-                    "the store refused the conditional write ({}) and reading it back failed \
-                     ({read}): object_store may have retried a write that had taken effect",
-                    refusal.evidence()
-                ),
-            )
-            .with_key(key)
-            .with_source(refusal),
         }
     }
 }

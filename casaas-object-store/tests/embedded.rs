@@ -51,3 +51,42 @@ async fn open_by_url() {
     let caps = store.capabilities();
     assert!(!caps.create_if_absent && !caps.replace_if_match, "{caps:?}");
 }
+
+/// A conditional write larger than the single-part limit may go multipart
+/// or chunked, where a store can drop its condition: refused with a clear
+/// error, nothing written, unless the caller opts in.
+#[tokio::test]
+async fn unproven_large_conditional_writes_are_refused() {
+    let client: Arc<dyn os::ObjectStore> = Arc::new(os::memory::InMemory::new());
+    let store = ObjectStoreCas::new(client.clone(), "large").unwrap();
+    let limit = casaas_object_store::CONDITIONAL_SINGLE_PART_LIMIT;
+    let big = Bytes::from(vec![b'x'; limit + 1]);
+    let err = store.create("big", big.clone()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    let text = err.to_string();
+    assert!(text.contains("single-part limit"), "{text}");
+    assert!(text.contains("allow_large_conditional_writes"), "{text}");
+    assert!(!err.may_have_taken_effect());
+    assert!(store.get("big").await.unwrap().is_none());
+
+    // A replace is refused the same way, and the object stays.
+    let v = store
+        .create("small", Bytes::from_static(b"s"))
+        .await
+        .unwrap();
+    let err = store.replace("small", &v, big.clone()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    assert_eq!(store.get("small").await.unwrap().unwrap().body, "s");
+
+    // At the limit, the write goes through.
+    store
+        .create("fits", Bytes::from(vec![b'y'; limit]))
+        .await
+        .unwrap();
+
+    // Opted in, the large write is sent.
+    let store = ObjectStoreCas::new(client, "large")
+        .unwrap()
+        .allow_large_conditional_writes(true);
+    store.create("big", big).await.unwrap();
+}

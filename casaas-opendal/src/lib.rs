@@ -59,7 +59,7 @@ mod store;
 pub mod url;
 mod version;
 
-pub use store::OpendalCas;
+pub use store::{CONDITIONAL_SINGLE_PART_LIMIT, OpendalCas};
 pub use version::ObjectVersion;
 
 /// The OpenDAL release line this crate is built against.

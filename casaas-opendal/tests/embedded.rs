@@ -113,3 +113,33 @@ async fn open_by_url() {
         .unwrap_err();
     assert!(err.to_string().contains("conditional_delete"), "{err}");
 }
+
+/// A conditional write larger than the single-part limit may go multipart
+/// or chunked, where a store can drop its condition: refused with a clear
+/// error, nothing written, unless the caller opts in.
+#[tokio::test]
+async fn unproven_large_conditional_writes_are_refused() {
+    let op = Operator::new(services::Memory::default()).unwrap();
+    let store = OpendalCas::new(op.clone(), "large").unwrap();
+    let big = Bytes::from(vec![
+        b'x';
+        casaas_opendal::CONDITIONAL_SINGLE_PART_LIMIT + 1
+    ]);
+    let err = store.create("big", big.clone()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    let text = err.to_string();
+    assert!(text.contains("single-part limit"), "{text}");
+    assert!(text.contains("allow_large_conditional_writes"), "{text}");
+    assert!(!err.may_have_taken_effect());
+    assert!(store.get("big").await.unwrap().is_none());
+
+    // At the limit, the write goes through.
+    let at_limit = Bytes::from(vec![b'y'; casaas_opendal::CONDITIONAL_SINGLE_PART_LIMIT]);
+    store.create("fits", at_limit).await.unwrap();
+
+    // Opted in, the large write is sent.
+    let store = OpendalCas::new(op, "large")
+        .unwrap()
+        .allow_large_conditional_writes(true);
+    store.create("big", big).await.unwrap();
+}

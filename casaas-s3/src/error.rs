@@ -14,7 +14,7 @@ use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::client::dns::ResolveDnsError;
 use aws_smithy_runtime_api::http::Response as HttpResponse;
 use aws_smithy_types::date_time::{DateTime, Format};
-use casaas_core::{CasError, Delivery, ErrorKind, Operation, classify};
+use casaas_core::{CasError, Delivery, ErrorKind, Failure, Operation, Stage, classify};
 
 /// The S3 verb of an operation, for messages.
 fn verb(op: Operation) -> &'static str {
@@ -199,9 +199,8 @@ where
         .raw_response()
         .and_then(|r| r.headers().get("retry-after"))
         .and_then(|v| parse_retry_after(v, SystemTime::now()));
-    let answer = |delivery| classify(ctx.op, delivery, status, code.as_deref(), &code_table);
-    let kind = match (&err, status) {
-        (SdkError::ServiceError(_), Some(_)) => answer(Delivery::MaybeSent),
+    let stage = match (&err, status) {
+        (SdkError::ServiceError(_), Some(_)) => Stage::Answered,
         (SdkError::ConstructionFailure(_), _) => {
             // Nothing was sent; usually missing credentials or a bad setting.
             let mut error = CasError::misconfigured(format!(
@@ -215,15 +214,28 @@ where
             }
             return error;
         }
-        (SdkError::ResponseError(_), Some(status)) if status >= 300 => answer(Delivery::MaybeSent),
-        // A 2xx whose body could not be read, or no answer in time.
-        (SdkError::ResponseError(_) | SdkError::TimeoutError(_), _) => {
-            classify(ctx.op, Delivery::MaybeSent, None, None, &code_table)
-        }
-        (SdkError::DispatchFailure(_), _) | (_, _) => {
-            classify(ctx.op, delivery_of(&err), None, None, &code_table)
-        }
+        (SdkError::ResponseError(_), Some(status)) if status >= 300 => Stage::Answered,
+        // No answer in time, or a 2xx whose body could not be read.
+        (SdkError::TimeoutError(_), _) => Stage::TimedOut,
+        (SdkError::ResponseError(_), _) => Stage::Unreadable,
+        _ => match delivery_of(&err) {
+            Delivery::NotSent => Stage::NotSent,
+            // Possibly sent (and any later, finer answer): assume it may
+            // have been.
+            _ => Stage::Interrupted,
+        },
     };
+    // Only an error answer's status and code say what happened; a 2xx that
+    // could not be read is evidence, not a verdict.
+    let answered = stage == Stage::Answered;
+    let failure = Failure {
+        stage,
+        status: status.filter(|_| answered),
+        code: code.clone().filter(|_| answered),
+        message: String::new(),
+        retry_after,
+    };
+    let kind = failure.kind(ctx.op, &code_table);
     let mut message = message(kind, ctx, code.as_deref().unwrap_or(""));
     if status.is_none() {
         message = format!("{message}: {}", chain(&err));

@@ -47,6 +47,52 @@ pub mod lease {
         violations
     }
 
+    /// Validity rests on a write: a holder never believes longer than `ttl`
+    /// (its client's, in true time) after the store applied the latest lock
+    /// write of its holding. A contender whose clock runs at the fastest
+    /// rate the drift bound allows waits exactly that long after seeing the
+    /// write, so a belief past it is unsafe even when no contender was
+    /// there to collide with (validity counted from an answer, not the
+    /// send; a margin left out).
+    pub fn belief_rests_on_a_write(
+        h: &History,
+        ttls: &[Duration],
+        who: Who<'_>,
+        context: &str,
+    ) -> Vec<String> {
+        // Records keep whole milliseconds.
+        let slack = Duration::from_millis(1);
+        let mut violations = Vec::new();
+        for (g, guard) in h.guards.iter().enumerate() {
+            let owner = format!("client-{}", guard.client);
+            let ttl = ttls.get(guard.client).copied().unwrap_or_default();
+            for &(_, end) in &guard.beliefs {
+                let latest = h
+                    .lock_writes
+                    .iter()
+                    .filter(|(at, o, t, _)| *o == owner && *t == guard.token && *at < end)
+                    .map(|(at, ..)| *at)
+                    .max();
+                match latest {
+                    Some(at) if end <= at + ttl + slack => {}
+                    Some(at) => violations.push(format!(
+                        "{context}: validity: {} believed it held until {}, more than the TTL ({}) after its latest write was applied at {}",
+                        who(g),
+                        secs(end),
+                        secs(ttl),
+                        secs(at)
+                    )),
+                    None => violations.push(format!(
+                        "{context}: validity: {} believed it held until {} with no write of its holding applied before",
+                        who(g),
+                        secs(end)
+                    )),
+                }
+            }
+        }
+        violations
+    }
+
     /// Every belief interval `(start, end, guard)`, sorted by start.
     pub fn intervals(h: &History) -> Vec<(Duration, Duration, usize)> {
         let mut intervals: Vec<(Duration, Duration, usize)> = h

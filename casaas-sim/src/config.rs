@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use casaas_core::lease::{ExpiryMode, LeaseConfig};
 use casaas_core::testkit::FaultConfig;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
 
 /// A public primitive the simulation drives, with a checker of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -102,6 +104,10 @@ pub struct SimConfig {
     pub max_pause: Duration,
     /// Wall clocks are offset from true time by up to this much (exclusive).
     pub wall_skew: Duration,
+    /// Draw each client's lease timing from the valid space around `lease`
+    /// (see [`draw_lease`]) instead of giving every client `lease` itself.
+    /// Off by default, so that a seed's digest stays what it was.
+    pub explore_configs: bool,
 }
 
 impl SimConfig {
@@ -135,6 +141,7 @@ impl SimConfig {
             stall_after_check: 0.03,
             max_pause: ttl * 10,
             wall_skew: Duration::from_secs(1),
+            explore_configs: false,
         }
     }
 
@@ -167,6 +174,12 @@ impl SimConfig {
         }
     }
 
+    /// Each client draws its own valid lease timing (see [`draw_lease`]).
+    pub fn explore(mut self) -> Self {
+        self.explore_configs = true;
+        self
+    }
+
     /// Only `primitives` (their shares of `ops` stay as in a full run).
     pub fn only(mut self, primitives: &[Primitive]) -> Self {
         self.primitives = primitives.to_vec();
@@ -194,6 +207,58 @@ impl SimConfig {
         // Primitive 0 keeps the run's seed itself.
         self.seed ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15)
     }
+}
+
+/// A valid lease timing drawn around `base` (same TTL and expiry mode),
+/// with the edges weighted: renew deadline just under the holder's
+/// validity, request timeout just under the renew deadline, drift margin 0
+/// and high, safety margin 0. The caller runs the client's clock within the
+/// drawn drift margin, which is what the margin declares.
+pub fn draw_lease(base: &LeaseConfig, rng: &mut ChaCha8Rng) -> LeaseConfig {
+    let ttl = base.ttl;
+    let frac = |rng: &mut ChaCha8Rng, lo: f64, hi: f64| rng.random_range(lo..hi);
+    for _ in 0..64 {
+        let mut c = base.clone();
+        c.drift_margin = match rng.random_range(0..4) {
+            0 => 0.0,
+            1 => frac(rng, 0.2, 0.45),
+            _ => frac(rng, 0.0, 0.1),
+        };
+        c.safety_margin = match rng.random_range(0..4) {
+            0 => Duration::ZERO,
+            _ => ttl.mul_f64(frac(rng, 0.0, 0.1)),
+        };
+        if let ExpiryMode::WallClock { .. } = c.expiry {
+            // The wall-clock mode requires this much (see validate).
+            c.safety_margin = c.safety_margin.max(ttl.mul_f64(2.0 * c.drift_margin));
+        }
+        let validity = c.holder_validity();
+        c.renew_deadline = match rng.random_range(0..3) {
+            0 => validity.mul_f64(frac(rng, 0.97, 0.999)),
+            _ => validity.mul_f64(frac(rng, 0.3, 0.95)),
+        };
+        c.renew_interval = c.renew_deadline.mul_f64(frac(rng, 0.1, 0.7));
+        let room = c.renew_deadline.saturating_sub(c.renew_interval);
+        c.retry_period = room.mul_f64(frac(rng, 0.02, 1.0));
+        c.request_timeout = match rng.random_range(0..3) {
+            0 => c.renew_deadline.mul_f64(frac(rng, 0.9, 1.0)),
+            _ => c.renew_deadline.mul_f64(frac(rng, 0.02, 0.5)),
+        };
+        // Whole milliseconds, as a record keeps them.
+        for d in [
+            &mut c.renew_deadline,
+            &mut c.renew_interval,
+            &mut c.retry_period,
+            &mut c.request_timeout,
+            &mut c.safety_margin,
+        ] {
+            *d = Duration::from_millis(d.as_millis() as u64);
+        }
+        if c.validate().is_ok() {
+            return c;
+        }
+    }
+    base.clone()
 }
 
 /// Violations found, with how many each property's checker found.

@@ -15,7 +15,7 @@ mod network;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-pub use config::{Findings, Primitive, PrimitiveReport, Report, SimConfig};
+pub use config::{Findings, Primitive, PrimitiveReport, Report, SimConfig, draw_lease};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)

@@ -20,7 +20,7 @@ const SHOWN: u64 = 5;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: casaas-sim [--ops N] [--seed S] [--primitive NAME]... [--show N] [--wall-clock] [--broken-drift] [--broken-skew] [--no-safety-margin]\n\
+        "usage: casaas-sim [--ops N] [--seed S] [--primitive NAME]... [--show N] [--wall-clock] [--broken-drift] [--broken-skew] [--no-safety-margin] [--explore-configs]\n\
          NAME: {}",
         casaas_sim::Primitive::ALL.map(|p| p.name()).join(", ")
     );
@@ -34,6 +34,7 @@ fn main() -> ExitCode {
     let mut no_safety_margin = false;
     let mut wall_clock = false;
     let mut broken_skew = false;
+    let mut explore = false;
     let mut only = Vec::new();
     let mut shown = SHOWN;
     let mut args = std::env::args().skip(1);
@@ -54,6 +55,10 @@ fn main() -> ExitCode {
             }
             "--broken-skew" => {
                 broken_skew = true;
+                continue;
+            }
+            "--explore-configs" => {
+                explore = true;
                 continue;
             }
             "--primitive" => {
@@ -94,6 +99,9 @@ fn main() -> ExitCode {
     if !only.is_empty() {
         config = config.only(&only);
     }
+    if explore {
+        config = config.explore();
+    }
     let started = std::time::Instant::now();
     let report = match casaas_sim::run(&config) {
         Ok(report) => report,
@@ -108,6 +116,7 @@ fn main() -> ExitCode {
         (broken, " --broken-drift"),
         (broken_skew, " --broken-skew"),
         (no_safety_margin, " --no-safety-margin"),
+        (explore, " --explore-configs"),
     ]
     .iter()
     .filter(|(on, _)| *on)

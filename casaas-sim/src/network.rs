@@ -18,8 +18,9 @@ use rand_chacha::ChaCha8Rng;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Freeze, SimClock, TrueTime, spread_rates};
-use crate::config::SimConfig;
+use crate::config::{SimConfig, draw_lease};
 use crate::lock;
+use casaas_core::lease::LeaseConfig;
 
 /// Called with (true time, key, body) for every write the store applied.
 pub type ApplyHook = Arc<dyn Fn(Duration, &str, &Bytes) + Send + Sync>;
@@ -87,6 +88,13 @@ impl CasStore for Recorder {
     fn describe(&self) -> String {
         format!("recorded({})", self.inner.describe())
     }
+
+    fn identity(&self) -> String {
+        // Each run's world is a store of its own: the once-per-store work
+        // (the store guard) happens in every run, so a run is a function
+        // of its seed whatever ran before it in the process.
+        format!("recorded({})", self.inner.identity())
+    }
 }
 
 /// What all clients of one primitive's run share.
@@ -108,6 +116,9 @@ pub struct World {
     timeout_ms: Vec<u64>,
     /// Each client's clock rate.
     pub rates: Vec<f64>,
+    /// Each client's lease timing: the run's, or drawn for it when the run
+    /// explores configurations.
+    pub leases: Vec<LeaseConfig>,
     on_send: Option<SendHook>,
     /// Writes applied after their sender had stopped waiting for them.
     pub landed_after_give_up: AtomicU64,
@@ -140,8 +151,28 @@ impl World {
             on_apply,
         };
         let store = FaultyStore::new(recorder, rng.random(), config.faults.clone());
-        let rates = spread_rates(clients, config.rate_deviation, rng);
-        let timeout = config.lease.request_timeout;
+        let mut rates = spread_rates(clients, config.rate_deviation, rng);
+        let leases: Vec<LeaseConfig> = if config.explore_configs {
+            let mut draw = ChaCha8Rng::seed_from_u64(rng.random());
+            rates
+                .iter_mut()
+                .map(|rate| {
+                    let lease = draw_lease(&config.lease, &mut draw);
+                    // Each clock drifts within what its client declares, in
+                    // the same proportion as the run's clocks to its
+                    // declared bound (so a deliberately broken run stays
+                    // broken).
+                    if config.lease.drift_margin > 0.0 {
+                        let scaled =
+                            1.0 + (*rate - 1.0) * lease.drift_margin / config.lease.drift_margin;
+                        *rate = scaled.clamp(0.1, 3.0);
+                    }
+                    lease
+                })
+                .collect()
+        } else {
+            vec![config.lease.clone(); rates.len()]
+        };
         Arc::new(World {
             time,
             store,
@@ -153,9 +184,11 @@ impl World {
             slow_request: config.slow_request,
             timeout_ms: rates
                 .iter()
-                .map(|r| timeout.div_f64(*r).as_millis() as u64 + 1)
+                .zip(&leases)
+                .map(|(r, l)| l.request_timeout.div_f64(*r).as_millis() as u64 + 1)
                 .collect(),
             rates,
+            leases,
             on_send,
             landed_after_give_up: AtomicU64::new(0),
             answers_after_give_up: AtomicU64::new(0),
@@ -348,5 +381,10 @@ impl CasStore for Net {
             self.client,
             self.world.store.describe()
         )
+    }
+
+    fn identity(&self) -> String {
+        // Every client reaches the one store of its world.
+        self.world.store.identity()
     }
 }

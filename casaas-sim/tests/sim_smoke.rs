@@ -74,3 +74,43 @@ fn no_drift_margin_is_caught() {
         report.summary
     );
 }
+
+#[test]
+fn explored_configurations_replay_and_stay_safe() {
+    let first = run(&SimConfig::new(OPS, 5).explore()).unwrap();
+    let again = run(&SimConfig::new(OPS, 5).explore()).unwrap();
+    let fixed = run(&SimConfig::new(OPS, 5)).unwrap();
+    assert_eq!(first.digest, again.digest, "{}", first.summary);
+    assert_ne!(first.digest, fixed.digest, "the clients drew no timing");
+    assert!(first.violations.is_empty(), "{:#?}", first.violations);
+}
+
+#[test]
+fn drawn_configurations_are_valid_and_reach_the_edges() {
+    use rand::SeedableRng;
+    let base = SimConfig::new(OPS, 1).lease;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+    let drawn: Vec<_> = (0..400)
+        .map(|_| casaas_sim::draw_lease(&base, &mut rng))
+        .collect();
+    for c in &drawn {
+        c.validate().unwrap();
+    }
+    assert!(drawn.iter().any(|c| c.drift_margin == 0.0));
+    assert!(drawn.iter().any(|c| c.drift_margin > 0.2));
+    assert!(drawn.iter().any(|c| c.safety_margin.is_zero()));
+    assert!(
+        drawn
+            .iter()
+            .any(|c| c.renew_deadline.as_secs_f64() > 0.97 * c.holder_validity().as_secs_f64())
+    );
+    assert!(
+        drawn
+            .iter()
+            .any(|c| c.request_timeout.as_secs_f64() > 0.9 * c.renew_deadline.as_secs_f64())
+    );
+    assert!(
+        drawn.iter().filter(|c| **c == base).count() < 4,
+        "draws fell back"
+    );
+}

@@ -153,6 +153,11 @@ impl Event {
 pub struct Verdict {
     /// Acquisitions seen in the logs.
     pub acquisitions: usize,
+    /// Acquisitions by another worker than the one before (in time): the
+    /// moments where mutual exclusion and fencing are at stake.
+    pub handovers: usize,
+    /// Fenced writes the workers were told were applied.
+    pub writes_applied: usize,
     /// Pairs of overlapping belief intervals.
     pub overlaps: usize,
     /// Log entries with a token below an earlier entry's.
@@ -163,6 +168,57 @@ pub struct Verdict {
     pub duplicate_updates: usize,
     /// Human-readable details of each violation.
     pub details: Vec<String>,
+}
+
+/// The least work a run must do for "no violation" to mean anything. A
+/// run on a loaded machine can spend its minute waiting; below these counts
+/// its verdict is inconclusive, never a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MinimumWork {
+    /// Acquisitions.
+    pub acquisitions: usize,
+    /// Handovers between workers.
+    pub handovers: usize,
+    /// Fenced writes reported applied.
+    pub writes_applied: usize,
+}
+
+impl Default for MinimumWork {
+    /// 20 acquisitions, 5 handovers, 20 applied writes: a one-minute run on
+    /// an idle machine does several times that.
+    fn default() -> Self {
+        MinimumWork {
+            acquisitions: 20,
+            handovers: 5,
+            writes_applied: 20,
+        }
+    }
+}
+
+impl MinimumWork {
+    /// `None` if `verdict` did at least this much work, else what it lacked,
+    /// for people ("inconclusive: 5 acquisitions (at least 20 needed) …").
+    pub fn shortfall(&self, verdict: &Verdict) -> Option<String> {
+        let lacking: Vec<String> = [
+            ("acquisitions", verdict.acquisitions, self.acquisitions),
+            ("handovers", verdict.handovers, self.handovers),
+            (
+                "applied writes",
+                verdict.writes_applied,
+                self.writes_applied,
+            ),
+        ]
+        .iter()
+        .filter(|(_, done, needed)| done < needed)
+        .map(|(what, done, needed)| format!("{done} {what} (at least {needed} needed)"))
+        .collect();
+        (!lacking.is_empty()).then(|| {
+            format!(
+                "inconclusive: the run did too little work to count as a pass: {}; run it longer or on a less loaded machine",
+                lacking.join(", ")
+            )
+        })
+    }
 }
 
 impl Verdict {
@@ -184,10 +240,29 @@ pub struct Observed {
 /// Checks the workers' events against what the server holds.
 pub fn check(events: &[Event], observed: &Observed) -> Verdict {
     let mut verdict = Verdict::default();
+    count_work(events, &mut verdict);
     check_beliefs(events, &mut verdict);
     check_counter(events, observed, &mut verdict);
     check_log(events, observed, &mut verdict);
     verdict
+}
+
+/// Handovers (acquisitions in time order, by another worker than the one
+/// before) and fenced writes reported applied.
+fn count_work(events: &[Event], verdict: &mut Verdict) {
+    let mut acquired: Vec<(u64, u32)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Acquired { worker, at, .. } => Some((*at, *worker)),
+            _ => None,
+        })
+        .collect();
+    acquired.sort_unstable();
+    verdict.handovers = acquired.windows(2).filter(|w| w[0].1 != w[1].1).count();
+    verdict.writes_applied = events
+        .iter()
+        .filter(|e| matches!(e, Event::WriteResult { result, .. } if result == "ok"))
+        .count();
 }
 
 /// No two acquisitions' believed holding intervals overlap.
@@ -379,6 +454,47 @@ pub fn ns(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `n` acquisitions, alternating between two workers, each followed by
+    /// one applied increment.
+    fn busy_run(n: u64) -> Vec<Event> {
+        (0..n)
+            .flat_map(|i| {
+                let worker = (i % 2) as u32;
+                let mut events = vec![Event::Acquired {
+                    worker,
+                    token: i + 1,
+                    at: i * 10,
+                }];
+                events.extend(result(worker, "inc", i, "ok"));
+                events.push(Event::Released {
+                    worker,
+                    token: i + 1,
+                    at: i * 10 + 5,
+                });
+                events
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_run_that_did_too_little_is_inconclusive() {
+        let minimum = MinimumWork::default();
+        let observed = |n: u64| Observed {
+            counter: Some(Bytes::from(
+                serde_json::json!({"token": n, "value": {"count": n}}).to_string(),
+            )),
+            ..Observed::default()
+        };
+        let small = check(&busy_run(5), &observed(5));
+        assert_eq!((small.acquisitions, small.handovers), (5, 4));
+        assert_eq!(small.writes_applied, 5);
+        let why = minimum.shortfall(&small).unwrap();
+        assert!(why.starts_with("inconclusive"), "{why}");
+        assert!(why.contains("5 acquisitions (at least 20 needed)"), "{why}");
+        let big = check(&busy_run(40), &observed(40));
+        assert_eq!(minimum.shortfall(&big), None, "{big:?}");
+    }
 
     fn entry(seq: u64, token: u64, w: u32, op: u64) -> (String, Bytes) {
         (

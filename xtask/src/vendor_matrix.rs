@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use casaas_conformance::evidence::{
-    Answer, ClockSkewEvidence, CreateConflictEvidence, LatencyEvidence, RaceEvidence,
+    Answer, ClockSkewEvidence, CreateConflictEvidence, LatencyEvidence, Percentiles, RaceEvidence,
     ReplaceStaleEvidence, ThrottleEvidence, probe_id,
 };
 use casaas_conformance::{Report, RunVerdict, Severity, Verdict};
@@ -58,6 +58,9 @@ struct Target {
     url: Option<String>,
     /// Environment for the binary (credentials from the server's env file).
     env: Vec<(String, String)>,
+    /// Other endpoints of the same bucket (`--gateway`), from the server's
+    /// env file.
+    gateways: Vec<String>,
 }
 
 /// The outcome of one run.
@@ -138,6 +141,7 @@ pub fn vendor_matrix(
                         version: server_version(ctx, name),
                         url: None,
                         env: Vec::new(),
+                        gateways: Vec::new(),
                     },
                     report: None,
                     exit: None,
@@ -265,6 +269,7 @@ fn prepare(ctx: &Ctx, name: &str) -> Result<Target> {
         version: server_version(ctx, name),
         url: None,
         env: Vec::new(),
+        gateways: Vec::new(),
     };
     let (server_name, adapter) = match name.split_once('+') {
         Some((server, adapter)) => (server, Some(adapter)),
@@ -279,6 +284,12 @@ fn prepare(ctx: &Ctx, name: &str) -> Result<Target> {
             match env.remove(server_env::URL_VAR) {
                 Some(url) => target.url = Some(url),
                 None => bail!("{server}'s env file has no store URL"),
+            }
+            // The server's own row races over every gateway it runs.
+            if let Some(urls) = env.remove(servers::GATEWAYS_VAR)
+                && adapter.is_none()
+            {
+                target.gateways = urls.split_whitespace().map(String::from).collect();
             }
             target.env.extend(env);
             // Versions may only be readable once installed.
@@ -376,6 +387,9 @@ fn run_binary(binary: &Path, target: Target, quick: bool, out_dir: &Path) -> Run
     let mut command = Command::new(binary);
     if let Some(url) = &target.url {
         command.arg(url);
+    }
+    for gateway in &target.gateways {
+        command.arg("--gateway").arg(gateway);
     }
     command
         .args(["--format", "json", "--output"])
@@ -600,6 +614,9 @@ fn render(
             .as_deref()
             .map_or_else(|| "(none: embedded file backend)".to_string(), stable_url);
         md.push_str(&format!("- {}: `{}`\n", run.target.name, url));
+        for gateway in &run.target.gateways {
+            md.push_str(&format!("  - `--gateway {}`\n", stable_url(gateway)));
+        }
     }
 
     // Probe × store matrix.
@@ -636,8 +653,8 @@ fn render(
 
     // What each store answered.
     md.push_str("\n### What each store answered\n\n");
-    md.push_str("| Store | Losing create | Stale replace | Race losers (create) | Race losers (replace) | Per-key writes/s | Replace p50 / p99 ms | Clock skew |\n");
-    md.push_str("|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| Store | Losing create | Stale replace | Race losers (create) | Race losers (replace) | Per-key writes/s | Replace p50 / p99 ms | Contended replace p50 / p99 ms (won; refused) | Clock skew |\n");
+    md.push_str("|---|---|---|---|---|---|---|---|---|\n");
     for run in &reported {
         let Some(r) = &run.report else { continue };
         let histogram = |id: &str| -> String {
@@ -685,6 +702,22 @@ fn render(
                 || "-".into(),
                 |p| format!("{} / {}", json_number(p.p50_ms), json_number(p.p99_ms)),
             );
+        let contended = r
+            .probe(probe_id::RACE_REPLACE)
+            .and_then(|p| p.evidence_as::<RaceEvidence>())
+            .map(|e| e.contended_latency_ms)
+            .map_or_else(
+                || "-".into(),
+                |c| {
+                    let pair = |p: Option<Percentiles>| {
+                        p.map_or_else(
+                            || "-".into(),
+                            |p| format!("{} / {}", json_number(p.p50_ms), json_number(p.p99_ms)),
+                        )
+                    };
+                    format!("{}; {}", pair(c.winners), pair(c.losers))
+                },
+            );
         let skew = r
             .probe(probe_id::CLOCK_SKEW)
             .and_then(|p| p.evidence_as::<ClockSkewEvidence>())
@@ -699,7 +732,7 @@ fn render(
             .and_then(|p| p.evidence_as::<ReplaceStaleEvidence>())
             .and_then(|e| e.stale_replace);
         md.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             run.target.name,
             cell(&answer(second_create.as_ref())),
             cell(&answer(stale_replace.as_ref())),
@@ -707,6 +740,7 @@ fn render(
             cell(&histogram(probe_id::RACE_REPLACE)),
             cell(&throttle),
             latency,
+            contended,
             skew
         ));
     }
@@ -791,6 +825,7 @@ mod tests {
                 version: "moto 5.2.1".into(),
                 url: None,
                 env: Vec::new(),
+                gateways: Vec::new(),
             },
             report: None,
             exit: None,
@@ -828,6 +863,7 @@ mod tests {
                     "http://127.0.0.1:1/devstoreaccount1".into(),
                 ),
             ],
+            gateways: Vec::new(),
         };
         adapter_target(&mut target, "azurite", "object_store").unwrap();
         let url = target.url.unwrap();

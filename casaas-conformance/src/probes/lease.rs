@@ -107,7 +107,7 @@ type RaceResult = Result<usize, Result<Outcome, StepError>>;
 /// One race of `concurrency` contenders for the free lease `race/{round}`:
 /// how many acquired it.
 async fn lease_race(
-    store: &Arc<dyn CasStore>,
+    stores: &[Arc<dyn CasStore>],
     config: &LeaseConfig,
     round: usize,
     concurrency: usize,
@@ -116,8 +116,9 @@ async fn lease_race(
     let mut handles = Vec::with_capacity(concurrency);
     let barrier = Arc::new(tokio::sync::Barrier::new(concurrency));
     for task in 0..concurrency {
+        // Contenders spread over every endpoint (`--gateway`).
         let lease = match Lease::new(
-            store.clone(),
+            stores[task % stores.len()].clone(),
             race_key.clone(),
             format!("conformance-racer-{task}"),
             config.clone(),
@@ -158,7 +159,14 @@ pub(super) async fn lease_protocol(cx: &ProbeContext) -> Result<Outcome, StepErr
     // the lease protocol, which resolves them itself. Racers are released
     // unpaced.
     let store = cx.protocol_store().clone();
-    let racers = cx.racing_store().clone();
+    // With other endpoints, the second and third contenders write through
+    // the last one, and the racers through all of them.
+    let other = cx
+        .protocol_stores()
+        .last()
+        .cloned()
+        .unwrap_or_else(|| store.clone());
+    let racers = cx.racing_stores();
     let config = probe_config(cx);
     let ttl = config.ttl;
     let key = "lock";
@@ -169,14 +177,14 @@ pub(super) async fn lease_protocol(cx: &ProbeContext) -> Result<Outcome, StepErr
         Err(e) => return lease_step("set up a lease", e),
     };
     let b_store = Arc::new(Partitionable {
-        inner: store.clone(),
+        inner: other.clone(),
         cut: AtomicBool::new(false),
     });
     let b = match new_lease(b_store.clone(), "conformance-b") {
         Ok(l) => l,
         Err(e) => return lease_step("set up a lease", e),
     };
-    let c = match new_lease(store.clone(), "conformance-c") {
+    let c = match new_lease(other.clone(), "conformance-c") {
         Ok(l) => l,
         Err(e) => return lease_step("set up a lease", e),
     };

@@ -60,6 +60,36 @@ macro_rules! builtin {
     };
 }
 
+/// `race_across_endpoints`: critical when the run has more than one
+/// endpoint, an info note otherwise (one endpoint cannot see it).
+struct RaceAcrossEndpoints;
+
+#[async_trait]
+impl Probe for RaceAcrossEndpoints {
+    fn id(&self) -> &'static str {
+        "race_across_endpoints"
+    }
+    fn title(&self) -> &'static str {
+        "Concurrent writes through several endpoints: exactly one winner"
+    }
+    fn severity(&self) -> Severity {
+        Severity::Critical
+    }
+    fn severity_for(&self, endpoints: usize) -> Severity {
+        if endpoints > 1 {
+            Severity::Critical
+        } else {
+            Severity::Info
+        }
+    }
+    fn explanation(&self) -> &'static str {
+        "A store that serializes conditional writes within each gateway but not across gateways lets two processes behind different gateways acquire the same lock."
+    }
+    async fn run(&self, cx: &ProbeContext) -> Result<Outcome, StepError> {
+        races::race_across_endpoints(cx).await
+    }
+}
+
 /// A probe this backend cannot run: always answers unsupported with a
 /// reason. The binary replaces these placeholders (by id) with real probes
 /// for backends that give the access they need.
@@ -97,10 +127,13 @@ impl Probe for UnavailableProbe {
 }
 
 /// Ids of the S3-only probes, which need raw S3 access.
-pub const S3_ONLY_PROBES: [&str; 3] = [
+pub const S3_ONLY_PROBES: [&str; 6] = [
     "s3_etag_forms",
     "s3_multipart_if_none_match",
     "s3_versioned_bucket",
+    "s3_multipart_if_match",
+    "s3_copy_conditional",
+    "s3_versioning_states",
 ];
 
 fn s3_placeholders() -> Vec<Box<dyn Probe>> {
@@ -116,7 +149,7 @@ fn s3_placeholders() -> Vec<Box<dyn Probe>> {
         Box::new(UnavailableProbe {
             id: "s3_multipart_if_none_match",
             title: "CompleteMultipartUpload honours If-None-Match",
-            severity: Severity::Info,
+            severity: Severity::Warning,
             explanation: "Large records written by multipart upload could overwrite an existing object; casaas lease records are small single-part writes, so leases are unaffected.",
             reason: reason.clone(),
         }),
@@ -125,7 +158,42 @@ fn s3_placeholders() -> Vec<Box<dyn Probe>> {
             title: "Conditional writes on a versioned bucket",
             severity: Severity::Info,
             explanation: "On a versioned bucket a store that ignores conditions for new versions would let two holders write; run this probe on the bucket you deploy on.",
+            reason: reason.clone(),
+        }),
+        Box::new(UnavailableProbe {
+            id: "s3_multipart_if_match",
+            title: "CompleteMultipartUpload honours If-Match",
+            severity: Severity::Warning,
+            explanation: "A large record replaced by multipart upload with a stale If-Match would overwrite a newer one; casaas lease records are small single-part writes, and the adapters refuse larger conditional writes unless allowed.",
+            reason: reason.clone(),
+        }),
+        Box::new(UnavailableProbe {
+            id: "s3_copy_conditional",
+            title: "CopyObject honours If-None-Match and If-Match on the destination",
+            severity: Severity::Warning,
+            explanation: "Tools that publish a record by copying it into place would overwrite a holder's record if the copy ignores its condition; casaas itself never copies.",
+            reason: reason.clone(),
+        }),
+        Box::new(UnavailableProbe {
+            id: "s3_versioning_states",
+            title: "Conditional create, replace and delete with versioning enabled and suspended",
+            severity: Severity::Warning,
+            explanation: "A store that stops honouring conditions once bucket versioning is enabled or suspended would let two holders write after someone changes the bucket's settings.",
             reason,
+        }),
+        Box::new(UnavailableProbe {
+            id: "azure_block_list_conditional",
+            title: "Put Block List honours If-None-Match and If-Match",
+            severity: Severity::Warning,
+            explanation: "A large blob committed from blocks with an ignored condition would overwrite a holder's record; casaas lease records are single Put Blob writes.",
+            reason: "not run: this version has no Put Block List probe (the Azure backend writes single Put Blob requests only)".to_string(),
+        }),
+        Box::new(UnavailableProbe {
+            id: "gcs_compose_preconditions",
+            title: "Compose honours ifGenerationMatch",
+            severity: Severity::Warning,
+            explanation: "An object composed from parts with an ignored generation precondition would overwrite a holder's record; casaas lease records are single uploads.",
+            reason: "not run: this version has no compose probe (the GCS backend uploads single objects only)".to_string(),
         }),
     ]
 }
@@ -218,6 +286,7 @@ pub fn standard() -> Vec<Box<dyn Probe>> {
             "Concurrent replaces from one version: exactly one winner",
             "More than one winner of a replace race means two contenders take over the same expired lease, both holding it.",
         ),
+        Box::new(RaceAcrossEndpoints),
         builtin!(
             lease::lease_protocol,
             "lease_protocol",

@@ -258,7 +258,7 @@ pub(super) async fn throttle(cx: &ProbeContext) -> Result<Outcome, StepError> {
 }
 
 /// p50 / p90 / p99 / max / mean of `samples` (milliseconds).
-fn percentiles(mut samples: Vec<f64>) -> serde_json::Value {
+pub(super) fn percentiles(mut samples: Vec<f64>) -> serde_json::Value {
     if samples.is_empty() {
         return json!(null);
     }

@@ -10,6 +10,7 @@ use casaas_core::{CasError, CasStore, ErrorKind, Version};
 use futures::StreamExt;
 use tokio::sync::Barrier;
 
+use super::performance::percentiles;
 use super::{answer_label, nonce};
 use crate::model::{Outcome, StepError, StepExt};
 use crate::probe::{ProbeContext, detectable_race_rate};
@@ -32,6 +33,14 @@ struct Tally {
     reruns: usize,
     answers: BTreeMap<String, u64>,
     violations: Vec<String>,
+    /// Winners per endpoint (index as in `ProbeContext::racing_stores`).
+    winners_by_endpoint: BTreeMap<usize, u64>,
+    /// Rounds with several winners on different endpoints.
+    multiple_winners_across: usize,
+    /// How long each winner's write took under contention (ms).
+    winner_ms: Vec<f64>,
+    /// How long each refused racer's write took under contention (ms).
+    loser_ms: Vec<f64>,
 }
 
 impl Tally {
@@ -59,6 +68,12 @@ impl Tally {
         for v in other.violations {
             self.violation(v);
         }
+        for (endpoint, n) in other.winners_by_endpoint {
+            *self.winners_by_endpoint.entry(endpoint).or_default() += n;
+        }
+        self.multiple_winners_across += other.multiple_winners_across;
+        self.winner_ms.extend(other.winner_ms);
+        self.loser_ms.extend(other.loser_ms);
     }
 
     /// Rounds that broke exclusion: two winners, a write stored although
@@ -74,7 +89,38 @@ impl Tally {
         self.unsafe_rounds() > 0 || self.no_winner > 0
     }
 
-    fn outcome(self, what: &str, concurrency: usize, started: Instant) -> Outcome {
+    /// Winners per endpoint, by label, when there is more than one.
+    fn winners_by_label(&self, labels: &[String]) -> BTreeMap<String, u64> {
+        labels
+            .iter()
+            .enumerate()
+            .map(|(i, label)| {
+                let n = self.winners_by_endpoint.get(&i).copied().unwrap_or(0);
+                (format!("{i}: {label}"), n)
+            })
+            .collect()
+    }
+
+    /// `winners p50/p99 A/B ms, losers C/D ms`, for the detail line.
+    fn contended_line(&self) -> String {
+        let pair = |samples: &[f64]| match percentile_pair(samples) {
+            Some((p50, p99)) => format!("{p50:.1}/{p99:.1}"),
+            None => "-".to_string(),
+        };
+        format!(
+            "under contention a write took p50/p99 {} ms when it won, {} ms when refused",
+            pair(&self.winner_ms),
+            pair(&self.loser_ms)
+        )
+    }
+
+    fn outcome(
+        self,
+        what: &str,
+        concurrency: usize,
+        started: Instant,
+        labels: &[String],
+    ) -> Outcome {
         let unsafe_rounds = self.unsafe_rounds();
         // Only rounds with one winner are evidence of exclusion.
         let detectable = detectable_race_rate(self.one_winner);
@@ -88,10 +134,12 @@ impl Tally {
         };
         let outcome = if unsafe_rounds == 0 && self.no_winner == 0 {
             Outcome::pass(format!(
-                "{} rounds of {concurrency} concurrent {what}: exactly one winner each{reruns}; \
-                 a race in {:.2}% of rounds or more would have shown with 99% probability",
+                "{} rounds of {concurrency} concurrent {what}{}: exactly one winner each{reruns}; \
+                 a race in {:.2}% of rounds or more would have shown with 99% probability; {}",
                 self.rounds,
-                detectable * 100.0
+                spread(labels),
+                detectable * 100.0,
+                self.contended_line()
             ))
         } else if unsafe_rounds == 0 {
             // No winner is no evidence of exclusion: every racer was refused,
@@ -109,13 +157,32 @@ impl Tally {
             ))
         } else {
             Outcome::fail(format!(
-                "{} of {} rounds of {concurrency} concurrent {what} broke mutual exclusion: {}",
+                "{} of {} rounds of {concurrency} concurrent {what}{} broke mutual exclusion: {}",
                 unsafe_rounds,
                 self.rounds,
+                spread(labels),
                 self.violations.join("; ")
             ))
         };
+        let outcome = if labels.len() > 1 {
+            outcome
+                .with("endpoints", labels.len())
+                .with("winners_by_endpoint", self.winners_by_label(labels))
+                .with(
+                    "rounds_multiple_winners_across_endpoints",
+                    self.multiple_winners_across,
+                )
+        } else {
+            outcome
+        };
         outcome
+            .with(
+                "contended_latency_ms",
+                serde_json::json!({
+                    "winners": percentiles(self.winner_ms.clone()),
+                    "losers": percentiles(self.loser_ms.clone()),
+                }),
+            )
             .with("rounds", self.rounds)
             .with("concurrency", concurrency)
             .with("rounds_one_winner", self.one_winner)
@@ -133,13 +200,22 @@ impl Tally {
     }
 }
 
+/// One racer's answer: through which endpoint, how long it took, and what
+/// it was told.
+struct Answer {
+    endpoint: usize,
+    elapsed_ms: f64,
+    result: Result<Version, CasError>,
+}
+
 /// Runs one round: `concurrency` tasks released together by a barrier,
-/// each running `op(store, task)`. Returns each task's result.
+/// task `i` running `op(store, i)` through endpoint `i % stores.len()`.
+/// Returns each task's answer, timed from its release.
 async fn race<F, Fut>(
-    store: &Arc<dyn CasStore>,
+    stores: &[Arc<dyn CasStore>],
     concurrency: usize,
     op: F,
-) -> Result<Vec<Result<Version, CasError>>, StepError>
+) -> Result<Vec<Answer>, StepError>
 where
     F: Fn(Arc<dyn CasStore>, usize) -> Fut,
     Fut: std::future::Future<Output = Result<Version, CasError>> + Send + 'static,
@@ -147,25 +223,32 @@ where
     let barrier = Arc::new(Barrier::new(concurrency));
     let mut handles = Vec::with_capacity(concurrency);
     for task in 0..concurrency {
+        let endpoint = task % stores.len().max(1);
         let barrier = barrier.clone();
-        let fut = op(store.clone(), task);
+        let fut = op(stores[endpoint].clone(), task);
         handles.push(tokio::spawn(async move {
             barrier.wait().await;
-            fut.await
+            let started = Instant::now();
+            let result = fut.await;
+            Answer {
+                endpoint,
+                elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
+                result,
+            }
         }));
     }
-    let mut results = Vec::with_capacity(concurrency);
+    let mut answers = Vec::with_capacity(concurrency);
     for handle in handles {
-        let result = handle.await.map_err(|e| StepError {
+        let answer = handle.await.map_err(|e| StepError {
             step: "race task".to_string(),
             source: Box::new(CasError::new(
                 ErrorKind::Ambiguous,
                 format!("task failed: {e}"),
             )),
         })?;
-        results.push(result);
+        answers.push(answer);
     }
-    Ok(results)
+    Ok(answers)
 }
 
 /// Judges one round from the tasks' answers and what the key holds now.
@@ -176,7 +259,7 @@ async fn judge(
     key: &str,
     round: usize,
     bodies: &[Bytes],
-    results: Vec<Result<Version, CasError>>,
+    answers: Vec<Answer>,
     last: bool,
     tally: &mut Tally,
 ) -> Result<(), StepError> {
@@ -185,10 +268,20 @@ async fn judge(
         .as_ref()
         .and_then(|o| bodies.iter().position(|b| *b == o.body));
     let mut winners: Vec<(usize, Version)> = Vec::new();
-    for (task, result) in results.into_iter().enumerate() {
-        match result {
-            Ok(v) => winners.push((task, v)),
+    let mut endpoints = Vec::with_capacity(answers.len());
+    let mut winner_ms = Vec::new();
+    let mut loser_ms = Vec::new();
+    for (task, answer) in answers.into_iter().enumerate() {
+        endpoints.push(answer.endpoint);
+        match answer.result {
+            Ok(v) => {
+                winner_ms.push(answer.elapsed_ms);
+                winners.push((task, v));
+            }
             Err(e) => {
+                if e.kind() == ErrorKind::PreconditionFailed {
+                    loser_ms.push(answer.elapsed_ms);
+                }
                 *tally.answers.entry(answer_label(&e)).or_default() += 1;
                 if e.kind() == ErrorKind::Throttled {
                     // Never counted as a refusal: this racer did not take part.
@@ -219,6 +312,20 @@ async fn judge(
         return Ok(());
     }
     tally.rounds += 1;
+    tally.winner_ms.extend(winner_ms);
+    tally.loser_ms.extend(loser_ms);
+    for (task, _) in &winners {
+        *tally
+            .winners_by_endpoint
+            .entry(endpoints[*task])
+            .or_default() += 1;
+    }
+    let mut winning_endpoints: Vec<usize> = winners.iter().map(|(t, _)| endpoints[*t]).collect();
+    winning_endpoints.sort_unstable();
+    winning_endpoints.dedup();
+    if winning_endpoints.len() > 1 {
+        tally.multiple_winners_across += 1;
+    }
     tally.max_winners = tally.max_winners.max(winners.len());
     match winners.len() {
         0 => tally.no_winner += 1,
@@ -234,6 +341,12 @@ async fn judge(
                     "round {round}: task {task} won but the key holds another write"
                 ));
             }
+        }
+        n if winning_endpoints.len() > 1 => {
+            tally.multiple_winners += 1;
+            tally.violation(format!(
+                "round {round}: {n} winners, through endpoints {winning_endpoints:?}"
+            ));
         }
         n => {
             tally.multiple_winners += 1;
@@ -298,88 +411,169 @@ where
     Ok(tally)
 }
 
-pub(super) async fn race_create(cx: &ProbeContext) -> Result<Outcome, StepError> {
-    let racers = cx.racing_store();
-    let reader = cx.store();
-    let concurrency = cx.settings().concurrency.max(2);
-    let started = Instant::now();
-    let run = nonce();
-    let tally = run_rounds(cx, |round| {
-        let run = run.clone();
-        async move {
-            let mut tally = Tally::default();
-            for attempt in 0..ATTEMPTS {
-                let key = if attempt == 0 {
-                    format!("create/{round}")
-                } else {
-                    format!("create/{round}-again-{attempt}")
-                };
-                let bodies: Vec<Bytes> = (0..concurrency)
-                    .map(|t| Bytes::from(format!("round {round}.{attempt} task {t} {run}")))
-                    .collect();
-                let results = race(racers, concurrency, |store, task| {
-                    let (key, body) = (key.clone(), bodies[task].clone());
-                    async move { store.create(&key, body).await }
-                })
-                .await?;
-                let last = attempt + 1 == ATTEMPTS;
-                let reruns = tally.reruns;
-                judge(reader, &key, round, &bodies, results, last, &mut tally).await?;
-                if tally.reruns == reruns {
-                    break;
-                }
-            }
-            Ok(tally)
+/// " spread over N endpoints" when there is more than one.
+fn spread(labels: &[String]) -> String {
+    if labels.len() > 1 {
+        format!(" spread over {} endpoints", labels.len())
+    } else {
+        String::new()
+    }
+}
+
+/// p50 and p99 of `samples`, if any.
+fn percentile_pair(samples: &[f64]) -> Option<(f64, f64)> {
+    let p = percentiles(samples.to_vec());
+    Some((p["p50_ms"].as_f64()?, p["p99_ms"].as_f64()?))
+}
+
+/// What every round of a race shares.
+struct Race<'a> {
+    racers: Vec<Arc<dyn CasStore>>,
+    store: &'a Arc<dyn CasStore>,
+    cx: &'a ProbeContext,
+    concurrency: usize,
+    run: String,
+}
+
+impl Race<'_> {
+    fn new(cx: &ProbeContext) -> Race<'_> {
+        let racers = cx.racing_stores();
+        Race {
+            concurrency: cx.settings().concurrency.max(2).max(racers.len()),
+            racers,
+            store: cx.store(),
+            cx,
+            run: nonce(),
         }
-    })
-    .await?;
-    Ok(tally.outcome("creates of one key", concurrency, started))
+    }
+
+    /// One round of concurrent creates of a fresh key (run again on a
+    /// fresh key while nobody wins, up to [`ATTEMPTS`]).
+    async fn create_round(&self, name: &str, round: usize) -> Result<Tally, StepError> {
+        let (concurrency, run) = (self.concurrency, &self.run);
+        let mut tally = Tally::default();
+        for attempt in 0..ATTEMPTS {
+            let key = if attempt == 0 {
+                format!("{name}/{round}")
+            } else {
+                format!("{name}/{round}-again-{attempt}")
+            };
+            let bodies: Vec<Bytes> = (0..concurrency)
+                .map(|t| Bytes::from(format!("round {round}.{attempt} task {t} {run}")))
+                .collect();
+            let answers = race(&self.racers, concurrency, |store, task| {
+                let (key, body) = (key.clone(), bodies[task].clone());
+                async move { store.create(&key, body).await }
+            })
+            .await?;
+            let last = attempt + 1 == ATTEMPTS;
+            let reruns = tally.reruns;
+            judge(self.store, &key, round, &bodies, answers, last, &mut tally).await?;
+            if tally.reruns == reruns {
+                break;
+            }
+        }
+        Ok(tally)
+    }
+
+    /// One round of concurrent replaces from the version of a fresh object.
+    async fn replace_round(&self, name: &str, round: usize) -> Result<Tally, StepError> {
+        let (concurrency, run) = (self.concurrency, &self.run);
+        let mut tally = Tally::default();
+        for attempt in 0..ATTEMPTS {
+            // A fresh key per round, so stores with a per-key write limit
+            // are not throttled by the probe's own pace.
+            let key = if attempt == 0 {
+                format!("{name}/{round}")
+            } else {
+                format!("{name}/{round}-again-{attempt}")
+            };
+            let start = self
+                .store
+                .create(
+                    &key,
+                    Bytes::from(format!("round {round}.{attempt} start {run}")),
+                )
+                .await
+                .step("create the object to race on")?;
+            self.cx.pace(&key).await;
+            let bodies: Vec<Bytes> = (0..concurrency)
+                .map(|t| Bytes::from(format!("round {round}.{attempt} task {t} {run}")))
+                .collect();
+            let answers = race(&self.racers, concurrency, |store, task| {
+                let (key, body, from) = (key.clone(), bodies[task].clone(), start.clone());
+                async move { store.replace(&key, &from, body).await }
+            })
+            .await?;
+            let last = attempt + 1 == ATTEMPTS;
+            let reruns = tally.reruns;
+            judge(self.store, &key, round, &bodies, answers, last, &mut tally).await?;
+            if tally.reruns == reruns {
+                break;
+            }
+        }
+        Ok(tally)
+    }
+}
+
+pub(super) async fn race_create(cx: &ProbeContext) -> Result<Outcome, StepError> {
+    let started = Instant::now();
+    let race = Race::new(cx);
+    let tally = run_rounds(cx, |round| race.create_round("create", round)).await?;
+    Ok(tally.outcome(
+        "creates of one key",
+        race.concurrency,
+        started,
+        &cx.endpoint_labels(),
+    ))
 }
 
 pub(super) async fn race_replace(cx: &ProbeContext) -> Result<Outcome, StepError> {
-    let racers = cx.racing_store();
-    let store = cx.store();
-    let concurrency = cx.settings().concurrency.max(2);
     let started = Instant::now();
-    let run = nonce();
+    let race = Race::new(cx);
+    let tally = run_rounds(cx, |round| race.replace_round("replace", round)).await?;
+    Ok(tally.outcome(
+        "replaces from one version",
+        race.concurrency,
+        started,
+        &cx.endpoint_labels(),
+    ))
+}
+
+/// Creates and replaces (alternate rounds) with the racers spread over
+/// every endpoint, judged as the other races are, reporting the winners
+/// per endpoint. With one endpoint there is nothing to compare: a note.
+pub(super) async fn race_across_endpoints(cx: &ProbeContext) -> Result<Outcome, StepError> {
+    let labels = cx.endpoint_labels();
+    if labels.len() < 2 {
+        return Ok(Outcome::note(
+            "one endpoint given: a store whose conditional writes are serialized within each \
+             gateway but not across gateways cannot be seen from one endpoint; name the others \
+             with --gateway",
+        )
+        .with("endpoints", 1));
+    }
+    let started = Instant::now();
+    let race = Race::new(cx);
     let tally = run_rounds(cx, |round| {
-        let run = run.clone();
+        let race = &race;
         async move {
-            let mut tally = Tally::default();
-            for attempt in 0..ATTEMPTS {
-                // A fresh key per round, so stores with a per-key write limit
-                // are not throttled by the probe's own pace.
-                let key = if attempt == 0 {
-                    format!("replace/{round}")
-                } else {
-                    format!("replace/{round}-again-{attempt}")
-                };
-                let start = store
-                    .create(
-                        &key,
-                        Bytes::from(format!("round {round}.{attempt} start {run}")),
-                    )
-                    .await
-                    .step("create the object to race on")?;
-                cx.pace(&key).await;
-                let bodies: Vec<Bytes> = (0..concurrency)
-                    .map(|t| Bytes::from(format!("round {round}.{attempt} task {t} {run}")))
-                    .collect();
-                let results = race(racers, concurrency, |store, task| {
-                    let (key, body, from) = (key.clone(), bodies[task].clone(), start.clone());
-                    async move { store.replace(&key, &from, body).await }
-                })
-                .await?;
-                let last = attempt + 1 == ATTEMPTS;
-                let reruns = tally.reruns;
-                judge(store, &key, round, &bodies, results, last, &mut tally).await?;
-                if tally.reruns == reruns {
-                    break;
-                }
+            if round % 2 == 0 {
+                race.create_round("create", round).await
+            } else {
+                race.replace_round("replace", round).await
             }
-            Ok(tally)
         }
     })
     .await?;
-    Ok(tally.outcome("replaces from one version", concurrency, started))
+    let by_endpoint = tally.winners_by_label(&labels);
+    let outcome = tally.outcome("creates and replaces", race.concurrency, started, &labels);
+    let winners: Vec<String> = by_endpoint
+        .iter()
+        .map(|(l, n)| format!("{l} won {n}"))
+        .collect();
+    Ok(Outcome {
+        detail: format!("{}; {}", outcome.detail, winners.join(", ")),
+        ..outcome
+    })
 }

@@ -361,7 +361,7 @@ impl Lease {
                 } else if record.released {
                     Plan::Replace {
                         version: version.clone(),
-                        token: record.token.saturating_add(1),
+                        token: self.next_token(record)?,
                         acquired_at_ms: None,
                     }
                 } else {
@@ -374,16 +374,31 @@ impl Lease {
                             takeover_in: wait,
                         }));
                     }
+                    let token = self.next_token(record)?;
                     tracing::info!(holder = %record.owner, token = record.token, "taking over an expired lease");
                     Plan::Replace {
                         version: version.clone(),
-                        token: record.token.saturating_add(1),
+                        token,
                         acquired_at_ms: None,
                     }
                 }
             }
         };
         self.write(plan).await
+    }
+
+    /// The token of the holder after `record`'s: refused at `u64::MAX`,
+    /// where the next holder would get the same token as this one.
+    fn next_token(&self, record: &LeaseRecord) -> Result<u64, LeaseError> {
+        let next = record
+            .token
+            .checked_add(1)
+            .ok_or_else(|| LeaseError::Exhausted {
+                key: self.key.clone(),
+                counter: "fencing token",
+            })?;
+        debug_assert!(next > record.token, "a fencing token never decreases");
+        Ok(next)
     }
 
     async fn write(&self, plan: Plan) -> Result<AcquireOutcome, LeaseError> {

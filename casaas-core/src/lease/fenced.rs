@@ -10,17 +10,23 @@ use tracing::Instrument;
 
 use crate::{CasError, CasStore, ErrorKind, Version, validate_key};
 
+use super::attempt::{Attempts, Sent, Unresolved, attempt_knobs};
 use super::clock::{Clock, Entropy};
 use super::handle::LeaseGuard;
 use super::pending::{PendingWrite, PendingWrites, Settled};
 use super::record::{check_envelope_schemas, foreign};
-use super::retry::{RequestPolicy, backoff, count_ambiguous, needs_resolution, timed};
+use super::retry::{RequestPolicy, count_ambiguous, timed};
 use super::{LeaseError, metric_names};
 
 /// The `kind` of a fenced-resource record.
 pub(crate) const FENCED_KIND: &str = "casaas.fenced";
 /// Schema 2 added `seq` and `applied`; schema 1 records are still read.
 const FENCED_SCHEMA: u64 = 2;
+/// How an update that may still land reports an error.
+const UNRESOLVED_UPDATE: Unresolved = Unresolved {
+    what: "the update may or may not have been applied",
+    advice: "read the resource to find out",
+};
 /// How many earlier writes' nonces a record carries. A writer whose answer
 /// was lost can tell whether its write landed as long as fewer than this
 /// many writes followed it before it reads again.
@@ -60,19 +66,29 @@ impl WriteHistory {
         match (before, self.seq) {
             (Some(before), Some(seq)) => {
                 let oldest_known = seq.saturating_sub(self.applied.len() as u64);
-                before + 1 >= oldest_known
+                before.saturating_add(1) >= oldest_known
             }
             _ => false,
         }
     }
 
-    /// The history a write replacing this record carries.
-    fn next(&self) -> (u64, Vec<String>) {
+    /// The history a write replacing this record carries; refused once the
+    /// write count cannot grow (a repeated count would make an unanswered
+    /// write's outcome unknowable).
+    fn next(&self, key: &str) -> Result<(u64, Vec<String>), LeaseError> {
+        let seq = self
+            .seq
+            .unwrap_or(0)
+            .checked_add(1)
+            .ok_or_else(|| LeaseError::Exhausted {
+                key: key.to_string(),
+                counter: "write count",
+            })?;
         let mut applied = self.applied.clone();
         applied.push(self.nonce.clone());
         let excess = applied.len().saturating_sub(APPLIED_HISTORY);
         applied.drain(..excess);
-        (self.seq.unwrap_or(0) + 1, applied)
+        Ok((seq, applied))
     }
 }
 
@@ -142,42 +158,7 @@ where
         })
     }
 
-    /// Uses `clock` for timeouts and backoff.
-    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.policy.clock = clock;
-        self
-    }
-
-    /// Uses `entropy` for nonces and jitter.
-    pub fn with_entropy(mut self, entropy: Entropy) -> Self {
-        self.policy.entropy = entropy;
-        self
-    }
-
-    /// Turns the [store guard](crate::guard) off for this handle (it is on
-    /// by default: the first write checks, once per store per process, that
-    /// the store honours conditional writes). Logged at warn.
-    pub fn verify_store(mut self, verify: bool) -> Self {
-        if !verify {
-            super::retry::warn_unverified(self.store.as_ref(), "a FencedResource");
-        }
-        self.policy.verify_store = verify;
-        self
-    }
-
-    /// Sets the per-request timeout (default 10 s), base backoff (default
-    /// 100 ms) and the attempts before [`LeaseError::Contended`] (default 32).
-    pub fn with_retries(
-        mut self,
-        request_timeout: Duration,
-        retry_period: Duration,
-        max_attempts: u32,
-    ) -> Self {
-        self.policy.request_timeout = request_timeout;
-        self.policy.retry_period = retry_period;
-        self.policy.max_attempts = max_attempts.max(1);
-        self
-    }
+    attempt_knobs!("a FencedResource");
 
     /// The key.
     pub fn key(&self) -> &str {
@@ -258,28 +239,18 @@ where
         let span = tracing::debug_span!("fenced.update", key = %self.key, token);
         async {
             self.policy.verify(self.store.as_ref()).await?;
-            let mut pending: PendingWrites<UpdateWrite> = PendingWrites::default();
-            let mut last_err: Option<CasError> = None;
-            for _ in 0..self.policy.max_attempts {
-                if let Some(err) = last_err.take() {
-                    self.policy
-                        .clock
-                        .sleep(backoff(
-                            &self.policy.entropy,
-                            self.policy.retry_period,
-                            Some(&err),
-                        ))
-                        .await;
-                }
+            let mut attempts: Attempts<'_, UpdateWrite> =
+                Attempts::new(&self.policy, &self.key, UNRESOLVED_UPDATE);
+            while attempts.next().await {
                 let current = match self.read_full().await {
                     Ok(c) => c,
                     Err(LeaseError::Store(err)) if err.is_retryable() => {
-                        last_err = Some(err);
+                        attempts.retry(err);
                         continue;
                     }
-                    Err(other) => return Err(self.unresolved(&pending, other)),
+                    Err(other) => return Err(attempts.fail(other)),
                 };
-                if let Some(landed) = self.settle(&mut pending, current.as_ref(), token)? {
+                if let Some(landed) = self.settle(&mut attempts.pending, current.as_ref(), token)? {
                     return Ok(landed);
                 }
                 let (expected, old, history) = match &current {
@@ -299,9 +270,12 @@ where
                     }
                     None => (None, None, None),
                 };
+                let (seq, applied) = match history {
+                    Some(history) => history.next(&self.key)?,
+                    None => (1, Vec::new()),
+                };
                 let value = f(old);
                 let nonce = self.policy.entropy.nonce();
-                let (seq, applied) = history.map_or((1, Vec::new()), WriteHistory::next);
                 let record = FencedRecord {
                     kind: FENCED_KIND.to_string(),
                     schema: FENCED_SCHEMA,
@@ -316,62 +290,42 @@ where
                     message: e.to_string(),
                 };
                 let body = serde_json::to_vec(&record).map_err(codec)?;
-                pending.push(PendingWrite {
-                    nonce: nonce.clone(),
-                    sent_at: self.policy.clock.now(),
+                let write = PendingWrite {
+                    nonce,
+                    sent_at: attempts.now(),
                     condition: expected.clone(),
                     payload: UpdateWrite {
                         value: serde_json::to_value(&record.value).map_err(codec)?,
                         before: history.map_or(Some(0), |h| h.seq),
                     },
-                });
-                let write = match &expected {
+                };
+                let request = match &expected {
                     None => self.store.create(&self.key, body.into()),
                     Some(v) => self.store.replace(&self.key, v, body.into()),
                 };
-                let err = match timed(
-                    self.policy.clock.as_ref(),
-                    self.policy.request_timeout,
-                    &self.key,
-                    write,
-                )
-                .await
-                {
-                    Ok(version) => {
+                match attempts.send(write, &self.key, request).await {
+                    Sent::Written(version) => {
                         return Ok(Fenced {
                             value: record.value,
                             token,
                             version,
                         });
                     }
-                    Err(err) => err,
-                };
-                if needs_resolution(&err) {
-                    // Unknown outcome (or a 412 that may be our own
-                    // duplicate): the next round reads and settles it.
-                    tracing::debug!(error = %err, "update outcome unknown; reading");
-                } else {
-                    // Nothing was written.
-                    pending.forget(&nonce);
-                    if !(err.is_retryable() || err.kind() == ErrorKind::NotFound) {
-                        return Err(self.unresolved(&pending, err.into()));
+                    Sent::Unknown(err) => {
+                        // Unknown outcome (or a 412 that may be our own
+                        // duplicate): the next round reads and settles it.
+                        tracing::debug!(error = %err, "update outcome unknown; reading");
+                        attempts.retry(err);
+                    }
+                    Sent::Refused(err) => {
+                        if !(err.is_retryable() || err.kind() == ErrorKind::NotFound) {
+                            return Err(attempts.fail(err.into()));
+                        }
+                        attempts.retry(err);
                     }
                 }
-                last_err = Some(err);
             }
-            if !pending.is_empty() {
-                return Err(self.unresolved(
-                    &pending,
-                    LeaseError::Contended {
-                        key: self.key.clone(),
-                        attempts: self.policy.max_attempts,
-                    },
-                ));
-            }
-            Err(LeaseError::Contended {
-                key: self.key.clone(),
-                attempts: self.policy.max_attempts,
-            })
+            Err(attempts.give_up())
         }
         .instrument(span)
         .await
@@ -427,21 +381,6 @@ where
                 Ok(None)
             }
         }
-    }
-
-    /// The error to return while writes of this update may still land: the
-    /// caller must not take it for "not applied".
-    fn unresolved(&self, pending: &PendingWrites<UpdateWrite>, err: LeaseError) -> LeaseError {
-        if pending.is_empty() {
-            return err;
-        }
-        LeaseError::Store(
-            CasError::new(
-                ErrorKind::Ambiguous,
-                format!("the update may or may not have been applied ({err}); read the resource to find out"),
-            )
-            .with_key(&self.key),
-        )
     }
 
     /// [`LeaseGuard::ensure_held_for`] with `min_remaining`, then

@@ -228,6 +228,13 @@ impl Shared {
     fn adopt(&self, version: Version, nonce: String, sent_at: Duration) {
         let valid_until = {
             let mut state = self.lock();
+            // Every write still pending was sent after the last adopted one
+            // (adopting clears them), so validity only ever moves forward.
+            debug_assert!(
+                sent_at >= state.last_send,
+                "a renewal moved the holder's validity back: {sent_at:?} < {:?}",
+                state.last_send
+            );
             state.version = version;
             state.nonce = nonce;
             state.last_send = sent_at;

@@ -12,16 +12,22 @@ use tracing::Instrument;
 
 use crate::{CasError, CasStore, ErrorKind, Version, validate_key};
 
+use super::attempt::{Attempts, Sent, Unresolved, attempt_knobs};
 use super::clock::{Clock, Entropy};
 use super::pending::{PendingWrite, PendingWrites, Settled};
 use super::record::{check_envelope, foreign};
-use super::retry::{RequestPolicy, backoff, count_ambiguous, needs_resolution, timed};
+use super::retry::{RequestPolicy, count_ambiguous, timed};
 use super::{LeaseError, metric_names};
 
 const LOG_KIND: &str = "casaas.log";
 const LOG_SCHEMA: u64 = 1;
 /// Digits of the zero-padded sequence number in entry keys (sorts numerically).
 const SEQ_DIGITS: usize = 20;
+/// How an append that may still land reports an error.
+const UNRESOLVED_APPEND: Unresolved = Unresolved {
+    what: "the append may or may not have been made",
+    advice: "read the log to find out",
+};
 const HEAD_HINT_KIND: &str = "casaas.log-head";
 const HEAD_HINT_SCHEMA: u64 = 1;
 /// The head hint is advanced every this many entries, so that a new handle
@@ -139,42 +145,7 @@ where
         })
     }
 
-    /// Uses `clock` for timeouts and backoff.
-    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.policy.clock = clock;
-        self
-    }
-
-    /// Uses `entropy` for nonces and jitter.
-    pub fn with_entropy(mut self, entropy: Entropy) -> Self {
-        self.policy.entropy = entropy;
-        self
-    }
-
-    /// Turns the [store guard](crate::guard) off for this handle (it is on
-    /// by default: the first write checks, once per store per process, that
-    /// the store honours conditional writes). Logged at warn.
-    pub fn verify_store(mut self, verify: bool) -> Self {
-        if !verify {
-            super::retry::warn_unverified(self.store.as_ref(), "a FencedLog");
-        }
-        self.policy.verify_store = verify;
-        self
-    }
-
-    /// Sets the per-request timeout (default 10 s), base backoff (default
-    /// 100 ms) and the attempts before [`LeaseError::Contended`] (default 32).
-    pub fn with_retries(
-        mut self,
-        request_timeout: Duration,
-        retry_period: Duration,
-        max_attempts: u32,
-    ) -> Self {
-        self.policy.request_timeout = request_timeout;
-        self.policy.retry_period = retry_period;
-        self.policy.max_attempts = max_attempts.max(1);
-        self
-    }
+    attempt_knobs!("a FencedLog");
 
     /// The key of entry `seq`.
     pub fn entry_key(&self, seq: u64) -> String {
@@ -328,6 +299,10 @@ where
         let mut low = known;
         let mut step = 1u64;
         let high = loop {
+            if low.seq == u64::MAX {
+                // The last number exists: nothing can follow it.
+                return Ok(low);
+            }
             let probe = low.seq.saturating_add(step);
             match self.probe(probe).await? {
                 Some(head) => {
@@ -448,65 +423,53 @@ where
             })?;
             // Our writes whose outcome is unknown; all at one sequence
             // number, since a new attempt moves on only once they are dead.
-            let mut pending: PendingWrites<u64> = PendingWrites::default();
-            let mut last_err: Option<CasError> = None;
-            for _ in 0..self.policy.max_attempts {
-                if let Some(err) = last_err.take() {
-                    self.policy
-                        .clock
-                        .sleep(backoff(
-                            &self.policy.entropy,
-                            self.policy.retry_period,
-                            Some(&err),
-                        ))
-                        .await;
-                }
-                let (settled, moved_on) = match self.settle(&mut pending).await {
+            let mut attempts: Attempts<'_, u64> =
+                Attempts::new(&self.policy, &self.prefix, UNRESOLVED_APPEND);
+            while attempts.next().await {
+                let (settled, moved_on) = match self.settle(&mut attempts.pending).await {
                     Ok(settled) => settled,
                     Err(LeaseError::Store(err)) if err.is_retryable() => {
-                        last_err = Some(err);
+                        attempts.retry(err);
                         continue;
                     }
-                    Err(other) => return Err(self.unresolved(&pending, other)),
+                    Err(other) => return Err(attempts.fail(other)),
                 };
                 if let Some(entry) = settled {
                     return Ok(entry);
                 }
-                let head = match pending.iter().next() {
+                let head = match attempts.pending.iter().next() {
                     // Still live at `seq`: the log ends just before it.
-                    Some(write) => Head {
+                    Some(write) => Ok(Head {
                         seq: write.payload - 1,
                         token: self.known_head().map_or(0, |h| h.token),
-                    },
+                    }),
                     // Another writer took our slot: find the end afresh.
-                    None if moved_on => match self.find_head().await {
-                        Ok(head) => head,
-                        Err(LeaseError::Store(err)) if err.is_retryable() => {
-                            last_err = Some(err);
-                            continue;
-                        }
-                        Err(other) => return Err(other),
-                    },
-                    None => match self.head_for_append().await {
-                        Ok(head) => head,
-                        Err(LeaseError::Store(err)) if err.is_retryable() => {
-                            last_err = Some(err);
-                            continue;
-                        }
-                        Err(other) => return Err(other),
-                    },
+                    None if moved_on => self.find_head().await,
+                    None => self.head_for_append().await,
+                };
+                let head = match head {
+                    Ok(head) => head,
+                    Err(LeaseError::Store(err)) if err.is_retryable() => {
+                        attempts.retry(err);
+                        continue;
+                    }
+                    Err(other) => return Err(attempts.fail(other)),
                 };
                 if head.token > token {
                     metrics::counter!(metric_names::FENCING_REJECTIONS).increment(1);
-                    return Err(self.unresolved(
-                        &pending,
-                        LeaseError::FencedOut {
-                            presented: token,
-                            recorded: head.token,
-                        },
-                    ));
+                    return Err(attempts.fail(LeaseError::FencedOut {
+                        presented: token,
+                        recorded: head.token,
+                    }));
                 }
-                let seq = head.seq + 1;
+                // A log at the last number cannot grow: refuse rather than
+                // aim at an entry that exists.
+                let Some(seq) = head.seq.checked_add(1) else {
+                    return Err(attempts.fail(LeaseError::Exhausted {
+                        key: self.prefix.clone(),
+                        counter: "log sequence number",
+                    }));
+                };
                 let key = self.entry_key(seq);
                 let nonce = self.policy.entropy.nonce();
                 let record = LogRecord {
@@ -521,21 +484,18 @@ where
                     key: key.clone(),
                     message: e.to_string(),
                 })?;
-                pending.push(PendingWrite {
-                    nonce: nonce.clone(),
-                    sent_at: self.policy.clock.now(),
+                let write = PendingWrite {
+                    nonce,
+                    sent_at: attempts.now(),
                     condition: None,
                     payload: seq,
-                });
-                let result = timed(
-                    self.policy.clock.as_ref(),
-                    self.policy.request_timeout,
-                    &key,
-                    self.store.create(&key, body.into()),
-                )
-                .await;
-                match result {
-                    Ok(version) => {
+                };
+                let request = self.store.create(&key, body.into());
+                match attempts.send(write, &key, request).await {
+                    Sent::Written(version) => {
+                        // We checked the entry before ours: tokens along
+                        // the log never decrease.
+                        debug_assert!(head.token <= token && head.seq < seq);
                         self.learn(Head { seq, token });
                         if seq % HEAD_HINT_EVERY == 0 {
                             self.advance_hint(seq).await;
@@ -555,23 +515,18 @@ where
                     // Lost the race for `seq` (the next round reads who won
                     // and moves on at once), or an unknown outcome (resolved
                     // after a pause).
-                    Err(err) if err.kind() == ErrorKind::PreconditionFailed => {}
-                    Err(err) if needs_resolution(&err) => last_err = Some(err),
-                    Err(err) => {
+                    Sent::Unknown(err) if err.kind() == ErrorKind::PreconditionFailed => {}
+                    Sent::Unknown(err) => attempts.retry(err),
+                    Sent::Refused(err) => {
                         // Nothing was written.
-                        pending.forget(&nonce);
                         if !err.is_retryable() {
-                            return Err(self.unresolved(&pending, err.into()));
+                            return Err(attempts.fail(err.into()));
                         }
-                        last_err = Some(err);
+                        attempts.retry(err);
                     }
                 }
             }
-            let contended = LeaseError::Contended {
-                key: self.prefix.clone(),
-                attempts: self.policy.max_attempts,
-            };
-            Err(self.unresolved(&pending, contended))
+            Err(attempts.give_up())
         }
         .instrument(span)
         .await
@@ -606,21 +561,5 @@ where
                 Ok((None, found.is_some()))
             }
         }
-    }
-
-    /// The error to return while a write of this append may still land.
-    fn unresolved(&self, pending: &PendingWrites<u64>, err: LeaseError) -> LeaseError {
-        if pending.is_empty() {
-            return err;
-        }
-        LeaseError::Store(
-            CasError::new(
-                ErrorKind::Ambiguous,
-                format!(
-                    "the append may or may not have been made ({err}); read the log to find out"
-                ),
-            )
-            .with_key(&self.prefix),
-        )
     }
 }

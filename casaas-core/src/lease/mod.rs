@@ -41,6 +41,7 @@
 //! ```
 
 mod acquire;
+mod attempt;
 mod clock;
 mod config;
 mod election;
@@ -184,6 +185,20 @@ pub enum LeaseError {
         key: String,
         /// What went wrong.
         message: String,
+    },
+    /// A counter the protocol only ever increases (a lease's fencing token,
+    /// a fenced resource's write count, a fenced log's sequence number) is
+    /// at `u64::MAX`: the next one would repeat it, which would hand two
+    /// holders (or two writes) the same number, so the write is refused.
+    #[error(
+        "the {counter} at key '{key}' is at its maximum ({max}) and cannot grow; refusing rather than repeating it: use a new key",
+        max = u64::MAX
+    )]
+    Exhausted {
+        /// The key.
+        key: String,
+        /// Which counter: "fencing token", "write count" or "log sequence number".
+        counter: &'static str,
     },
     /// Too many concurrent writers: the write lost every attempt.
     #[error("write to key '{key}' lost {attempts} races in a row; giving up")]

@@ -68,6 +68,13 @@ impl<P> Default for PendingWrites<P> {
 impl<P> PendingWrites<P> {
     /// Remembers a write about to be sent.
     pub(crate) fn push(&mut self, write: PendingWrite<P>) {
+        // Nonces are fresh per write: a repeat would let one answer settle
+        // two writes.
+        debug_assert!(
+            !self.contains(&write.nonce),
+            "write {} is already pending",
+            write.nonce
+        );
         self.writes.push(write);
     }
 
@@ -79,6 +86,12 @@ impl<P> PendingWrites<P> {
 
     /// Moves every write of `other` into this set.
     pub(crate) fn absorb(&mut self, other: PendingWrites<P>) {
+        // A write has one owner at a time: handing it over twice would let
+        // two attempts each settle it as theirs.
+        debug_assert!(
+            other.writes.iter().all(|w| !self.contains(&w.nonce)),
+            "a pending write was handed over twice"
+        );
         self.writes.extend(other.writes);
     }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::{Capabilities, CasError, CasStore, ListEntry, StoredObject, Version};
+use crate::{CasError, CasStore, ForwardingStore, ListEntry, StoredObject, Version};
 
 /// Requests sent through a [`CountingStore`], by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -104,18 +104,24 @@ impl<S: CasStore> CountingStore<S> {
 }
 
 #[async_trait]
-impl<S: CasStore> CasStore for CountingStore<S> {
-    async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
+impl<S: CasStore> ForwardingStore for CountingStore<S> {
+    type Inner = S;
+
+    fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    async fn wrap_get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
         self.counters.get.fetch_add(1, Ordering::Relaxed);
         self.inner.get(key).await
     }
 
-    async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
+    async fn wrap_create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
         self.counters.create.fetch_add(1, Ordering::Relaxed);
         self.inner.create(key, body).await
     }
 
-    async fn replace(
+    async fn wrap_replace(
         &self,
         key: &str,
         expected: &Version,
@@ -125,25 +131,17 @@ impl<S: CasStore> CasStore for CountingStore<S> {
         self.inner.replace(key, expected, body).await
     }
 
-    async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
+    async fn wrap_delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
         self.counters.delete.fetch_add(1, Ordering::Relaxed);
         self.inner.delete(key, expected).await
     }
 
-    async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
+    async fn wrap_list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
         self.counters.list.fetch_add(1, Ordering::Relaxed);
         self.inner.list(prefix).await
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-
-    fn identity(&self) -> String {
+    fn wrap_identity(&self) -> String {
         format!("counting({})", self.inner.identity())
     }
 }

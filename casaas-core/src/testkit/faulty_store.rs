@@ -9,7 +9,7 @@ use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::{Capabilities, CasError, CasStore, ErrorKind, ListEntry, StoredObject, Version};
+use crate::{CasError, CasStore, ErrorKind, ForwardingStore, ListEntry, StoredObject, Version};
 
 /// One injected fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,8 +283,14 @@ impl<S: CasStore> FaultyStore<S> {
 }
 
 #[async_trait]
-impl<S: CasStore> CasStore for FaultyStore<S> {
-    async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
+impl<S: CasStore> ForwardingStore for FaultyStore<S> {
+    type Inner = S;
+
+    fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    async fn wrap_get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
         let owned = key.to_string();
         self.run(
             key,
@@ -295,7 +301,7 @@ impl<S: CasStore> CasStore for FaultyStore<S> {
         .await
     }
 
-    async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
+    async fn wrap_create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
         let (owned, owned_body) = (key.to_string(), body.clone());
         self.run(
             key,
@@ -306,7 +312,7 @@ impl<S: CasStore> CasStore for FaultyStore<S> {
         .await
     }
 
-    async fn replace(
+    async fn wrap_replace(
         &self,
         key: &str,
         expected: &Version,
@@ -322,7 +328,7 @@ impl<S: CasStore> CasStore for FaultyStore<S> {
         .await
     }
 
-    async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
+    async fn wrap_delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
         let (owned, owned_expected) = (key.to_string(), expected.clone());
         self.run(
             key,
@@ -333,7 +339,7 @@ impl<S: CasStore> CasStore for FaultyStore<S> {
         .await
     }
 
-    async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
+    async fn wrap_list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
         let owned = prefix.to_string();
         self.run(
             prefix,
@@ -344,15 +350,11 @@ impl<S: CasStore> CasStore for FaultyStore<S> {
         .await
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    fn describe(&self) -> String {
+    fn wrap_describe(&self) -> String {
         format!("faulty({})", self.inner.describe())
     }
 
-    fn identity(&self) -> String {
+    fn wrap_identity(&self) -> String {
         format!("faulty({})", self.inner.identity())
     }
 }

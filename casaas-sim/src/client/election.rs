@@ -271,7 +271,7 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Primiti
             net,
             ELECTION_KEY,
             format!("client-{id}"),
-            config.lease.clone(),
+            world.leases[id].clone(),
         )
         .map_err(|e| format!("invalid lease configuration: {e}"))?
         .with_clock(Arc::new(clock.clone()))

@@ -98,7 +98,8 @@ struct Client {
 impl Client {
     async fn run(mut self) -> Result<(), String> {
         let ttl = self.config.lease.ttl;
-        let timeout = self.config.lease.request_timeout;
+        let lease = &self.world.leases[self.id as usize];
+        let (timeout, retry_period) = (lease.request_timeout, lease.retry_period);
         let mut token = self.epoch.load(Ordering::Relaxed);
         let mut op = 0u64;
         while !self.world.stop.is_cancelled() {
@@ -117,7 +118,7 @@ impl Client {
                 .map_err(|e| e.to_string())?
                 .with_clock(Arc::new(self.clock.clone()))
                 .with_entropy(self.entropy.clone())
-                .with_retries(timeout, self.config.lease.retry_period, 8);
+                .with_retries(timeout, retry_period, 8);
             let result = writer
                 .append(
                     token,

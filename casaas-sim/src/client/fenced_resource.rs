@@ -224,7 +224,6 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Primiti
         })),
     );
     let epoch = Arc::new(AtomicU64::new(1));
-    let timeout = config.lease.request_timeout;
     let mut handles = Vec::new();
     let mut freezers = Vec::new();
     for id in 0..world.rates.len() {
@@ -233,7 +232,11 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Primiti
             .map_err(|e| e.to_string())?
             .with_clock(Arc::new(clock.clone()))
             .with_entropy(Entropy::seeded(rng.random()))
-            .with_retries(timeout, config.lease.retry_period, 8);
+            .with_retries(
+                world.leases[id].request_timeout,
+                world.leases[id].retry_period,
+                8,
+            );
         freezers.push(tokio::spawn(freezer(
             world.clone(),
             clock.clone(),

@@ -277,7 +277,6 @@ pub async fn simulate(
         Arc::new(move |at, key: &str, body: &Bytes| lock(&recorded).applied(at, key, body)),
         None,
     );
-    let timeout = config.lease.request_timeout;
     let mut handles = Vec::new();
     for client in 0..world.rates.len() {
         let (clock, net) = world.client(client, config, &mut rng);
@@ -285,7 +284,7 @@ pub async fn simulate(
             net.clone(),
             LOCK_KEY,
             format!("client-{client}"),
-            config.lease.clone(),
+            world.leases[client].clone(),
         )
         .map_err(|e| format!("invalid lease configuration: {e}"))?
         .with_clock(Arc::new(clock.clone()))
@@ -294,7 +293,11 @@ pub async fn simulate(
             .map_err(|e| e.to_string())?
             .with_clock(Arc::new(clock.clone()))
             .with_entropy(Entropy::seeded(rng.random()))
-            .with_retries(timeout, config.lease.retry_period, 8);
+            .with_retries(
+                world.leases[client].request_timeout,
+                world.leases[client].retry_period,
+                8,
+            );
         for task in 0..tasks {
             let task = Task {
                 client,
@@ -345,6 +348,11 @@ fn report(
         check::mutual_exclusion(h, &who, &context),
     );
     findings.add("token_order", check::token_order(h, &who, &context));
+    let ttls: Vec<Duration> = world.leases.iter().map(|l| l.ttl).collect();
+    findings.add(
+        "belief_rests_on_a_write",
+        check::belief_rests_on_a_write(h, &ttls, &who, &context),
+    );
     findings.add(
         "lock_token_monotonic",
         check::lock_token_monotonic(h, &context),

@@ -27,7 +27,8 @@ use casaas_core::lease::{
 use casaas_core::testkit::TestServer;
 use casaas_core::{CasStore, open_store};
 use casaas_testkit::chaos::{
-    COUNTER_KEY, Event, LOCK_KEY, LOG_PREFIX, Observed, check, monotonic_ns, ns, parse_logs,
+    COUNTER_KEY, Event, LOCK_KEY, LOG_PREFIX, MinimumWork, Observed, check, monotonic_ns, ns,
+    parse_logs,
 };
 use casaas_testkit::chaos_proxy::{endpoint_of, rewrite_store_url};
 use casaas_testkit::{ChaosProxy, ProxyFault, RandomFaults};
@@ -441,8 +442,10 @@ fn run(args: &[String]) -> Result<bool> {
             eprintln!("violation: {detail}");
         }
         println!(
-            "acquisitions={} kills={kills} pauses={pauses} faults={faults} overlaps={} stale_writes_accepted={} lost_updates={} duplicate_updates={}",
+            "acquisitions={} handovers={} writes_applied={} kills={kills} pauses={pauses} faults={faults} overlaps={} stale_writes_accepted={} lost_updates={} duplicate_updates={}",
             verdict.acquisitions,
+            verdict.handovers,
+            verdict.writes_applied,
             verdict.overlaps,
             verdict.stale_writes_accepted,
             verdict.lost_updates,
@@ -450,6 +453,13 @@ fn run(args: &[String]) -> Result<bool> {
         );
         if verdict.acquisitions == 0 {
             eprintln!("chaos: no worker ever acquired the lease; a run where nothing happened is not a pass (worker stderr in {})", dir.display());
+            return Ok(false);
+        }
+        if verdict.violations() == 0
+            && let Some(shortfall) = MinimumWork::default().shortfall(&verdict)
+        {
+            // A clean run that did too little proves nothing.
+            eprintln!("chaos: {shortfall} (worker logs in {})", dir.display());
             return Ok(false);
         }
         if verdict.violations() == 0 && keep_dir.is_none() {

@@ -25,9 +25,11 @@ mod gcs_liar;
 mod moto;
 mod redis;
 mod s3rver;
+mod seaweedfs;
 
 pub use azurite::VERSION as AZURITE_VERSION;
 pub use moto::VERSION as MOTO_VERSION;
+pub use seaweedfs::GATEWAYS_VAR;
 
 /// Paths shared by every server.
 pub struct Ctx {
@@ -130,6 +132,7 @@ pub fn all() -> Vec<Box<dyn Server>> {
         Box::new(s3rver::S3rver),
         Box::new(ceph::Ceph),
         Box::new(garage::Garage),
+        Box::new(seaweedfs::Seaweedfs),
         Box::new(azurite::Azurite),
         Box::new(fake_gcs::FakeGcs),
         Box::new(gcs_liar::GcsLiar),
