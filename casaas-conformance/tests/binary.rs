@@ -305,7 +305,9 @@ fn adapter_urls_are_probed_through_their_adapter() {
 #[test]
 fn several_stores_make_one_comparison_table() {
     let dir = tempfile::tempdir().unwrap();
-    let file = format!("file://{}/store", dir.path().display());
+    // A file store's directory is created only when asked (a typo must
+    // not silently become another lock).
+    let file = format!("file://{}/store?create_dirs=true", dir.path().display());
     let only = ["--only", "create_conflict,race_create", "--rounds", "3"];
     let mut args = vec![
         "memory://compare-a/p",

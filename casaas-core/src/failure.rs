@@ -171,6 +171,31 @@ pub async fn confirm_refusal(
     }
 }
 
+/// The largest body an adapter sends with a condition unless its user opts
+/// in: 5 MiB, S3's minimum part size. Above it a client or gateway may split
+/// the write into a multipart or chunked upload, whose condition some stores
+/// drop (`CompleteMultipartUpload` ignoring `If-None-Match`), and no casaas
+/// profile proves that path.
+pub const CONDITIONAL_SINGLE_PART_LIMIT: usize = 5 * 1024 * 1024;
+
+/// Refuses a conditional write of `len` bytes to `key` above
+/// [`CONDITIONAL_SINGLE_PART_LIMIT`] unless `allowed` (the adapter's
+/// `allow_large_conditional_writes`), as `InvalidInput` saying why.
+pub fn check_single_part(key: &str, len: usize, allowed: bool) -> Result<(), CasError> {
+    if allowed || len <= CONDITIONAL_SINGLE_PART_LIMIT {
+        return Ok(());
+    }
+    Err(CasError::invalid_input(format!(
+        "refused: a conditional write of {len} bytes is larger than the single-part limit of \
+         {CONDITIONAL_SINGLE_PART_LIMIT} bytes; above it the write may go multipart or chunked, \
+         where a store can silently drop the condition, and this store's multipart conditional \
+         writes are not proven. Keep conditional records small, or opt in with \
+         allow_large_conditional_writes(true) once the conformance suite's multipart probes pass \
+         on this store"
+    ))
+    .with_key(key))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -93,7 +93,9 @@ pub mod provider {
     //! ```
 
     pub use crate::error::{CodeTable, Delivery, Operation, classify};
-    pub use crate::failure::{Failure, Stage, confirm_refusal};
+    pub use crate::failure::{
+        CONDITIONAL_SINGLE_PART_LIMIT, Failure, Stage, check_single_part, confirm_refusal,
+    };
     pub use crate::registry::{
         AdapterFactory, StoreFactory, StoreFuture, adapter_of, open_store_url, register_adapter,
         register_scheme, registered_schemes,

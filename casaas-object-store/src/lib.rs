@@ -68,7 +68,8 @@ pub mod url;
 pub mod v0_13;
 mod version;
 
-pub use store::{CONDITIONAL_SINGLE_PART_LIMIT, ObjectStoreCas};
+pub use casaas_core::provider::CONDITIONAL_SINGLE_PART_LIMIT;
+pub use store::ObjectStoreCas;
 pub use version::ObjectVersion;
 
 /// The first lines of the adapter's doc examples, naming this line's types.

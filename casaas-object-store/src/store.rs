@@ -78,18 +78,10 @@ pub struct ObjectStoreCas {
     /// strip the quotes (Azure's XML) get them back, so that listed versions
     /// equal read versions.
     quoted_etags: AtomicBool,
-    /// Whether conditional writes above [`CONDITIONAL_SINGLE_PART_LIMIT`]
+    /// Whether conditional writes above [`CONDITIONAL_SINGLE_PART_LIMIT`](casaas_core::provider::CONDITIONAL_SINGLE_PART_LIMIT)
     /// are sent (the caller's explicit opt-in).
     large_conditional_writes: bool,
 }
-
-/// The largest body a conditional write is sent with unless
-/// [`ObjectStoreCas::allow_large_conditional_writes`] says otherwise: 5 MiB,
-/// S3's minimum part size. Above it a client or gateway may split a write
-/// into a multipart or chunked upload, whose condition some stores drop
-/// (`CompleteMultipartUpload` ignoring `If-None-Match`), and no casaas
-/// profile proves that path.
-pub const CONDITIONAL_SINGLE_PART_LIMIT: usize = 5 * 1024 * 1024;
 
 impl fmt::Debug for ObjectStoreCas {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -100,19 +92,6 @@ impl fmt::Debug for ObjectStoreCas {
             .field("replace_if_match", &self.replace_if_match)
             .finish()
     }
-}
-
-/// The refusal of a conditional write above the single-part limit.
-fn too_large(key: &str, len: usize) -> CasError {
-    CasError::invalid_input(format!(
-        "refused: a conditional write of {len} bytes is larger than the single-part limit of \
-         {CONDITIONAL_SINGLE_PART_LIMIT} bytes; above it the write may go multipart or chunked, \
-         where a store can silently drop the condition, and this store's multipart conditional \
-         writes are not proven. Keep conditional records small, or opt in with \
-         allow_large_conditional_writes(true) once the conformance suite's multipart probes pass \
-         on this store"
-    ))
-    .with_key(key)
 }
 
 /// Backends known to lack `PutMode::Update`, by the name their `Display`
@@ -154,7 +133,7 @@ impl ObjectStoreCas {
     }
 
     /// Allows conditional writes with bodies above
-    /// [`CONDITIONAL_SINGLE_PART_LIMIT`]. Off by default: a large body may go
+    /// [`CONDITIONAL_SINGLE_PART_LIMIT`](casaas_core::provider::CONDITIONAL_SINGLE_PART_LIMIT). Off by default: a large body may go
     /// multipart or chunked on its way to the store, where the condition can
     /// be silently lost. Turn it on only for a store whose multipart
     /// conditional writes were proven (the conformance suite's
@@ -262,9 +241,7 @@ impl ObjectStoreCas {
         mode: PutMode,
         op: Operation,
     ) -> Result<Version, CasError> {
-        if body.len() > CONDITIONAL_SINGLE_PART_LIMIT && !self.large_conditional_writes {
-            return Err(too_large(key, body.len()));
-        }
+        casaas_core::provider::check_single_part(key, body.len(), self.large_conditional_writes)?;
         let path = self.path(key);
         let options = PutOptions {
             mode,

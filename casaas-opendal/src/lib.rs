@@ -59,7 +59,8 @@ mod store;
 pub mod url;
 mod version;
 
-pub use store::{CONDITIONAL_SINGLE_PART_LIMIT, OpendalCas};
+pub use casaas_core::provider::CONDITIONAL_SINGLE_PART_LIMIT;
+pub use store::OpendalCas;
 pub use version::ObjectVersion;
 
 /// The OpenDAL release line this crate is built against.

@@ -84,29 +84,9 @@ pub struct OpendalCas {
     /// Set once any answer carried a version: listings without versions are
     /// then completed with `stat`.
     reports_versions: AtomicBool,
-    /// Whether conditional writes above [`CONDITIONAL_SINGLE_PART_LIMIT`]
+    /// Whether conditional writes above [`CONDITIONAL_SINGLE_PART_LIMIT`](casaas_core::provider::CONDITIONAL_SINGLE_PART_LIMIT)
     /// are sent (the caller's explicit opt-in).
     large_conditional_writes: bool,
-}
-
-/// The largest body a conditional write is sent with unless
-/// [`OpendalCas::allow_large_conditional_writes`] says otherwise: 5 MiB,
-/// S3's minimum part size. Above it OpenDAL's writers (and some gateways)
-/// may split a write into a multipart or chunked upload, whose condition
-/// some stores drop, and no casaas profile proves that path.
-pub const CONDITIONAL_SINGLE_PART_LIMIT: usize = 5 * 1024 * 1024;
-
-/// The refusal of a conditional write above the single-part limit.
-fn too_large(key: &str, len: usize) -> CasError {
-    CasError::invalid_input(format!(
-        "refused: a conditional write of {len} bytes is larger than the single-part limit of \
-         {CONDITIONAL_SINGLE_PART_LIMIT} bytes; above it the write may go multipart or chunked, \
-         where a store can silently drop the condition, and this store's multipart conditional \
-         writes are not proven. Keep conditional records small, or opt in with \
-         allow_large_conditional_writes(true) once the conformance suite's multipart probes pass \
-         on this store"
-    ))
-    .with_key(key)
 }
 
 impl fmt::Debug for OpendalCas {
@@ -144,7 +124,7 @@ impl OpendalCas {
     }
 
     /// Allows conditional writes with bodies above
-    /// [`CONDITIONAL_SINGLE_PART_LIMIT`]. Off by default: a large body may go
+    /// [`CONDITIONAL_SINGLE_PART_LIMIT`](casaas_core::provider::CONDITIONAL_SINGLE_PART_LIMIT). Off by default: a large body may go
     /// multipart or chunked on its way to the store, where the condition can
     /// be silently lost. Turn it on only for a store whose multipart
     /// conditional writes were proven (the conformance suite's
@@ -157,9 +137,7 @@ impl OpendalCas {
     /// Refuses a conditional write above the single-part limit unless
     /// allowed.
     fn check_size(&self, key: &str, body: &Bytes) -> Result<(), CasError> {
-        if body.len() > CONDITIONAL_SINGLE_PART_LIMIT && !self.large_conditional_writes {
-            return Err(too_large(key, body.len()));
-        }
+        casaas_core::provider::check_single_part(key, body.len(), self.large_conditional_writes)?;
         Ok(())
     }
 

@@ -74,7 +74,32 @@ fn redact(text: &str, replacements: &[(&str, &str)]) -> String {
         redacted.push_str(rest);
         out = redacted;
     }
-    redact_uuids(&out)
+    redact_guard_keys(&redact_uuids(&out))
+}
+
+/// The store guard's probe key is random (`.casaas-guard/` + 32 hex
+/// digits); a request URL in a message shows it percent-encoded.
+fn redact_guard_keys(text: &str) -> String {
+    let mut out = text.to_string();
+    for marker in [".casaas-guard%2F", ".casaas-guard/"] {
+        let mut redacted = String::new();
+        let mut rest = out.as_str();
+        while let Some(at) = rest.find(marker) {
+            let after = at + marker.len();
+            redacted.push_str(&rest[..after]);
+            let hex = rest[after..]
+                .bytes()
+                .take_while(u8::is_ascii_hexdigit)
+                .count();
+            if hex == 32 {
+                redacted.push_str("[GUARD_KEY]");
+            }
+            rest = &rest[after + if hex == 32 { hex } else { 0 }..];
+        }
+        redacted.push_str(rest);
+        out = redacted;
+    }
+    out
 }
 
 /// `8-4-4-4-12` hex groups (request ids) become `[UUID]`.

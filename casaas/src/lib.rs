@@ -142,7 +142,7 @@ where
     K: AsRef<str>,
     V: AsRef<str>,
 {
-    register_enabled();
+    register_providers();
     if let Some(feature) = missing_feature(url, ENABLED) {
         return Err(CasError::misconfigured(format!(
             "{url_kind} needs casaas's `{feature}` feature, which this build lacks: \
@@ -177,9 +177,10 @@ const ENABLED: &[&str] = &[
     "opendal",
 ];
 
-/// Registers every compiled-in provider with the core's URL registry, once
-/// per process.
-fn register_enabled() {
+/// Registers every compiled-in provider and adapter with the core's URL
+/// registry, once per process. [`open_store`] and [`open_store_with`] call
+/// it; only code that opens stores through `casaas_core` directly needs it.
+pub fn register_providers() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         #[cfg(feature = "s3")]

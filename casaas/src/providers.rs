@@ -4,16 +4,7 @@
 /// `s3://`, `gs://`, `az://`, `object_store+…` and `opendal+…`, as the
 /// build's features allow (`memory://` and `file://` are always there).
 pub fn register() {
-    #[cfg(feature = "s3")]
-    casaas_s3::register();
-    #[cfg(feature = "gcs")]
-    casaas_gcs::register();
-    #[cfg(feature = "azure")]
-    casaas_azure::register();
-    #[cfg(feature = "object_store")]
-    casaas_object_store::register();
-    #[cfg(feature = "opendal")]
-    casaas_opendal::register();
+    casaas::register_providers();
 }
 
 /// For a person at a shell: which build of casaas opens the schemes this
