@@ -155,6 +155,22 @@ where
     for url in &cli.gateways {
         register_url_secrets(url);
     }
+    init_logging_and_providers();
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(Usage(e)) => {
+            eprintln!(
+                "{}",
+                redact_text(&format!("casaas-conformance: error: {e:#}"))
+            );
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Logs to standard error with every secret redacted (unless a subscriber
+/// is already installed), and the providers this build has.
+fn init_logging_and_providers() {
     tracing_subscriber::fmt()
         .with_writer(|| RedactingStderr)
         .with_ansi(false)
@@ -166,16 +182,6 @@ where
         .try_init()
         .ok();
     register_providers();
-    match run(cli) {
-        Ok(code) => ExitCode::from(code),
-        Err(Usage(e)) => {
-            eprintln!(
-                "{}",
-                redact_text(&format!("casaas-conformance: error: {e:#}"))
-            );
-            ExitCode::from(2)
-        }
-    }
 }
 
 /// Makes s3://, gs://, az://, object_store+URL and opendal+URL openable, as
@@ -664,17 +670,7 @@ where
     register_secrets_from_env();
     let doctor = DoctorCli::parse_from(args);
     register_url_secrets(&doctor.url);
-    tracing_subscriber::fmt()
-        .with_writer(|| RedactingStderr)
-        .with_ansi(false)
-        .with_env_filter(sdk_capped(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("warn,casaas_core::lease=error")
-            }),
-        ))
-        .try_init()
-        .ok();
-    register_providers();
+    init_logging_and_providers();
     match doctor_run(&doctor) {
         Ok(code) => ExitCode::from(code),
         Err(Usage(e)) => {
