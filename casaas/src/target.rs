@@ -159,13 +159,21 @@ fn without_create_dirs(url: &str) -> String {
     parsed.to_string()
 }
 
-/// Registers the user-info of `url` (as text, so also of a URL that does
-/// not parse) as secrets.
+/// Registers the secrets of `url` with the log writer: its user-info (as
+/// text, so also of a URL that does not parse) and the values of
+/// credential-looking options (`?aws_secret_access_key=…`, refused when the
+/// store is opened, but typed all the same and echoed in that refusal).
 pub fn register_userinfo(url: &str) {
     if let Some(userinfo) = casaas_core::provider::userinfo(url) {
         logging::add_secret(userinfo);
         for part in userinfo.split(':') {
             logging::add_secret(part);
+        }
+    }
+    let inner = adapter_prefix(url).map_or(url, |(_, rest)| rest);
+    if let Ok(parsed) = casaas_core::StoreUrl::parse(inner) {
+        for secret in parsed.secrets() {
+            logging::add_secret(&secret);
         }
     }
 }

@@ -820,3 +820,21 @@ fn casaas_conformance_and_the_standalone_suite_agree_on_adapter_urls() {
         assert_eq!(blockers, library_blockers, "{url}");
     }
 }
+
+/// A credential typed into a lock URL is refused and never echoed: the
+/// refusal names the option and where it goes, with the value masked.
+#[test]
+fn a_credential_in_a_url_is_refused_and_never_echoed() {
+    let secret = "SEKRET-in-the-url-0123456789";
+    for url in [
+        format!("s3://bucket/locks/x?region=x&aws_secret_access_key={secret}"),
+        format!("az://acct/container/x?azure_storage_key={secret}"),
+    ] {
+        let out = run(&["lock", "-n", &url, "--", "true"]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("never goes in the URL"), "{stderr}");
+        assert!(!stderr.contains(secret), "{stderr}");
+        assert!(!text(&out.stdout).contains(secret));
+    }
+}
