@@ -269,6 +269,7 @@ fn run(cli: Cli) -> Result<u8, Usage> {
             &report,
             cli.urls.first().map(String::as_str),
             std::path::Path::new(path),
+            !cli.only.is_empty(),
         )
         .map_err(Usage)?;
         eprintln!("capability profile saved to {}", saved.display());
@@ -503,7 +504,12 @@ pub(crate) async fn open_as_given(url: &str) -> Result<Arc<dyn CasStore>, casaas
 
 /// Writes the run's verdict and proven options as the store's capability
 /// profile; returns where.
-fn save_profile(report: &Report, url: Option<&str>, path: &std::path::Path) -> Result<PathBuf> {
+fn save_profile(
+    report: &Report,
+    url: Option<&str>,
+    path: &std::path::Path,
+    partial: bool,
+) -> Result<PathBuf> {
     use casaas_core::profile::{CapabilityProfile, ProfileVerdict};
     let url = url.context("--save-profile needs the URL of the store to profile")?;
     if casaas_core::adapter_of(url).is_some() {
@@ -529,7 +535,8 @@ fn save_profile(report: &Report, url: Option<&str>, path: &std::path::Path) -> R
         Vec::new()
     };
     let failed = report.blockers().iter().map(|p| p.id.clone()).collect();
-    let profile = CapabilityProfile::new(&parsed, verdict, report.summary.clone(), proven, failed);
+    let profile = CapabilityProfile::new(&parsed, verdict, report.summary.clone(), proven, failed)
+        .partial(partial);
     let explicit = (!path.as_os_str().is_empty()).then_some(path);
     Ok(profile.save(explicit)?)
 }

@@ -171,6 +171,10 @@ pub struct CapabilityProfile {
     pub tool_version: String,
     /// After how many days the profile is reported as old.
     pub max_age_days: u64,
+    /// Whether the run probed only some of the suite (`--only`): its SAFE
+    /// says less, and opening the store says so at warn.
+    #[serde(default)]
+    pub partial: bool,
 }
 
 impl CapabilityProfile {
@@ -192,7 +196,14 @@ impl CapabilityProfile {
             created_at: humantime::format_rfc3339_seconds(SystemClock::new().wall()).to_string(),
             tool_version: TOOL_VERSION.to_string(),
             max_age_days: DEFAULT_MAX_AGE_DAYS,
+            partial: false,
         }
+    }
+
+    /// Marks the profile as written by a run of only some probes.
+    pub fn partial(mut self, partial: bool) -> Self {
+        self.partial = partial;
+        self
     }
 
     /// The profile as pretty JSON.
@@ -343,6 +354,11 @@ impl CapabilityProfile {
                 profile = %path.display(),
                 "the capability profile is inconclusive: {}",
                 self.summary
+            ),
+            ProfileVerdict::Safe if self.partial => tracing::warn!(
+                profile = %path.display(),
+                "the capability profile's SAFE comes from a run of only some probes; run `casaas \
+                 conformance URL --save-profile` in full"
             ),
             ProfileVerdict::Safe => {}
         }

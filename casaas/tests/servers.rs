@@ -533,6 +533,8 @@ fn capability_profiles_refuse_or_complete_a_store() {
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert_eq!(profile["verdict"], "not_safe");
     assert_eq!(profile["failed_probes"][0], "create_conflict");
+    // A run of some probes says so (its SAFE would say less).
+    assert_eq!(profile["partial"], true);
     // Found in the profile directory by the store's identity, whatever the
     // prefix: refused before a request (status would answer "free").
     let other_prefix = lock_url(&s3rver, "elsewhere");
