@@ -83,7 +83,19 @@ fn assert_may_have_taken_effect(err: &CasError, what: &str) {
     );
 }
 
+/// What the server holds at `key`. A read is idempotent, so one that times
+/// out (a pooled connection the stalled request left behind, a loaded
+/// machine) is simply asked again.
 async fn body_of(store: &Arc<dyn CasStore>, key: &str) -> Option<Bytes> {
+    for _ in 0..3 {
+        match store.get(key).await {
+            Ok(found) => return found.map(|o| o.body),
+            Err(e) if e.may_have_taken_effect() || e.is_retryable() => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("reading {key}: {e}"),
+        }
+    }
     store.get(key).await.unwrap().map(|o| o.body)
 }
 
