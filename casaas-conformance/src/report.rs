@@ -592,21 +592,14 @@ pub fn comparison_markdown(results: &[Compared]) -> String {
     for (id, severity) in compared_ids(results) {
         let _ = write!(out, "| `{id}` | {severity} |");
         for (_, r) in results {
-            let cell = r
-                .as_ref()
-                .ok()
-                .and_then(|r| r.probe(&id))
-                .map_or("-".to_string(), |p| p.verdict.as_str().to_string());
+            let cell = compared_cell(r, &id).unwrap_or("-");
             let _ = write!(out, " {cell} |");
         }
         out.push('\n');
     }
     out.push('\n');
     for (i, (url, r)) in results.iter().enumerate() {
-        let line = match r {
-            Ok(report) => report.summary.clone(),
-            Err(e) => format!("not run: {e}"),
-        };
+        let line = compared_summary(r);
         let _ = writeln!(
             out,
             "- store {}: `{}` — {}",
@@ -616,6 +609,23 @@ pub fn comparison_markdown(results: &[Compared]) -> String {
         );
     }
     redact_text(&out)
+}
+
+/// Probe `id`'s verdict in one store's result, if the store ran it.
+fn compared_cell<'a>(result: &'a Result<Report, String>, id: &str) -> Option<&'a str> {
+    result
+        .as_ref()
+        .ok()
+        .and_then(|r| r.probe(id))
+        .map(|p| p.verdict.as_str())
+}
+
+/// One store's verdict line, or why it was not run.
+fn compared_summary(result: &Result<Report, String>) -> String {
+    match result {
+        Ok(report) => report.summary.clone(),
+        Err(e) => format!("not run: {e}"),
+    }
 }
 
 /// The same comparison as plain text for people.
@@ -635,21 +645,14 @@ pub fn comparison_table(results: &[Compared]) -> String {
     for (id, severity) in compared_ids(results) {
         let _ = write!(out, "{id:<28}{:<10}", severity.as_str());
         for (_, r) in results {
-            let cell = r
-                .as_ref()
-                .ok()
-                .and_then(|r| r.probe(&id))
-                .map_or("-".to_string(), |p| p.verdict.as_str().to_uppercase());
+            let cell = compared_cell(r, &id).map_or("-".to_string(), str::to_uppercase);
             let _ = write!(out, "{cell:<width$}");
         }
         out.push('\n');
     }
     out.push('\n');
     for (i, (url, r)) in results.iter().enumerate() {
-        let line = match r {
-            Ok(report) => report.summary.clone(),
-            Err(e) => format!("not run: {e}"),
-        };
+        let line = compared_summary(r);
         let _ = writeln!(out, "store {}: {url}\n  {line}", i + 1);
     }
     redact_text(&out)
