@@ -21,58 +21,90 @@ use casaas_testkit::{ChaosProxy, ProxyFault};
 const CLIENT_TIMEOUT_S: u64 = 1;
 const STALL: Duration = Duration::from_secs(3);
 
-/// The test URL of `server` with its endpoint sent through a new proxy,
-/// a short timeout and a fresh prefix.
-async fn proxied(server: &TestServer, label: &str) -> (ChaosProxy, String) {
+/// A store through a new chaos proxy with a short timeout, and one on the
+/// same prefix that talks to the server directly with its default timeout:
+/// the second is how the test learns what the server really holds, so a
+/// slow answer on a loaded machine is never mistaken for the fault's effect.
+struct Stores {
+    proxy: ChaosProxy,
+    through: Arc<dyn CasStore>,
+    direct: Arc<dyn CasStore>,
+}
+
+/// The test URLs of `server`: through a new proxy (short timeout) and
+/// direct, both under one fresh prefix.
+async fn proxied(server: &TestServer, label: &str) -> (ChaosProxy, String, String) {
     let (origin, path) = endpoint_of(&server.url).unwrap();
     let proxy = ChaosProxy::start(&origin).await.unwrap();
     let through = format!("{}{path}", proxy.endpoint());
-    let url = rewrite_store_url(
-        &server.url,
-        Some(&through),
-        Some(CLIENT_TIMEOUT_S),
-        &unique_prefix(label),
-    )
-    .unwrap();
-    (proxy, url)
+    let prefix = unique_prefix(label);
+    let via_proxy =
+        rewrite_store_url(&server.url, Some(&through), Some(CLIENT_TIMEOUT_S), &prefix).unwrap();
+    let direct = rewrite_store_url(&server.url, None, None, &prefix).unwrap();
+    (proxy, via_proxy, direct)
 }
 
-async fn s3(label: &str) -> (ChaosProxy, Arc<dyn CasStore>) {
+async fn s3(label: &str) -> Stores {
     let server = test_server("moto");
-    let (proxy, url) = proxied(&server, label).await;
-    let store = casaas_s3::S3Store::builder()
-        .url(&url)
-        .unwrap()
-        .static_credentials(
-            server.var("AWS_ACCESS_KEY_ID"),
-            server.var("AWS_SECRET_ACCESS_KEY"),
-        )
-        .build()
-        .await
-        .unwrap();
-    (proxy, Arc::new(store))
-}
-
-async fn gcs(label: &str) -> (ChaosProxy, Arc<dyn CasStore>) {
-    let server = test_server("fake-gcs");
-    let (proxy, url) = proxied(&server, label).await;
-    (
+    let (proxy, through, direct) = proxied(&server, label).await;
+    let open = |url: String| {
+        let server = &server;
+        async move {
+            let store: Arc<dyn CasStore> = Arc::new(
+                casaas_s3::S3Store::builder()
+                    .url(&url)
+                    .unwrap()
+                    .static_credentials(
+                        server.var("AWS_ACCESS_KEY_ID"),
+                        server.var("AWS_SECRET_ACCESS_KEY"),
+                    )
+                    .build()
+                    .await
+                    .unwrap(),
+            );
+            store
+        }
+    };
+    Stores {
         proxy,
-        Arc::new(casaas_gcs::GcsStore::open(&url).await.unwrap()),
-    )
+        through: open(through).await,
+        direct: open(direct).await,
+    }
 }
 
-async fn azure(label: &str) -> (ChaosProxy, Arc<dyn CasStore>) {
+async fn gcs(label: &str) -> Stores {
+    let server = test_server("fake-gcs");
+    let (proxy, through, direct) = proxied(&server, label).await;
+    Stores {
+        proxy,
+        through: Arc::new(casaas_gcs::GcsStore::open(&through).await.unwrap()),
+        direct: Arc::new(casaas_gcs::GcsStore::open(&direct).await.unwrap()),
+    }
+}
+
+async fn azure(label: &str) -> Stores {
     let server = test_server("azurite");
-    let (proxy, url) = proxied(&server, label).await;
-    let store = casaas_azure::AzureBlobStoreBuilder::from_url_with_env(&url, |name| {
-        server.env.get(name).cloned()
-    })
-    .unwrap()
-    .build()
-    .await
-    .unwrap();
-    (proxy, Arc::new(store))
+    let (proxy, through, direct) = proxied(&server, label).await;
+    let open = |url: String| {
+        let server = &server;
+        async move {
+            let store: Arc<dyn CasStore> = Arc::new(
+                casaas_azure::AzureBlobStoreBuilder::from_url_with_env(&url, |name| {
+                    server.env.get(name).cloned()
+                })
+                .unwrap()
+                .build()
+                .await
+                .unwrap(),
+            );
+            store
+        }
+    };
+    Stores {
+        proxy,
+        through: open(through).await,
+        direct: open(direct).await,
+    }
 }
 
 fn assert_may_have_taken_effect(err: &CasError, what: &str) {
@@ -83,25 +115,19 @@ fn assert_may_have_taken_effect(err: &CasError, what: &str) {
     );
 }
 
-/// What the server holds at `key`. A read is idempotent, so one that times
-/// out (a pooled connection the stalled request left behind, a loaded
-/// machine) is simply asked again.
-async fn body_of(store: &Arc<dyn CasStore>, key: &str) -> Option<Bytes> {
-    for _ in 0..3 {
-        match store.get(key).await {
-            Ok(found) => return found.map(|o| o.body),
-            Err(e) if e.may_have_taken_effect() || e.is_retryable() => {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            Err(e) => panic!("reading {key}: {e}"),
-        }
-    }
-    store.get(key).await.unwrap().map(|o| o.body)
+/// What the server holds at `key`, read past the proxy.
+async fn body_of(direct: &Arc<dyn CasStore>, key: &str) -> Option<Bytes> {
+    direct.get(key).await.unwrap().map(|o| o.body)
 }
 
 /// Runs one fault against a create, then against a replace, and checks the
 /// answer's kind against what the server really holds.
-async fn check(store: Arc<dyn CasStore>, proxy: &ChaosProxy, fault: ProxyFault) {
+async fn check(stores: Stores, fault: ProxyFault) {
+    let Stores {
+        proxy,
+        through: store,
+        direct,
+    } = stores;
     let (create_key, replace_key) = ("create", "replace");
     // Create under the fault.
     proxy.script(fault);
@@ -109,7 +135,7 @@ async fn check(store: Arc<dyn CasStore>, proxy: &ChaosProxy, fault: ProxyFault) 
     if matches!(fault, ProxyFault::StallThenForward(_)) {
         tokio::time::sleep(STALL + Duration::from_secs(1)).await;
     }
-    let held = body_of(&store, create_key).await;
+    let held = body_of(&direct, create_key).await;
     judge(fault, created.map(|_| ()), held.is_some(), "create");
 
     // Replace under the fault.
@@ -124,7 +150,7 @@ async fn check(store: Arc<dyn CasStore>, proxy: &ChaosProxy, fault: ProxyFault) 
     if matches!(fault, ProxyFault::StallThenForward(_)) {
         tokio::time::sleep(STALL + Duration::from_secs(1)).await;
     }
-    let held = body_of(&store, replace_key).await;
+    let held = body_of(&direct, replace_key).await;
     judge(
         fault,
         replaced.map(|_| ()),
@@ -230,8 +256,7 @@ macro_rules! provider_faults {
             use super::*;
 
             async fn run(fault: ProxyFault) {
-                let (proxy, store) = super::$provider(stringify!($provider)).await;
-                check(store, &proxy, fault).await;
+                check(super::$provider(stringify!($provider)).await, fault).await;
             }
 
             #[tokio::test]
@@ -281,9 +306,8 @@ macro_rules! provider_faults {
 
             #[tokio::test]
             async fn duplicated_lease_create_is_resolved_as_ours() {
-                let (proxy, store) =
-                    super::$provider(concat!(stringify!($provider), "-lease")).await;
-                duplicate_is_resolved_by_the_lease(store, &proxy).await;
+                let stores = super::$provider(concat!(stringify!($provider), "-lease")).await;
+                duplicate_is_resolved_by_the_lease(stores.through, &stores.proxy).await;
             }
         }
     };
