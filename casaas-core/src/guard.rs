@@ -358,7 +358,12 @@ impl StoreGuard {
                 return fail(
                     report,
                     "replace_current",
-                    format!("the store refused a conditional replace (If-Match): {e}"),
+                    format!(
+                        "the store refused a conditional replace (If-Match): {e}; a store that \
+                         honours create-if-absent alone can hold leases in the create-only \
+                         layout: open it with {}=epochs",
+                        crate::layout::LAYOUT_OPTION
+                    ),
                 );
             }
             Err(e) => return Err(classify(e)),
@@ -600,10 +605,10 @@ pub fn is_trusted(store: &dyn CasStore) -> bool {
 }
 
 fn is_trusted_identity(identity: &str) -> bool {
-    trusted()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .contains(identity)
+    let trusted = trusted().lock().unwrap_or_else(|p| p.into_inner());
+    // The epoch view of a trusted store is trusted: it is the same store.
+    trusted.contains(identity)
+        || crate::layout::inner_identity(identity).is_some_and(|inner| trusted.contains(inner))
 }
 
 impl fmt::Display for GuardCheck {

@@ -40,6 +40,7 @@ mod error;
 mod failure;
 mod file;
 pub mod guard;
+pub mod layout;
 pub mod lease;
 mod memory;
 pub mod profile;

@@ -200,6 +200,12 @@ impl CasStore for MemoryStore {
         }
     }
 
+    async fn delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
+        let full = self.full_key(key)?;
+        self.state().objects.remove(&full);
+        Ok(())
+    }
+
     async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
         validate_prefix(prefix)?;
         let full = format!("{}{prefix}", self.prefix);

@@ -13,6 +13,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 
 use std::path::Path;
 
+use crate::layout::{LAYOUT_OPTION, LeaseLayout};
 use crate::profile::{CapabilityProfile, PROFILE_OPTION};
 use crate::{CasError, CasStore, FileStore, MemoryStore, StoreUrl};
 
@@ -124,7 +125,9 @@ pub fn registered_schemes() -> Vec<String> {
 ///
 /// Credentials never come from the URL. Every URL takes the option
 /// `verify=false`, which turns the [store guard](crate::guard) off for the
-/// store (logged at warn): only for a store proven by other means.
+/// store (logged at warn): only for a store proven by other means; and
+/// `layout=record|epochs`, which chooses how leases lay out their objects
+/// (see [`crate::layout`]; by default, from what the store honours).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -175,12 +178,14 @@ where
     let (url, taken) = take_open_options(url)?;
     let mut verify = taken.verify;
     let mut profile = taken.profile;
+    let mut layout = taken.layout;
     let mut given = Vec::new();
     for (name, value) in options {
         let (name, value) = (name.as_ref().to_ascii_lowercase(), value.as_ref());
         match name.as_str() {
             VERIFY_OPTION => verify = parse_verify(value)?,
             PROFILE_OPTION => profile = Some(value.to_string()),
+            LAYOUT_OPTION => layout = Some(value.parse()?),
             _ => given.push((name, value.to_string())),
         }
     }
@@ -193,6 +198,12 @@ where
                 && let Some((path, found)) = CapabilityProfile::find(&parsed, explicit)?
             {
                 parsed = found.apply(&path, parsed)?;
+                // A profile may have proven the layout (`layout=epochs`).
+                let (rest, proven) = parsed.without_option(LAYOUT_OPTION)?;
+                parsed = rest;
+                if layout.is_none() {
+                    layout = proven.map(|p| p.parse()).transpose()?;
+                }
             }
             open_store_url(parsed).await?
         }
@@ -200,7 +211,10 @@ where
     if !verify {
         crate::guard::trust_store(store.as_ref(), "verify=false");
     }
-    Ok(store)
+    Ok(match layout {
+        Some(layout) => crate::layout::with_layout(store, layout),
+        None => store,
+    })
 }
 
 /// The option every store URL takes and no backend sees.
@@ -222,6 +236,8 @@ struct OpenOptions {
     verify: bool,
     /// `capability_profile=PATH|none` (see [`crate::profile`]).
     profile: Option<String>,
+    /// `layout=record|epochs` (see [`crate::layout`]).
+    layout: Option<LeaseLayout>,
 }
 
 /// Removes the options every store URL takes and no backend sees.
@@ -229,6 +245,7 @@ fn take_open_options(url: &str) -> Result<(String, OpenOptions), CasError> {
     let mut taken = OpenOptions {
         verify: true,
         profile: None,
+        layout: None,
     };
     let Some((base, query)) = url.split_once('?') else {
         return Ok((url.to_string(), taken));
@@ -237,6 +254,7 @@ fn take_open_options(url: &str) -> Result<(String, OpenOptions), CasError> {
     for pair in query.split('&') {
         match pair.split_once('=') {
             Some((VERIFY_OPTION, value)) => taken.verify = parse_verify(value)?,
+            Some((LAYOUT_OPTION, value)) => taken.layout = Some(value.parse()?),
             Some((PROFILE_OPTION, value)) => {
                 let decoded = percent_encoding::percent_decode_str(value)
                     .decode_utf8()

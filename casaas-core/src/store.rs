@@ -6,6 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+use crate::layout::LeaseLayout;
 use crate::{CasError, Version};
 
 /// The largest key, in bytes, that the contract accepts (S3's and GCS's limit).
@@ -180,6 +181,25 @@ pub trait CasStore: std::any::Any + Send + Sync + fmt::Debug + 'static {
             self.describe()
         )))
     }
+
+    /// Deletes `key` whatever it holds. Only for objects that no protocol
+    /// decision can depend on any more: the epoch layout's collected epochs
+    /// (see [`crate::layout`]), on stores that cannot make a delete
+    /// conditional. Backends that cannot answer `Unsupported` (the default).
+    async fn delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
+        Err(CasError::unsupported(format!(
+            "{} cannot delete '{key}' without a condition",
+            self.describe()
+        )))
+    }
+
+    /// The layout leases, elections and fenced resources must use on this
+    /// store, if it was chosen (the URL option `layout=record|epochs`, see
+    /// [`crate::layout::with_layout`]). `None`, the default, leaves it to
+    /// what the store honours ([`crate::layout::layout_of`]).
+    fn lease_layout(&self) -> Option<LeaseLayout> {
+        None
+    }
 }
 
 /// A store that wraps another and changes only some of its methods.
@@ -283,6 +303,16 @@ pub trait ForwardingStore: std::any::Any + Send + Sync + fmt::Debug + 'static {
     async fn wrap_create_bucket(&self) -> Result<(), CasError> {
         self.inner().create_bucket().await
     }
+
+    /// [`CasStore::delete_unconditionally`]; forwards by default.
+    async fn wrap_delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
+        self.inner().delete_unconditionally(key).await
+    }
+
+    /// [`CasStore::lease_layout`]; forwards by default.
+    fn wrap_lease_layout(&self) -> Option<LeaseLayout> {
+        self.inner().lease_layout()
+    }
 }
 
 #[async_trait]
@@ -318,6 +348,12 @@ impl<W: ForwardingStore> CasStore for W {
     }
     async fn create_bucket(&self) -> Result<(), CasError> {
         self.wrap_create_bucket().await
+    }
+    async fn delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
+        self.wrap_delete_unconditionally(key).await
+    }
+    fn lease_layout(&self) -> Option<LeaseLayout> {
+        self.wrap_lease_layout()
     }
 }
 

@@ -298,6 +298,40 @@ impl StoreUrl {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The same URL without option `name` (in the URL or given beside it),
+    /// and its value if it was set: for options read before the backend
+    /// sees the URL.
+    pub fn without_option(&self, name: &str) -> Result<(Self, Option<String>), CasError> {
+        let value = self
+            .options
+            .iter()
+            .chain(&self.given)
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone());
+        if value.is_none() {
+            return Ok((self.clone(), None));
+        }
+        let mut url = self.url.clone();
+        let kept: Vec<(String, String)> = self
+            .options
+            .iter()
+            .filter(|(n, _)| n != name)
+            .cloned()
+            .collect();
+        url.set_query(None);
+        if !kept.is_empty() {
+            url.query_pairs_mut().extend_pairs(kept.iter());
+        }
+        let mut rebuilt = Self::from_url(url)?;
+        rebuilt.given = self
+            .given
+            .iter()
+            .filter(|(n, _)| n != name)
+            .cloned()
+            .collect();
+        Ok((rebuilt, value))
+    }
+
     /// The same URL with `options` (`name=value`, or a bare `name` for
     /// `name=true`) set, replacing values already there.
     pub fn with_options<S: AsRef<str>>(&self, options: &[S]) -> Result<Self, CasError> {

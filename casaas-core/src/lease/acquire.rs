@@ -209,10 +209,12 @@ impl Lease {
                 "owner must not be empty: pass a name such as default_owner_id()".to_string(),
             ));
         }
+        // On a store that only creates-if-absent, every write is a new epoch.
+        let store = crate::layout::lease_view(store);
         let caps = store.capabilities();
         if !caps.create_if_absent || !caps.replace_if_match {
             return Err(LeaseError::Store(CasError::unsupported(format!(
-                "{} lacks create-if-absent or replace-if-match; leases need both",
+                "{} lacks create-if-absent; leases need at least that",
                 store.describe()
             ))));
         }

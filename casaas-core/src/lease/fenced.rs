@@ -151,7 +151,7 @@ where
         let key = key.into();
         validate_key(&key)?;
         Ok(FencedResource {
-            store,
+            store: crate::layout::lease_view(store),
             key,
             policy: RequestPolicy::default(),
             _value: PhantomData,

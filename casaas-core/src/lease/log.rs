@@ -416,7 +416,10 @@ where
     pub async fn append(&self, token: u64, value: T) -> Result<LogEntry<T>, LeaseError> {
         let span = tracing::debug_span!("log.append", prefix = %self.prefix, token);
         async {
-            self.policy.verify(self.store.as_ref()).await?;
+            // The guard checks what the log relies on: on a create-only store,
+            // create-if-absent (through the epoch view), not replace.
+            let view = crate::layout::lease_view(self.store.clone());
+            self.policy.verify(view.as_ref()).await?;
             let value = serde_json::to_value(&value).map_err(|e| LeaseError::Codec {
                 key: self.prefix.clone(),
                 message: e.to_string(),

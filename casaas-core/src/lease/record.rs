@@ -129,6 +129,13 @@ pub(crate) fn check_envelope_schemas(
     schemas: std::ops::RangeInclusive<u64>,
 ) -> Result<(), LeaseError> {
     if value.get("kind").and_then(|k| k.as_str()) != Some(kind) {
+        if crate::layout::is_layout_marker(body) {
+            return Err(LeaseError::Store(crate::layout::layout_mismatch(
+                key,
+                crate::layout::LeaseLayout::Epochs,
+                crate::layout::LeaseLayout::Record,
+            )));
+        }
         return Err(foreign(key, body));
     }
     let schema = *schemas.end();

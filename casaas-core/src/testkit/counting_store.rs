@@ -136,6 +136,11 @@ impl<S: CasStore> ForwardingStore for CountingStore<S> {
         self.inner.delete(key, expected).await
     }
 
+    async fn wrap_delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
+        self.counters.delete.fetch_add(1, Ordering::Relaxed);
+        self.inner.delete_unconditionally(key).await
+    }
+
     async fn wrap_list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
         self.counters.list.fetch_add(1, Ordering::Relaxed);
         self.inner.list(prefix).await

@@ -339,6 +339,17 @@ impl<S: CasStore> ForwardingStore for FaultyStore<S> {
         .await
     }
 
+    async fn wrap_delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
+        let owned = key.to_string();
+        self.run(
+            key,
+            Op::Write,
+            || self.inner.delete_unconditionally(key),
+            |s| async move { s.delete_unconditionally(&owned).await },
+        )
+        .await
+    }
+
     async fn wrap_list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
         let owned = prefix.to_string();
         self.run(

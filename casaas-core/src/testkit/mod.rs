@@ -14,10 +14,12 @@
 
 pub mod contract;
 mod counting_store;
+mod create_only;
 mod faulty_store;
 pub mod server_env;
 
 pub use counting_store::{CountingStore, RequestCounts};
+pub use create_only::CreateOnlyStore;
 pub use faulty_store::{Fault, FaultConfig, FaultCounts, FaultyStore};
 pub use server_env::{TestServer, test_server, unique_prefix};
 
