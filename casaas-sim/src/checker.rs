@@ -107,20 +107,28 @@ pub mod lease {
 
     /// Tokens strictly increase across acquisitions, in the order the
     /// holders got them (two guards with one token are two holders).
+    ///
+    /// Guards are ordered by when they began to believe; a guard that never
+    /// believed (its `acquire` returned after a freeze longer than its
+    /// validity) never acted and has no place in the order.
     pub fn token_order(h: &History, who: Who<'_>, context: &str) -> Vec<String> {
-        let mut order: Vec<usize> = (0..h.guards.len()).collect();
-        order.sort_by_key(|&g| (h.guards[g].acquired_at, g));
+        let start = |g: usize| h.guards[g].beliefs.first().map(|b| b.0);
+        let mut order: Vec<(Duration, usize)> = (0..h.guards.len())
+            .filter_map(|g| start(g).map(|s| (s, g)))
+            .collect();
+        order.sort();
         order
             .windows(2)
             .filter_map(|pair| {
-                let (a, b) = (&h.guards[pair[0]], &h.guards[pair[1]]);
+                let ((sa, ga), (sb, gb)) = (pair[0], pair[1]);
+                let (a, b) = (&h.guards[ga], &h.guards[gb]);
                 (b.token <= a.token).then(|| {
                     format!(
-                        "{context}: token order: {} acquired at {} after {} acquired at {}",
-                        who(pair[1]),
-                        secs(b.acquired_at),
-                        who(pair[0]),
-                        secs(a.acquired_at)
+                        "{context}: token order: {} believed from {} after {} believed from {}",
+                        who(gb),
+                        secs(sb),
+                        who(ga),
+                        secs(sa)
                     )
                 })
             })

@@ -45,6 +45,9 @@ pub fn run(config: &SimConfig) -> Result<Report, String> {
                     let clients = (config.clients / 2).max(2);
                     client::lease::simulate(config, ops, seed, clients, 3).await
                 }
+                Primitive::LeaseCreateOnly => {
+                    client::lease::simulate(config, ops, seed, config.clients, 0).await
+                }
                 Primitive::Election => client::election::simulate(config, ops, seed).await,
                 Primitive::FencedResource => {
                     client::fenced_resource::simulate(config, ops, seed).await

@@ -77,6 +77,10 @@ impl CasStore for Recorder {
         self.inner.delete(key, expected).await
     }
 
+    async fn delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
+        self.inner.delete_unconditionally(key).await
+    }
+
     async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
         self.inner.list(prefix).await
     }
@@ -109,6 +113,9 @@ pub struct World {
     /// Cancelled once the clients have sent `limit` requests.
     pub stop: CancellationToken,
     slow_request: f64,
+    /// See [`SimConfig::pause_after_read`].
+    pause_after_read: f64,
+    max_pause: Duration,
     /// The request timeout, in true milliseconds, as each client's clock
     /// measures it; network delays avoid landing on the same millisecond
     /// tick as a timeout, where the outcome would depend on which of two
@@ -182,6 +189,8 @@ impl World {
             stopped: AtomicBool::new(false),
             stop: CancellationToken::new(),
             slow_request: config.slow_request,
+            pause_after_read: config.pause_after_read,
+            max_pause: config.max_pause,
             timeout_ms: rates
                 .iter()
                 .zip(&leases)
@@ -248,6 +257,17 @@ impl World {
         if n >= self.limit && !self.stopped.swap(true, Ordering::Relaxed) {
             self.stop.cancel();
         }
+    }
+
+    /// A pause to begin as a read's answer arrives, if one is drawn.
+    fn pause_after_read(&self) -> Option<Duration> {
+        if self.pause_after_read <= 0.0 {
+            return None;
+        }
+        let mut rng = lock(&self.net_rng);
+        rng.random_bool(self.pause_after_read).then(|| {
+            Duration::from_millis(rng.random_range(0..=self.max_pause.as_millis() as u64))
+        })
     }
 
     /// Request and response delays in whole milliseconds.
@@ -317,6 +337,9 @@ impl Net {
                 ))
             })
         };
+        if !write && let Some(pause) = self.world.pause_after_read() {
+            self.freeze.until(time.now() + pause);
+        }
         self.freeze.gate(time, Duration::ZERO).await;
         result
     }
@@ -362,6 +385,12 @@ impl CasStore for Net {
         let key = key.to_string();
         let expected = expected.clone();
         self.call(true, |s| async move { s.delete(&key, &expected).await })
+            .await
+    }
+
+    async fn delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
+        let key = key.to_string();
+        self.call(true, |s| async move { s.delete_unconditionally(&key).await })
             .await
     }
 

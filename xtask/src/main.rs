@@ -37,8 +37,9 @@ struct Cli {
 enum Task {
     /// Format check, clippy, real servers, every test, the simulation.
     Ci {
-        /// Operations for the deterministic simulation.
-        #[arg(long, default_value_t = 100_000)]
+        /// Operations for the deterministic simulation (each of its two
+        /// runs takes about 10 s at the default).
+        #[arg(long, default_value_t = 2_000_000)]
         sim_ops: u64,
         /// Leave the servers running afterwards (for local debugging).
         #[arg(long)]

@@ -7,9 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use casaas_core::CasStore;
+use casaas_core::layout::EpochStore;
 use casaas_core::lease::{
     AcquireOptions, Entropy, FencedResource, Lease, LeaseError, LeaseRecord, LeaseStatus,
 };
+use casaas_core::testkit::CreateOnlyStore;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -66,10 +69,31 @@ pub struct History {
     pub drops: u64,
     pub stalls: u64,
     pub freezes: u64,
+    /// Epochs written so far (epoch layout), per object.
+    pub epochs_seen: std::collections::HashSet<(&'static str, u64)>,
+    /// Creates that landed in collected history (epoch layout).
+    pub late_epoch_writes: u64,
 }
 
 impl History {
     fn applied(&mut self, at: Duration, key: &str, body: &Bytes) {
+        // In the epoch layout an object's writes are its epochs. A second
+        // write of one epoch is a late create into collected history, which
+        // no reader ever takes for the object (the layout's rule): not a
+        // write of the object.
+        let key = match [LOCK_KEY, FENCED_KEY]
+            .into_iter()
+            .find_map(|k| EpochStore::epoch_of(k, key).map(|e| (k, e)))
+        {
+            Some((object, epoch)) => {
+                if !self.epochs_seen.insert((object, epoch)) {
+                    self.late_epoch_writes += 1;
+                    return;
+                }
+                object
+            }
+            None => key,
+        };
         if key == LOCK_KEY {
             if let Ok(r) = LeaseRecord::decode(key, body) {
                 self.lock_writes.push((at, r.owner, r.token, r.released));
@@ -155,6 +179,8 @@ struct Task {
     resource: FencedResource<SimValue>,
     rng: ChaCha8Rng,
     config: SimConfig,
+    /// Freeze the client at random while it contends (`lease_create_only`).
+    freeze_while_contending: bool,
 }
 
 impl Task {
@@ -168,6 +194,19 @@ impl Task {
             let options = AcquireOptions::default()
                 .deadline(ttl * 3)
                 .cancel(stop.clone());
+            if self.freeze_while_contending && self.rng.random_bool(self.config.freeze * 4.0) {
+                // The whole client stops at a random moment of its attempts
+                // (between a read and the write it decides on, say), for
+                // long enough that the lock moves on meanwhile.
+                lock(&history).freezes += 1;
+                let (clock, rng) = (self.clock.clone(), &mut self.rng);
+                let at = random_duration(rng, ttl);
+                let d = random_duration(rng, self.config.max_pause);
+                tokio::spawn(async move {
+                    tokio::time::sleep(at).await;
+                    clock.freeze_for(d).await;
+                });
+            }
             let Ok(guard) = self.lease.acquire(options).await else {
                 continue;
             };
@@ -250,10 +289,20 @@ impl Task {
     }
 }
 
+/// Epochs per collection block and epochs kept in the `lease_create_only`
+/// run: small, so that collection runs every few renewals and delayed
+/// creates land in collected history.
+const SIM_COLLECT_BLOCK: u64 = 1;
+const SIM_KEEP: u64 = 1;
+/// From this many requests on, a `lease_create_only` run without a single
+/// write landing in collected history is reported as inconclusive.
+const MIN_OPS_FOR_LATE_EPOCHS: u64 = 1_000_000;
+
 /// Runs `clients` clients of `tasks` tasks each (tasks of one client share
 /// its `Lease`, clock and resource) until they have sent `ops` requests, and
 /// checks the history. `tasks == 1` is the `lease` primitive, more is
-/// `shared_lease`.
+/// `shared_lease`, and `0` is `lease_create_only` (one task per client, on
+/// a create-only store).
 pub async fn simulate(
     config: &SimConfig,
     ops: u64,
@@ -261,16 +310,25 @@ pub async fn simulate(
     clients: usize,
     tasks: usize,
 ) -> Result<PrimitiveReport, String> {
-    let primitive = if tasks > 1 {
-        Primitive::SharedLease
-    } else {
-        Primitive::Lease
+    let (primitive, tasks) = match tasks {
+        0 => (Primitive::LeaseCreateOnly, 1),
+        1 => (Primitive::Lease, 1),
+        _ => (Primitive::SharedLease, tasks),
     };
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let history = Arc::new(Mutex::new(History::default()));
     let recorded = history.clone();
+    // On the epoch layout, delayed writes are held for up to several terms,
+    // so that they land after their epoch was collected: the case the
+    // layout's collection markers exist for.
+    let mut world_config = config.clone();
+    if primitive == Primitive::LeaseCreateOnly {
+        world_config.faults.max_delay = world_config.faults.max_delay.max(config.lease.ttl * 6);
+        world_config.faults.delay = (world_config.faults.delay * 3.0).min(0.2);
+        world_config.pause_after_read = world_config.freeze / 5.0;
+    }
     let world = World::new(
-        config,
+        &world_config,
         &mut rng,
         clients,
         ops,
@@ -280,6 +338,16 @@ pub async fn simulate(
     let mut handles = Vec::new();
     for client in 0..world.rates.len() {
         let (clock, net) = world.client(client, config, &mut rng);
+        // One epoch view per client, as one per process in real use.
+        let net: Arc<dyn CasStore> = if primitive == Primitive::LeaseCreateOnly {
+            Arc::new(EpochStore::with_collection(
+                Arc::new(CreateOnlyStore(net)),
+                SIM_COLLECT_BLOCK,
+                SIM_KEEP,
+            ))
+        } else {
+            net
+        };
         let lease = Lease::new(
             net.clone(),
             LOCK_KEY,
@@ -309,6 +377,7 @@ pub async fn simulate(
                 resource: resource.clone(),
                 rng: ChaCha8Rng::seed_from_u64(rng.random()),
                 config: config.clone(),
+                freeze_while_contending: primitive == Primitive::LeaseCreateOnly,
             };
             handles.push(tokio::spawn(task.run()));
         }
@@ -363,6 +432,21 @@ fn report(
     );
     let (fence_violations, late) = check::fencing(h, &context);
     findings.add("fencing", fence_violations);
+    // A run long enough to see writes land in collected history must have
+    // seen some: otherwise the layout's collection rule went untested, and
+    // the run proves less than it says.
+    if primitive == Primitive::LeaseCreateOnly
+        && world.ops() >= MIN_OPS_FOR_LATE_EPOCHS
+        && h.late_epoch_writes == 0
+    {
+        findings.add(
+            "exercised",
+            vec![format!(
+                "{context}: inconclusive: {} requests and no write landed in collected history",
+                world.ops()
+            )],
+        );
+    }
 
     let ops = world.ops();
     let faults = world.faults();
@@ -383,7 +467,7 @@ fn report(
     let summary = format!(
         "world_seed={seed} clients={} tasks_per_client={} rates=[{}] acquisitions={} takeovers={} min_handover_gap={} believed={} \
          lock_writes={} held_checks={} fenced_ok={} fenced_out={} fenced_failed={} late_fenced_writes={late} releases={} \
-         crashes={} drops={} stalls={} freezes={} {} faults: {faults:?} digest={digest:016x}",
+         crashes={} drops={} stalls={} freezes={} late_epoch_writes={} {} faults: {faults:?} digest={digest:016x}",
         rates.len(),
         tasks,
         rates
@@ -405,6 +489,7 @@ fn report(
         h.drops,
         h.stalls,
         h.freezes,
+        h.late_epoch_writes,
         world.late_summary(),
     );
     PrimitiveReport {
