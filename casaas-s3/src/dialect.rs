@@ -72,7 +72,11 @@ impl Intercept for HeaderCapture {
         _runtime_components: &RuntimeComponents,
         _cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        let value = context.response().headers().get(self.name).map(str::to_owned);
+        let value = context
+            .response()
+            .headers()
+            .get(self.name)
+            .map(str::to_owned);
         *self.slot.lock().unwrap_or_else(|p| p.into_inner()) = value;
         Ok(())
     }
@@ -110,7 +114,10 @@ mod tests {
 
     #[test]
     fn generations_are_positive_integers() {
-        assert_eq!(parse_generation("1700000000000001"), Some(1_700_000_000_000_001));
+        assert_eq!(
+            parse_generation("1700000000000001"),
+            Some(1_700_000_000_000_001)
+        );
         assert_eq!(parse_generation(" 7 "), Some(7));
         assert_eq!(parse_generation("0"), None);
         assert_eq!(parse_generation("-3"), None);

@@ -190,7 +190,11 @@ impl S3Store {
 
     /// The version of an answer: its ETag, or under `gcs_interop` the
     /// generation `capture` read. `None` when the answer lacked it.
-    fn answer_version(&self, etag: Option<&str>, capture: Option<&HeaderCapture>) -> Option<Version> {
+    fn answer_version(
+        &self,
+        etag: Option<&str>,
+        capture: Option<&HeaderCapture>,
+    ) -> Option<Version> {
         match capture {
             Some(capture) => capture
                 .value()
@@ -271,7 +275,9 @@ impl S3Store {
             (Some(_), false, Some(dialect)) => {
                 return Err(self.create_only(key, dialect, "replace-if-match"));
             }
-            (Some(version), false, None) => request = request.if_match(self.if_match(key, version)?),
+            (Some(version), false, None) => {
+                request = request.if_match(self.if_match(key, version)?)
+            }
         }
         let capture = self.generation_capture();
         let output = customize(request.customize(), headers, capture.as_ref())
@@ -366,7 +372,8 @@ impl CasStore for S3Store {
         if let Some(dialect) = self.config.quirks.forbid_overwrite {
             return Err(self.create_only(key, dialect, "replace-if-match"));
         }
-        self.put(Operation::Replace, key, body, Some(expected)).await
+        self.put(Operation::Replace, key, body, Some(expected))
+            .await
     }
 
     async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
@@ -417,10 +424,14 @@ impl CasStore for S3Store {
             if let Some(size) = self.config.list_page_size {
                 request = request.max_keys(size);
             }
-            let page = customize(request.customize(), common_headers(&self.config.quirks), None)
-                .send()
-                .await
-                .map_err(|e| from_sdk_error(e, &self.ctx(Operation::List, prefix)))?;
+            let page = customize(
+                request.customize(),
+                common_headers(&self.config.quirks),
+                None,
+            )
+            .send()
+            .await
+            .map_err(|e| from_sdk_error(e, &self.ctx(Operation::List, prefix)))?;
             for object in page.contents() {
                 let Some(full) = object.key() else {
                     continue;
