@@ -224,7 +224,9 @@ impl EtagForms {
                 backoff = (backoff * 2).min(Duration::from_secs(10));
                 continue;
             }
-            let unclear = status.is_none_or(|s| s >= 500);
+            // 501: the store does not implement the condition, a clear
+            // refusal (OSS answers so to If-None-Match).
+            let unclear = status.is_none_or(|s| s >= 500 && s != 501);
             if !unclear {
                 return FormAnswer::Refused(answer_json(&err));
             }
