@@ -12,7 +12,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use casaas_core::provider::{Delivery, Operation, classify};
 use casaas_core::{CasError, CasStore, StoreUrl};
-use casaas_s3::S3Store;
+use casaas_s3::{ForbidOverwrite, S3Store};
 use serde_json::{Value, json};
 
 use crate::model::{Outcome, Recommendation, Severity, StepError};
@@ -224,7 +224,9 @@ impl EtagForms {
                 backoff = (backoff * 2).min(Duration::from_secs(10));
                 continue;
             }
-            let unclear = status.is_none_or(|s| s >= 500);
+            // 501: the store does not implement the condition, a clear
+            // refusal (OSS answers so to If-None-Match).
+            let unclear = status.is_none_or(|s| s >= 500 && s != 501);
             if !unclear {
                 return FormAnswer::Refused(answer_json(&err));
             }
@@ -278,9 +280,15 @@ impl Probe for EtagForms {
     }
 
     async fn run(&self, cx: &ProbeContext) -> Result<Outcome, StepError> {
+        if let Some(outcome) = dialect_without_etags(&self.store, cx).await {
+            return Ok(outcome);
+        }
         let key = self.store.object_key(&cx.base_key(ETAG_KEY));
         match self.put(cx, &key, None).await {
             FormAnswer::Accepted(_) => {}
+            FormAnswer::Refused(answer) if refused_as_unsupported(&answer) => {
+                return Ok(suggest_forbid_overwrite(&self.store, cx, answer).await);
+            }
             FormAnswer::Refused(answer) => {
                 return Ok(Outcome::error(
                     "the probe's first PutObject with If-None-Match: * to a fresh key was refused",
@@ -1149,4 +1157,160 @@ impl Probe for VersioningStates {
         };
         Ok(outcome.with("states", Value::Object(states)))
     }
+}
+
+// ------------------------------------------------------------------------
+// Vendor dialects of create-if-absent (forbid_overwrite=oss|cos): found by
+// the ETag-forms probe when a store refuses If-None-Match as unimplemented.
+
+/// Probes whose failure `forbid_overwrite=…` fixes: every probe that
+/// creates, and this one.
+const FIXED_BY_FORBID_OVERWRITE: [&str; 9] = [
+    "create_if_absent",
+    "create_conflict",
+    "race_create",
+    "read_after_write",
+    "list_after_write",
+    "lease_protocol",
+    "throttle",
+    "latency",
+    "s3_etag_forms",
+];
+
+/// Did the store refuse a conditional PutObject as not implemented (501,
+/// 400 `NotImplemented`, an unknown conditional header)?
+fn refused_as_unsupported(answer: &Value) -> bool {
+    let status = answer["status"]
+        .as_u64()
+        .and_then(|s| u16::try_from(s).ok());
+    let code = answer["code"].as_str();
+    classify(
+        Operation::Create,
+        Delivery::MaybeSent,
+        status,
+        code,
+        &casaas_s3::error::code_table,
+    ) == casaas_core::ErrorKind::Unsupported
+}
+
+/// Under a dialect whose conditions are not ETags, the ETag forms do not
+/// apply: `forbid_overwrite` is checked instead, `gcs_interop` skipped.
+async fn dialect_without_etags(store: &S3Store, cx: &ProbeContext) -> Option<Outcome> {
+    let quirks = store.config().quirks;
+    if let Some(dialect) = quirks.forbid_overwrite {
+        let (honoured, evidence) = try_forbid_overwrite(store, cx, dialect).await;
+        let header = dialect.header();
+        return Some(
+            Outcome::check(
+                honoured,
+                format!(
+                    "no If-Match with forbid_overwrite={}: {header}: true makes a second create \
+                     fail and leaves the object unchanged",
+                    dialect.as_str()
+                ),
+                format!(
+                    "{header}: true did not make a second create fail with the object unchanged"
+                ),
+            )
+            .with("forbid_overwrite", evidence),
+        );
+    }
+    quirks.gcs_interop.then(|| {
+        Outcome::unsupported(
+            "gcs_interop=true: conditions are GCS generations (x-goog-if-generation-match), not ETags",
+        )
+    })
+}
+
+/// After `If-None-Match` was refused as not implemented: tries each
+/// vendor's forbid-overwrite header and recommends the first one honoured.
+async fn suggest_forbid_overwrite(store: &S3Store, cx: &ProbeContext, refused: Value) -> Outcome {
+    let mut tried = serde_json::Map::new();
+    for dialect in [ForbidOverwrite::Oss, ForbidOverwrite::Cos] {
+        let (honoured, evidence) = try_forbid_overwrite(store, cx, dialect).await;
+        tried.insert(dialect.header().to_string(), evidence);
+        if honoured {
+            let option = format!("forbid_overwrite={}", dialect.as_str());
+            return Outcome::fail(format!(
+                "If-None-Match: * is refused as not implemented ({}), but {}: true makes \
+                 a second create fail and leaves the object unchanged",
+                refused["answer"].as_str().unwrap_or("?"),
+                dialect.header()
+            ))
+            .with("if_none_match", refused)
+            .with("forbid_overwrite", Value::Object(tried))
+            .recommend(Recommendation {
+                option,
+                reason: format!(
+                    "the store refuses If-None-Match and honours {}: true for create-if-absent \
+                     (it has no conditional replace)",
+                    dialect.header()
+                ),
+                fixes: FIXED_BY_FORBID_OVERWRITE
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
+            });
+        }
+    }
+    Outcome::unsupported(
+        "If-None-Match: * is refused as not implemented, and no vendor forbid-overwrite header \
+         (x-oss-, x-cos-) is honoured either",
+    )
+    .with("if_none_match", refused)
+    .with("forbid_overwrite", Value::Object(tried))
+}
+
+/// Two PutObjects of different bodies to one fresh key with `dialect`'s
+/// header: honoured when the first succeeds, the second is refused, and
+/// the key still holds the first body.
+async fn try_forbid_overwrite(
+    store: &S3Store,
+    cx: &ProbeContext,
+    dialect: ForbidOverwrite,
+) -> (bool, Value) {
+    let relative = cx.base_key(&format!("forbid-overwrite-{}", dialect.as_str()));
+    let key = store.object_key(&relative);
+    let first = payload("forbid overwrite");
+    let first_answer = forbid_overwrite_put(store, cx, &key, dialect, first.clone()).await;
+    if let Err(answer) = first_answer {
+        return (false, json!({ "first": answer }));
+    }
+    let second_answer = forbid_overwrite_put(store, cx, &key, dialect, payload("second")).await;
+    let unchanged = matches!(store.get(&relative).await, Ok(Some(o)) if o.body == first);
+    let evidence = json!({
+        "first": "accepted",
+        "second": second_answer.as_ref().err().cloned().unwrap_or(json!("accepted")),
+        "unchanged": unchanged,
+    });
+    let refused = second_answer.is_err_and(|a| matches!(a["status"].as_u64(), Some(409 | 412)));
+    (refused && unchanged, evidence)
+}
+
+/// One paced PutObject with `dialect`'s header instead of `If-None-Match`.
+async fn forbid_overwrite_put(
+    store: &S3Store,
+    cx: &ProbeContext,
+    key: &str,
+    dialect: ForbidOverwrite,
+    body: bytes::Bytes,
+) -> Result<(), Value> {
+    if let Some(interval) = cx.min_write_interval() {
+        tokio::time::sleep(interval).await;
+    }
+    let header = dialect.header();
+    store
+        .client()
+        .put_object()
+        .bucket(store.bucket())
+        .key(key)
+        .body(ByteStream::from(body.to_vec()))
+        .customize()
+        .mutate_request(move |request| {
+            request.headers_mut().insert(header, "true");
+        })
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| answer_json(&e))
 }

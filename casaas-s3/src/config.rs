@@ -36,11 +36,51 @@ pub const URL_OPTIONS: &[&str] = &[
     S3Quirks::ETAG_UNQUOTED,
     S3Quirks::CONDITIONAL_DELETE,
     S3Quirks::VERSIONED_BUCKET,
+    S3Quirks::FORBID_OVERWRITE,
+    S3Quirks::TIGRIS_CONSISTENT,
+    S3Quirks::GCS_INTEROP,
     // Credentials: given beside the URL only (StoreUrl refuses them in it).
     "aws_access_key_id",
     "aws_secret_access_key",
     "aws_session_token",
 ];
+
+/// A vendor's create-only header, sent instead of `If-None-Match: *` by
+/// stores that refuse the standard condition (option `forbid_overwrite`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForbidOverwrite {
+    /// Aliyun OSS: `x-oss-forbid-overwrite: true` (OSS answers 501 to
+    /// `If-None-Match`); an existing key answers 409 `FileAlreadyExists`.
+    Oss,
+    /// Tencent COS: `x-cos-forbid-overwrite: true`.
+    Cos,
+}
+
+impl ForbidOverwrite {
+    /// The option value naming it (`oss`, `cos`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ForbidOverwrite::Oss => "oss",
+            ForbidOverwrite::Cos => "cos",
+        }
+    }
+
+    /// The request header that makes PutObject create-only.
+    pub fn header(self) -> &'static str {
+        match self {
+            ForbidOverwrite::Oss => "x-oss-forbid-overwrite",
+            ForbidOverwrite::Cos => "x-cos-forbid-overwrite",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        match text.to_ascii_lowercase().as_str() {
+            "oss" => Some(ForbidOverwrite::Oss),
+            "cos" => Some(ForbidOverwrite::Cos),
+            _ => None,
+        }
+    }
+}
 
 /// How an S3-compatible store departs from AWS S3, each a URL option (see
 /// `docs/providers/s3.md`). The one place these options are named.
@@ -57,6 +97,20 @@ pub struct S3Quirks {
     /// (Ceph RGW ignores `If-None-Match` there). Option `versioned_bucket`,
     /// default false.
     pub versioned_bucket: bool,
+    /// Create-if-absent is sent as the vendor's forbid-overwrite header
+    /// instead of `If-None-Match: *`. Such a store has no conditional
+    /// replace or delete: both answer `Unsupported` without sending
+    /// anything. Option `forbid_overwrite=oss|cos`, default none.
+    pub forbid_overwrite: Option<ForbidOverwrite>,
+    /// Send `X-Tigris-Consistent: true` on every conditional write and every
+    /// read, so that Tigris evaluates them on the leader region. Option
+    /// `tigris_consistent`, default false.
+    pub tigris_consistent: bool,
+    /// Google Cloud Storage through its XML (S3-interoperable) endpoint:
+    /// conditions are `x-goog-if-generation-match` (0 for create, the
+    /// generation for replace and delete), and versions are the generations
+    /// of `x-goog-generation`. Option `gcs_interop`, default false.
+    pub gcs_interop: bool,
 }
 
 impl S3Quirks {
@@ -66,11 +120,20 @@ impl S3Quirks {
     pub const CONDITIONAL_DELETE: &'static str = "conditional_delete";
     /// The URL option of [`versioned_bucket`](Self::versioned_bucket).
     pub const VERSIONED_BUCKET: &'static str = "versioned_bucket";
+    /// The URL option of [`forbid_overwrite`](Self::forbid_overwrite).
+    pub const FORBID_OVERWRITE: &'static str = "forbid_overwrite";
+    /// The URL option of [`tigris_consistent`](Self::tigris_consistent).
+    pub const TIGRIS_CONSISTENT: &'static str = "tigris_consistent";
+    /// The URL option of [`gcs_interop`](Self::gcs_interop).
+    pub const GCS_INTEROP: &'static str = "gcs_interop";
     /// Every quirk option, in order.
-    pub const OPTIONS: [&'static str; 3] = [
+    pub const OPTIONS: [&'static str; 6] = [
         Self::ETAG_UNQUOTED,
         Self::CONDITIONAL_DELETE,
         Self::VERSIONED_BUCKET,
+        Self::FORBID_OVERWRITE,
+        Self::TIGRIS_CONSISTENT,
+        Self::GCS_INTEROP,
     ];
 
     fn apply(&mut self, options: &UrlOptions) -> Result<(), CasError> {
@@ -78,6 +141,33 @@ impl S3Quirks {
         self.conditional_delete =
             options.get_bool(Self::CONDITIONAL_DELETE, self.conditional_delete)?;
         self.versioned_bucket = options.get_bool(Self::VERSIONED_BUCKET, self.versioned_bucket)?;
+        if let Some(text) = options.get(Self::FORBID_OVERWRITE) {
+            self.forbid_overwrite = match text.to_ascii_lowercase().as_str() {
+                "none" | "false" | "no" | "0" => None,
+                _ => Some(ForbidOverwrite::parse(text).ok_or_else(|| {
+                    CasError::misconfigured(format!(
+                        "option '{}' must be oss (Aliyun OSS) or cos (Tencent COS), not {text:?}",
+                        Self::FORBID_OVERWRITE
+                    ))
+                })?),
+            };
+        }
+        self.tigris_consistent =
+            options.get_bool(Self::TIGRIS_CONSISTENT, self.tigris_consistent)?;
+        self.gcs_interop = options.get_bool(Self::GCS_INTEROP, self.gcs_interop)?;
+        self.check()
+    }
+
+    /// Refuses combinations that contradict each other.
+    pub fn check(&self) -> Result<(), CasError> {
+        if self.gcs_interop && self.forbid_overwrite.is_some() {
+            return Err(CasError::misconfigured(format!(
+                "options '{}' and '{}' name two different dialects of conditional writes: \
+                 give one",
+                Self::GCS_INTEROP,
+                Self::FORBID_OVERWRITE
+            )));
+        }
         Ok(())
     }
 }
@@ -88,6 +178,9 @@ impl Default for S3Quirks {
             etag_unquoted: false,
             conditional_delete: true,
             versioned_bucket: false,
+            forbid_overwrite: None,
+            tigris_consistent: false,
+            gcs_interop: false,
         }
     }
 }
@@ -357,6 +450,24 @@ impl S3StoreBuilder {
         self
     }
 
+    /// See [`S3Quirks::forbid_overwrite`].
+    pub fn forbid_overwrite(mut self, dialect: Option<ForbidOverwrite>) -> Self {
+        self.config.quirks.forbid_overwrite = dialect;
+        self
+    }
+
+    /// See [`S3Quirks::tigris_consistent`].
+    pub fn tigris_consistent(mut self, on: bool) -> Self {
+        self.config.quirks.tigris_consistent = on;
+        self
+    }
+
+    /// See [`S3Quirks::gcs_interop`].
+    pub fn gcs_interop(mut self, on: bool) -> Self {
+        self.config.quirks.gcs_interop = on;
+        self
+    }
+
     /// Keys per ListObjectsV2 page (the server's default, 1000, otherwise).
     pub fn list_page_size(mut self, keys: u16) -> Self {
         self.config.list_page_size = Some(i32::from(keys.max(1)));
@@ -372,6 +483,7 @@ impl S3StoreBuilder {
         if config.bucket.is_empty() {
             return Err(CasError::misconfigured("no bucket given for the S3 store"));
         }
+        config.quirks.check()?;
         if !config.prefix.is_empty() {
             validate_key(&config.prefix).map_err(|e| {
                 CasError::misconfigured(format!(

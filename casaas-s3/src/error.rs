@@ -20,9 +20,10 @@ use casaas_core::{CasError, Delivery, ErrorKind, Failure, Operation, Stage, clas
 fn verb(op: Operation) -> &'static str {
     match op {
         Operation::Get => "GetObject",
-        Operation::Create => "PutObject (If-None-Match: *)",
-        Operation::Replace => "PutObject (If-Match)",
-        Operation::Delete => "DeleteObject (If-Match)",
+        // Neutral names: the condition's header depends on the dialect.
+        Operation::Create => "PutObject (create-if-absent)",
+        Operation::Replace => "PutObject (replace-if-match)",
+        Operation::Delete => "DeleteObject (delete-if-match)",
         Operation::List => "ListObjectsV2",
         Operation::CreateBucket => "CreateBucket",
         _ => "request",
@@ -53,6 +54,10 @@ pub fn code_table(op: Operation, status: Option<u16>, code: Option<&str>) -> Opt
         // written. OperationAborted is the older name for the same.
         (409, "ConditionalRequestConflict" | "OperationAborted") => ErrorKind::ConcurrentRequest,
         (404, "NoSuchBucket") => ErrorKind::Misconfigured,
+        // Aliyun OSS (and, as reported, Tencent COS) refuse a create sent
+        // with their forbid-overwrite header this way: the object exists
+        // and nothing was written, as a 412 says elsewhere.
+        (409, "FileAlreadyExists") if op == Operation::Create => ErrorKind::PreconditionFailed,
         // A wrong region or endpoint: S3 redirects instead of serving.
         (301 | 307 | 308, _)
         | (400, "AuthorizationHeaderMalformed" | "IllegalLocationConstraintException")
@@ -124,6 +129,12 @@ fn message(kind: ErrorKind, ctx: &Context<'_>, code: &str) -> String {
         ErrorKind::NotFound => format!("{verb}: the object is not there"),
         ErrorKind::Ambiguous => format!(
             "{verb}: the request may or may not have taken effect; read the object to find out"
+        ),
+        ErrorKind::Unsupported if ctx.op == Operation::Create => format!(
+            "{verb}: the store at {} does not implement this conditional request; some \
+             stores take a vendor header instead (forbid_overwrite=oss|cos, gcs_interop=true: \
+             see the vendor notes in docs/providers/s3.md)",
+            ctx.location
         ),
         ErrorKind::Unsupported => format!(
             "{verb}: the store at {} does not implement this conditional request \

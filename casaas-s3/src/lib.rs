@@ -15,8 +15,10 @@
 //! ```
 //!
 //! Options: `endpoint`, `region`, `profile`, `path_style`, `connect_timeout`
-//! and `timeout` (seconds), and the vendor quirks `etag_unquoted`,
-//! `conditional_delete`, `versioned_bucket` (see `docs/providers/s3.md`).
+//! and `timeout` (seconds), the vendor quirks `etag_unquoted`,
+//! `conditional_delete`, `versioned_bucket`, and the vendor dialects of
+//! conditional writes `forbid_overwrite=oss|cos`, `tigris_consistent`,
+//! `gcs_interop` (see `docs/providers/s3.md`).
 //! Credentials never go in the URL: they come from the AWS chain
 //! (`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, `AWS_PROFILE`, SSO, roles),
 //! or from [`S3StoreBuilder::static_credentials`].
@@ -32,6 +34,7 @@
 
 mod clock;
 mod config;
+mod dialect;
 pub mod error;
 mod store;
 
@@ -42,7 +45,8 @@ use casaas_core::{CasStore, StoreUrl};
 
 pub use clock::ServerDate;
 pub use config::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, S3Config, S3Quirks, S3StoreBuilder, URL_OPTIONS,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, ForbidOverwrite, S3Config, S3Quirks, S3StoreBuilder,
+    URL_OPTIONS,
 };
 pub use store::S3Store;
 

@@ -15,7 +15,11 @@ use casaas_core::{
 };
 
 use crate::clock::{DateSlot, ServerDate};
-use crate::config::{S3Config, S3StoreBuilder};
+use crate::config::{ForbidOverwrite, S3Config, S3StoreBuilder};
+use crate::dialect::{
+    GOOG_GENERATION, GOOG_IF_GENERATION_MATCH, HeaderCapture, common_headers, customize,
+    parse_generation,
+};
 use crate::error::{Context, from_sdk_error};
 
 /// A [`CasStore`] on an S3 bucket (AWS or S3-compatible), through
@@ -26,6 +30,12 @@ use crate::error::{Context, from_sdk_error};
 /// - `replace`: PutObject with `If-Match: <etag>`.
 /// - `delete`: DeleteObject with `If-Match: <etag>`.
 /// - `list`: ListObjectsV2, all pages.
+///
+/// The vendor dialects of [`S3Quirks`](crate::S3Quirks) change the
+/// conditions: `forbid_overwrite` sends the vendor's create-only header and
+/// has no replace or delete; `gcs_interop` conditions every write on
+/// `x-goog-if-generation-match` and versions are GCS generations;
+/// `tigris_consistent` adds `X-Tigris-Consistent: true`.
 ///
 /// Open one with [`S3Store::builder`], [`S3Store::open`] or, after
 /// [`register`](crate::register), `casaas_core::open_store("s3://…")`.
@@ -146,16 +156,73 @@ impl S3Store {
         })
     }
 
+    /// The generation `expected` names, for `gcs_interop` conditions.
+    fn generation_of(&self, key: &str, expected: &Version) -> Result<i64, CasError> {
+        expected.as_generation().ok_or_else(|| {
+            CasError::invalid_input(format!(
+                "with gcs_interop=true versions are GCS generations, not {expected:?}: pass a \
+                 version this store returned"
+            ))
+            .with_key(key)
+        })
+    }
+
+    /// What a store that honours only create-if-absent answers to replace
+    /// and delete, before anything is sent.
+    fn create_only(&self, key: &str, dialect: ForbidOverwrite, what: &str) -> CasError {
+        CasError::unsupported(format!(
+            "{what} is not available with forbid_overwrite={}: the store honours only \
+             create-if-absent ({}: true)",
+            dialect.as_str(),
+            dialect.header()
+        ))
+        .with_key(key)
+    }
+
+    /// A capture of `x-goog-generation` when the dialect reads versions
+    /// from it.
+    fn generation_capture(&self) -> Option<HeaderCapture> {
+        self.config
+            .quirks
+            .gcs_interop
+            .then(|| HeaderCapture::new(GOOG_GENERATION))
+    }
+
+    /// The version of an answer: its ETag, or under `gcs_interop` the
+    /// generation `capture` read. `None` when the answer lacked it.
+    fn answer_version(
+        &self,
+        etag: Option<&str>,
+        capture: Option<&HeaderCapture>,
+    ) -> Option<Version> {
+        match capture {
+            Some(capture) => capture
+                .value()
+                .as_deref()
+                .and_then(parse_generation)
+                .map(Version::Generation),
+            None => etag.map(Version::etag),
+        }
+    }
+
     /// The version of `key` from HeadObject, for listings that carry no
-    /// ETag; `None` when the object vanished since it was listed.
+    /// ETag (or no generation); `None` when the object vanished since it
+    /// was listed.
     async fn head_version(&self, key: &str) -> Result<Option<Version>, CasError> {
-        let result = self
+        let capture = self.generation_capture();
+        let request = self
             .client
             .head_object()
             .bucket(&self.config.bucket)
             .key(self.object_key(key))
-            .send()
-            .await;
+            .customize();
+        let result = customize(
+            request,
+            common_headers(&self.config.quirks),
+            capture.as_ref(),
+        )
+        .send()
+        .await;
         let output = match result {
             Ok(output) => output,
             Err(err) if err.raw_response().map(|r| r.status().as_u16()) == Some(404) => {
@@ -164,43 +231,70 @@ impl S3Store {
             }
             Err(err) => return Err(from_sdk_error(err, &self.ctx(Operation::List, key))),
         };
-        match output.e_tag() {
-            Some(etag) => Ok(Some(Version::etag(etag))),
-            None => Err(CasError::unsupported(
-                "the store lists objects without an ETag and answers HeadObject without one                  too, so their versions cannot be known",
-            )
+        match self.answer_version(output.e_tag(), capture.as_ref()) {
+            Some(version) => Ok(Some(version)),
+            None => Err(CasError::unsupported(if capture.is_some() {
+                "gcs_interop=true, but the store answered HeadObject without an \
+                 x-goog-generation header: is the endpoint GCS's XML API \
+                 (storage.googleapis.com)?"
+            } else {
+                "the store lists objects without an ETag and answers HeadObject without one \
+                 too, so their versions cannot be known"
+            })
             .with_key(key)),
         }
     }
 
+    /// PutObject conditioned on absence (`expected` = `None`) or on
+    /// `expected`, in the store's dialect.
     async fn put(
         &self,
         op: Operation,
         key: &str,
         body: Bytes,
-        condition: Option<String>,
+        expected: Option<&Version>,
     ) -> Result<Version, CasError> {
-        let request = self
+        let quirks = self.config.quirks;
+        let mut headers = common_headers(&quirks);
+        let mut request = self
             .client
             .put_object()
             .bucket(&self.config.bucket)
             .key(self.object_key(key))
             .content_length(i64::try_from(body.len()).unwrap_or(i64::MAX))
             .body(ByteStream::from(body));
-        let request = match (op, condition) {
-            (Operation::Replace, Some(etag)) => request.if_match(etag),
-            _ => request.if_none_match("*"),
-        };
-        let output = request
+        match (expected, quirks.gcs_interop, quirks.forbid_overwrite) {
+            (None, true, _) => headers.push((GOOG_IF_GENERATION_MATCH, "0".to_string())),
+            // Never beside If-None-Match: OSS answers 501 to it.
+            (None, false, Some(dialect)) => headers.push((dialect.header(), "true".to_string())),
+            (None, false, None) => request = request.if_none_match("*"),
+            (Some(version), true, _) => headers.push((
+                GOOG_IF_GENERATION_MATCH,
+                self.generation_of(key, version)?.to_string(),
+            )),
+            (Some(_), false, Some(dialect)) => {
+                return Err(self.create_only(key, dialect, "replace-if-match"));
+            }
+            (Some(version), false, None) => {
+                request = request.if_match(self.if_match(key, version)?)
+            }
+        }
+        let capture = self.generation_capture();
+        let output = customize(request.customize(), headers, capture.as_ref())
             .send()
             .await
             .map_err(|e| from_sdk_error(e, &self.ctx(op, key)))?;
-        match output.e_tag() {
-            Some(etag) => Ok(Version::etag(etag)),
+        match self.answer_version(output.e_tag(), capture.as_ref()) {
+            Some(version) => Ok(version),
             None => Err(CasError::new(
                 ErrorKind::Ambiguous,
-                "the store accepted the write but sent no ETag, so its version is unknown; \
-                 read the object to find out",
+                if capture.is_some() {
+                    "the store accepted the write but sent no x-goog-generation, so its \
+                     version is unknown; read the object to find out"
+                } else {
+                    "the store accepted the write but sent no ETag, so its version is unknown; \
+                     read the object to find out"
+                },
             )
             .with_key(key)
             .with_status(200)),
@@ -212,13 +306,20 @@ impl S3Store {
 impl CasStore for S3Store {
     async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
         validate_key(key)?;
-        let result = self
+        let capture = self.generation_capture();
+        let request = self
             .client
             .get_object()
             .bucket(&self.config.bucket)
             .key(self.object_key(key))
-            .send()
-            .await;
+            .customize();
+        let result = customize(
+            request,
+            common_headers(&self.config.quirks),
+            capture.as_ref(),
+        )
+        .send()
+        .await;
         let output = match result {
             Ok(output) => output,
             Err(err) => {
@@ -231,9 +332,18 @@ impl CasStore for S3Store {
                 return Err(from_sdk_error(err, &self.ctx(Operation::Get, key)));
             }
         };
-        let etag = output.e_tag().map(str::to_owned).ok_or_else(|| {
-            CasError::unsupported("the store answered GetObject without an ETag").with_key(key)
-        })?;
+        let version = self
+            .answer_version(output.e_tag(), capture.as_ref())
+            .ok_or_else(|| {
+                CasError::unsupported(if capture.is_some() {
+                    "gcs_interop=true, but the store answered GetObject without an \
+                     x-goog-generation header: is the endpoint GCS's XML API \
+                     (storage.googleapis.com)?"
+                } else {
+                    "the store answered GetObject without an ETag"
+                })
+                .with_key(key)
+            })?;
         let body = output.body.collect().await.map_err(|e| {
             CasError::new(
                 ErrorKind::NotSent,
@@ -243,7 +353,7 @@ impl CasStore for S3Store {
         })?;
         Ok(Some(StoredObject {
             body: body.into_bytes(),
-            version: Version::etag(etag),
+            version,
         }))
     }
 
@@ -259,8 +369,11 @@ impl CasStore for S3Store {
         body: Bytes,
     ) -> Result<Version, CasError> {
         validate_key(key)?;
-        let etag = self.if_match(key, expected)?;
-        self.put(Operation::Replace, key, body, Some(etag)).await
+        if let Some(dialect) = self.config.quirks.forbid_overwrite {
+            return Err(self.create_only(key, dialect, "replace-if-match"));
+        }
+        self.put(Operation::Replace, key, body, Some(expected))
+            .await
     }
 
     async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
@@ -272,12 +385,22 @@ impl CasStore for S3Store {
             )
             .with_key(key));
         }
-        let etag = self.if_match(key, expected)?;
-        self.client
+        if let Some(dialect) = self.config.quirks.forbid_overwrite {
+            return Err(self.create_only(key, dialect, "delete-if-match"));
+        }
+        let mut headers = common_headers(&self.config.quirks);
+        let mut request = self
+            .client
             .delete_object()
             .bucket(&self.config.bucket)
-            .key(self.object_key(key))
-            .if_match(etag)
+            .key(self.object_key(key));
+        if self.config.quirks.gcs_interop {
+            let generation = self.generation_of(key, expected)?;
+            headers.push((GOOG_IF_GENERATION_MATCH, generation.to_string()));
+        } else {
+            request = request.if_match(self.if_match(key, expected)?);
+        }
+        customize(request.customize(), headers, None)
             .send()
             .await
             .map_err(|e| from_sdk_error(e, &self.ctx(Operation::Delete, key)))?;
@@ -301,10 +424,14 @@ impl CasStore for S3Store {
             if let Some(size) = self.config.list_page_size {
                 request = request.max_keys(size);
             }
-            let page = request
-                .send()
-                .await
-                .map_err(|e| from_sdk_error(e, &self.ctx(Operation::List, prefix)))?;
+            let page = customize(
+                request.customize(),
+                common_headers(&self.config.quirks),
+                None,
+            )
+            .send()
+            .await
+            .map_err(|e| from_sdk_error(e, &self.ctx(Operation::List, prefix)))?;
             for object in page.contents() {
                 let Some(full) = object.key() else {
                     continue;
@@ -317,10 +444,12 @@ impl CasStore for S3Store {
                     tracing::debug!(key = full, "skipping a listed key outside the contract");
                     continue;
                 }
-                let version = match object.e_tag() {
+                let listed = object.e_tag().filter(|_| !self.config.quirks.gcs_interop);
+                let version = match listed {
                     Some(etag) => Version::etag(etag),
-                    // Some S3-compatibles (s3s-fs) list without ETags: ask
-                    // for the version rather than drop the entry.
+                    // Some S3-compatibles (s3s-fs) list without ETags, and
+                    // a GCS listing carries no generation a client of S3
+                    // reads: ask for the version rather than drop the entry.
                     None => match self.head_version(key).await? {
                         Some(version) => version,
                         None => continue,
@@ -350,6 +479,29 @@ impl CasStore for S3Store {
         }
         if quirks.etag_unquoted {
             caps = caps.with_note("If-Match ETags are sent without quotes (etag_unquoted=true)");
+        }
+        if let Some(dialect) = quirks.forbid_overwrite {
+            caps.replace_if_match = false;
+            caps.conditional_delete = false;
+            caps = caps.with_note(format!(
+                "create-only store (forbid_overwrite={}): create sends {}: true instead of \
+                 If-None-Match; replace and delete answer unsupported",
+                dialect.as_str(),
+                dialect.header()
+            ));
+        }
+        if quirks.gcs_interop {
+            caps = caps.with_note(
+                "GCS through its XML API (gcs_interop=true): conditions are \
+                 x-goog-if-generation-match, versions are generations; list reads each \
+                 entry's generation with HeadObject",
+            );
+        }
+        if quirks.tigris_consistent {
+            caps = caps.with_note(
+                "X-Tigris-Consistent: true on every read and conditional write \
+                 (tigris_consistent=true)",
+            );
         }
         if quirks.versioned_bucket {
             caps = caps.with_note(

@@ -244,6 +244,22 @@ use rstest::rstest;
 #[case(Operation::List, MaybeSent, None, None, Ambiguous)]
 // A conflict S3 does not name may hide an applied write.
 #[case(Operation::Replace, MaybeSent, Some(409), None, Ambiguous)]
+// Aliyun OSS refusing a create sent with x-oss-forbid-overwrite: the key
+// exists and nothing was written. Only a create sends that header.
+#[case(
+    Operation::Create,
+    MaybeSent,
+    Some(409),
+    Some("FileAlreadyExists"),
+    PreconditionFailed
+)]
+#[case(
+    Operation::Replace,
+    MaybeSent,
+    Some(409),
+    Some("FileAlreadyExists"),
+    Ambiguous
+)]
 fn kinds(
     #[case] op: Operation,
     #[case] delivery: Delivery,

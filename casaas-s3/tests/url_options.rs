@@ -34,6 +34,22 @@ async fn open(url: &str) -> S3Store {
     "'connect_timeout' must be a positive"
 )]
 #[case("s3://bucket/p?region=a&region=b", "'region' is given twice")]
+#[case(
+    "s3://bucket/p?forbid_overwrite=true",
+    "'forbid_overwrite' must be oss (Aliyun OSS) or cos"
+)]
+#[case(
+    "s3://bucket/p?forbid_overwrite=minio",
+    "'forbid_overwrite' must be oss (Aliyun OSS) or cos"
+)]
+#[case(
+    "s3://bucket/p?tigris_consistent=sure",
+    "'tigris_consistent' must be true or false"
+)]
+#[case(
+    "s3://bucket/p?gcs_interop=true&forbid_overwrite=oss",
+    "two different dialects"
+)]
 #[case("s3:///p", "needs a bucket")]
 #[case("gs://bucket/p", "starts with s3://")]
 #[case("s3://bucket:9000/p", "endpoint=http://host:port")]
@@ -138,6 +154,49 @@ async fn quirk_options_show_in_capabilities() {
     let err = ceph.delete("k", &Version::etag("\"e\"")).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
     assert_eq!(err.status(), None);
+}
+
+#[tokio::test]
+async fn dialect_options_show_in_config_and_capabilities() {
+    use casaas_s3::ForbidOverwrite;
+
+    for (option, dialect) in [
+        ("oss", Some(ForbidOverwrite::Oss)),
+        ("COS", Some(ForbidOverwrite::Cos)),
+        ("none", None),
+    ] {
+        let store = open(&format!("{BASE}&forbid_overwrite={option}")).await;
+        assert_eq!(store.config().quirks.forbid_overwrite, dialect, "{option}");
+        let caps = store.capabilities();
+        // A create-only store has neither conditional replace nor delete.
+        assert_eq!(caps.replace_if_match, dialect.is_none(), "{option}");
+        assert_eq!(caps.conditional_delete, dialect.is_none(), "{option}");
+        assert!(caps.create_if_absent);
+    }
+
+    let store = open(&format!("{BASE}&tigris_consistent=true&gcs_interop=yes")).await;
+    let quirks = store.config().quirks;
+    assert!(quirks.tigris_consistent && quirks.gcs_interop);
+    let caps = store.capabilities();
+    assert!(caps.replace_if_match && caps.conditional_delete);
+    assert!(caps.notes.iter().any(|n| n.contains("X-Tigris-Consistent")));
+    assert!(
+        caps.notes
+            .iter()
+            .any(|n| n.contains("x-goog-if-generation-match"))
+    );
+
+    // The builder refuses the contradiction the URL parser refuses.
+    let err = S3Store::builder()
+        .url(BASE)
+        .unwrap()
+        .static_credentials("k", "s")
+        .gcs_interop(true)
+        .forbid_overwrite(Some(ForbidOverwrite::Oss))
+        .build()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Misconfigured, "{err}");
 }
 
 #[tokio::test]

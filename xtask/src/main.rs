@@ -16,6 +16,7 @@
 //!   judged by an independent checker.
 
 mod bench;
+mod createonly_proxy;
 mod servers;
 mod vendor_matrix;
 
@@ -106,6 +107,16 @@ enum Task {
         /// digest it always had.
         #[arg(long)]
         explore_configs: bool,
+    },
+    /// The proxy of the `createonly` test server (started by `servers up`).
+    #[command(hide = true)]
+    CreateonlyProxy {
+        /// Loopback port to listen on.
+        #[arg(long)]
+        listen: u16,
+        /// The S3 server behind it, `http://127.0.0.1:PORT`.
+        #[arg(long)]
+        upstream: String,
     },
 }
 
@@ -271,6 +282,7 @@ fn main() -> Result<()> {
             primitive,
             explore_configs,
         } => sim(&root, ops, seed, &primitive, explore_configs),
+        Task::CreateonlyProxy { listen, upstream } => createonly_proxy::run(listen, &upstream),
         Task::Chaos {
             server,
             minutes,

@@ -18,6 +18,7 @@ use casaas_core::testkit::{TestServer, server_env};
 
 mod azurite;
 mod ceph;
+mod createonly;
 mod etcd;
 mod fake_gcs;
 mod garage;
@@ -129,6 +130,8 @@ pub trait Server {
 pub fn all() -> Vec<Box<dyn Server>> {
     vec![
         Box::new(moto::Moto),
+        // After moto, which it runs in front of.
+        Box::new(createonly::CreateOnly),
         Box::new(s3rver::S3rver),
         Box::new(ceph::Ceph),
         Box::new(garage::Garage),

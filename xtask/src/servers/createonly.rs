@@ -1,0 +1,75 @@
+//! `createonly`: an S3 store that honours only create-if-absent — moto
+//! behind xtask's own proxy, which answers `501 NotImplemented` to every
+//! request carrying `If-Match` and forwards everything else unchanged
+//! (`If-None-Match` included). The stores it stands for (Aliyun OSS, Tencent
+//! COS through their create-only headers) cannot run here.
+
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use super::{Ctx, Procs, Server, Started, moto, s3_started, up, wait_for_http};
+
+/// The server in front of which the proxy runs.
+const UPSTREAM: &str = "moto";
+
+/// moto behind the create-only proxy.
+pub struct CreateOnly;
+
+impl Server for CreateOnly {
+    fn name(&self) -> &'static str {
+        "createonly"
+    }
+
+    fn kind(&self) -> &'static str {
+        "S3 with create-if-absent only (moto behind a proxy that answers 501 to If-Match)"
+    }
+
+    fn version(&self, ctx: &Ctx) -> Option<String> {
+        moto::Moto
+            .version(ctx)
+            .map(|v| format!("{v} behind the createonly proxy"))
+    }
+
+    fn install(&self, ctx: &Ctx) -> Result<()> {
+        moto::Moto.install(ctx)
+    }
+
+    fn start(&self, ctx: &Ctx, port: u16, procs: &mut Procs) -> Result<Started> {
+        // The upstream keeps its own state directory and PIDs: it is started
+        // if needed, and `servers down createonly` leaves it running.
+        up(ctx, &[UPSTREAM.to_string()])?;
+        let upstream = ctx.test_server(UPSTREAM)?;
+        let upstream_endpoint = upstream.var("AWS_ENDPOINT_URL").to_string();
+        let bucket = bucket_of(&upstream.url)?;
+        let exe = std::env::current_exe().context("finding the xtask binary")?;
+        let mut command = Command::new(exe);
+        command.args([
+            "createonly-proxy",
+            "--listen",
+            &port.to_string(),
+            "--upstream",
+            &upstream_endpoint,
+        ]);
+        procs.spawn("createonly-proxy", command)?;
+        let endpoint = format!("http://127.0.0.1:{port}");
+        wait_for_http(&format!("{endpoint}/"), Duration::from_secs(30))?;
+        Ok(s3_started(
+            &bucket,
+            &endpoint,
+            upstream.var("AWS_ACCESS_KEY_ID"),
+            upstream.var("AWS_SECRET_ACCESS_KEY"),
+            "",
+        ))
+    }
+}
+
+/// The bucket of an `s3://BUCKET/...` URL.
+fn bucket_of(url: &str) -> Result<String> {
+    url.strip_prefix("s3://")
+        .and_then(|rest| rest.split(['/', '?']).next())
+        .filter(|b| !b.is_empty())
+        .map(str::to_string)
+        .with_context(|| format!("no bucket in the upstream's store URL {url}"))
+}
