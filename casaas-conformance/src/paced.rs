@@ -515,12 +515,21 @@ impl CasStore for PacedStore {
         self.inner.list(prefix).await
     }
 
+    async fn delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
+        self.send(key, || self.inner.delete_unconditionally(key))
+            .await
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.pacer.correct(self.inner.capabilities())
     }
 
     fn describe(&self) -> String {
         self.inner.describe()
+    }
+
+    fn lease_layout(&self) -> Option<casaas_core::layout::LeaseLayout> {
+        self.inner.lease_layout()
     }
 }
 

@@ -110,11 +110,23 @@ impl CasStore for PrefixedStore {
             .collect())
     }
 
+    async fn delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
+        let full = self.full(key)?;
+        self.inner
+            .delete_unconditionally(&full)
+            .await
+            .map_err(|e| relabel(e, key))
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
 
     fn describe(&self) -> String {
         format!("{} (under {})", self.inner.describe(), self.prefix)
+    }
+
+    fn lease_layout(&self) -> Option<casaas_core::layout::LeaseLayout> {
+        self.inner.lease_layout()
     }
 }

@@ -161,15 +161,12 @@ impl FromStr for LeaseLayout {
     }
 }
 
-/// `store`, with leases on it laid out as `layout` whatever its
-/// capabilities say. For [`LeaseLayout::Epochs`] the result is an
-/// [`EpochStore`]; for [`LeaseLayout::Record`] it is `store` marked so
-/// that protocols use it as it is.
+/// `store`, with leases, elections and fenced resources on it laid out as
+/// `layout` whatever its capabilities say (what the URL option
+/// `layout=record|epochs` does). Everything else reaches `store` as it is:
+/// the protocols put an [`EpochStore`] over it themselves.
 pub fn with_layout(store: Arc<dyn CasStore>, layout: LeaseLayout) -> Arc<dyn CasStore> {
-    match layout {
-        LeaseLayout::Epochs => Arc::new(EpochStore::new(store)),
-        LeaseLayout::Record => Arc::new(RecordLayout(store)),
-    }
+    Arc::new(LayoutChoice { store, layout })
 }
 
 /// The layout leases use on `store`: the one chosen for it, else the one
@@ -182,8 +179,7 @@ pub fn with_layout(store: Arc<dyn CasStore>, layout: LeaseLayout) -> Arc<dyn Cas
 ///
 /// assert_eq!(layout_of(&MemoryStore::new()), LeaseLayout::Record);
 /// let forced = with_layout(Arc::new(MemoryStore::new()), LeaseLayout::Epochs);
-/// // The epoch view is itself a store with replace: leases use it as it is.
-/// assert_eq!(layout_of(forced.as_ref()), LeaseLayout::Record);
+/// assert_eq!(layout_of(forced.as_ref()), LeaseLayout::Epochs);
 /// ```
 pub fn layout_of(store: &dyn CasStore) -> LeaseLayout {
     store
@@ -210,21 +206,24 @@ pub(crate) fn inner_identity(identity: &str) -> Option<&str> {
     identity.strip_prefix("epochs:")
 }
 
-/// A store chosen for the record layout (`layout=record`): forwards
-/// everything.
+/// A store with a layout chosen for it: forwards everything else.
 #[derive(Debug)]
-struct RecordLayout(Arc<dyn CasStore>);
+struct LayoutChoice {
+    store: Arc<dyn CasStore>,
+    layout: LeaseLayout,
+}
 
-impl ForwardingStore for RecordLayout {
+impl ForwardingStore for LayoutChoice {
     type Inner = dyn CasStore;
     fn inner(&self) -> &dyn CasStore {
-        self.0.as_ref()
+        self.store.as_ref()
     }
     fn wrap_identity(&self) -> String {
-        self.0.identity()
+        // The same store: the guard's verdict and trust carry over.
+        self.store.identity()
     }
     fn wrap_lease_layout(&self) -> Option<LeaseLayout> {
-        Some(LeaseLayout::Record)
+        Some(self.layout)
     }
 }
 
@@ -666,7 +665,7 @@ impl EpochStore {
                 return marked;
             }
         };
-        let conditional = self.shared.inner.capabilities().conditional_delete;
+        let mut conditional = self.shared.inner.capabilities().conditional_delete;
         for entry in listed {
             let Some(epoch) = Self::epoch_of(key, &entry.key) else {
                 continue;
@@ -677,11 +676,16 @@ impl EpochStore {
             // An epoch in a marked block is history whatever it holds, so
             // the delete needs no condition; a conditional one is used where
             // the store has it, and a changed object is left for next time.
-            let deleted = if conditional {
+            let mut deleted = if conditional {
                 self.shared.inner.delete(&entry.key, &entry.version).await
             } else {
                 self.shared.inner.delete_unconditionally(&entry.key).await
             };
+            if conditional && deleted.as_ref().is_err_and(|e| e.kind() == ErrorKind::Unsupported) {
+                // A store that refuses If-Match on DELETE (501) may still delete.
+                conditional = false;
+                deleted = self.shared.inner.delete_unconditionally(&entry.key).await;
+            }
             match deleted {
                 Ok(()) => {}
                 Err(e) if e.kind() == ErrorKind::Unsupported => {

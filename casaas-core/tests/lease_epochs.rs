@@ -56,9 +56,11 @@ fn the_layout_follows_what_the_store_honours() {
     assert_eq!(layout_of(store.as_ref()), LeaseLayout::Epochs);
     assert_eq!(layout_of(&MemoryStore::new()), LeaseLayout::Record);
     let forced = with_layout(Arc::new(MemoryStore::new()), LeaseLayout::Epochs);
-    // Forced epochs: a store of its own, which leases use as it is.
-    assert!(forced.describe().contains("create-only layout"));
-    assert_eq!(layout_of(forced.as_ref()), LeaseLayout::Record);
+    assert_eq!(layout_of(forced.as_ref()), LeaseLayout::Epochs);
+    // The epoch view is itself a store with replace: leases use it as it is.
+    let view = EpochStore::new(forced);
+    assert!(view.describe().contains("create-only layout"));
+    assert_eq!(layout_of(&view), LeaseLayout::Record);
 }
 
 async fn lifecycle(store: Arc<dyn CasStore>) {

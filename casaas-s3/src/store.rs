@@ -407,6 +407,20 @@ impl CasStore for S3Store {
         Ok(())
     }
 
+    async fn delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
+        validate_key(key)?;
+        let request = self
+            .client
+            .delete_object()
+            .bucket(&self.config.bucket)
+            .key(self.object_key(key));
+        customize(request.customize(), common_headers(&self.config.quirks), None)
+            .send()
+            .await
+            .map_err(|e| from_sdk_error(e, &self.ctx(Operation::Delete, key)))?;
+        Ok(())
+    }
+
     async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
         validate_prefix(prefix)?;
         let full_prefix = self.object_key(prefix);
