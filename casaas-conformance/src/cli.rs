@@ -526,11 +526,20 @@ fn save_profile(
     };
     // Options count as proven only in a safe run (they were run again).
     let proven = if verdict == ProfileVerdict::Safe {
-        report
+        let mut proven: Vec<String> = report
             .recommended_options
             .iter()
             .map(|r| r.option.clone())
-            .collect()
+            .collect();
+        // A store proven safe only in the create-only layout is opened in it.
+        if report.layout == casaas_core::layout::LeaseLayout::Epochs {
+            proven.push(format!(
+                "{}={}",
+                casaas_core::layout::LAYOUT_OPTION,
+                report.layout
+            ));
+        }
+        proven
     } else {
         Vec::new()
     };

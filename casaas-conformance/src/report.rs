@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use casaas_core::Capabilities;
+use casaas_core::layout::{LAYOUT_OPTION, LeaseLayout};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{ProbeResult, Recommendation, RunVerdict, Severity, Verdict};
@@ -119,6 +120,11 @@ pub struct Report {
     /// `NOT SAFE: …` or `INCONCLUSIVE: …`, naming the probes that could not
     /// complete and why.
     pub summary: String,
+    /// The lease layout the verdict is about: `record` (one object replaced
+    /// in place) or `epochs` (the create-only layout, for stores that
+    /// honour create-if-absent but not replace; see `casaas_core::layout`).
+    #[serde(default = "record_layout")]
+    pub layout: LeaseLayout,
     /// casaas options (URL query options) the store needs.
     pub recommended_options: Vec<Recommendation>,
     /// Options the affected probes were run again with, to prove them.
@@ -155,7 +161,16 @@ impl Report {
         cleanup: CleanupReport,
     ) -> Self {
         let judgement = judge(&probes, &options_applied);
+        let layout = if options_applied
+            .iter()
+            .any(|o| o == &format!("{LAYOUT_OPTION}={}", LeaseLayout::Epochs))
+        {
+            LeaseLayout::Epochs
+        } else {
+            LeaseLayout::Record
+        };
         Report {
+            layout,
             schema_version: SCHEMA_VERSION,
             tool,
             started_at,
@@ -411,6 +426,17 @@ fn short_reason(detail: &str) -> String {
 ///
 /// Warnings and info never change the verdict.
 pub fn judge(probes: &[ProbeResult], options_applied: &[String]) -> Judgement {
+    // The layout is not an option of the store but of the judgement: it is
+    // named in the verdict line, not in the list of options.
+    let create_only = options_applied
+        .iter()
+        .any(|o| o == &format!("{LAYOUT_OPTION}={}", LeaseLayout::Epochs));
+    let options_applied: Vec<String> = options_applied
+        .iter()
+        .filter(|o| !o.starts_with(&format!("{LAYOUT_OPTION}=")))
+        .cloned()
+        .collect();
+    let options_applied = options_applied.as_slice();
     let mut options: Vec<Recommendation> = Vec::new();
     for r in probes.iter().flat_map(|p| p.recommended_options.iter()) {
         if !options.iter().any(|o| o.option == r.option) {
@@ -493,6 +519,13 @@ pub fn judge(probes: &[ProbeResult], options_applied: &[String]) -> Judgement {
     } else {
         (RunVerdict::Safe, "SAFE FOR LEASES".to_string())
     };
+    if verdict == RunVerdict::Safe && create_only {
+        let layout = LeaseLayout::Epochs.describe();
+        summary = match summary.strip_prefix("SAFE FOR LEASES") {
+            Some(rest) => format!("SAFE FOR LEASES ({layout}){rest}"),
+            None => summary.replacen("SAFE WITH OPTIONS:", &format!("SAFE WITH OPTIONS ({layout}):"), 1),
+        };
+    }
     if verdict == RunVerdict::Safe {
         let warnings: Vec<&str> = probes
             .iter()
@@ -656,6 +689,11 @@ pub fn comparison_table(results: &[Compared]) -> String {
         let _ = writeln!(out, "store {}: {url}\n  {line}", i + 1);
     }
     redact_text(&out)
+}
+
+/// Reports written before the layout existed were about the record layout.
+fn record_layout() -> LeaseLayout {
+    LeaseLayout::Record
 }
 
 #[cfg(test)]

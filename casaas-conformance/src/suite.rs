@@ -3,9 +3,11 @@
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
+use casaas_core::layout::{LAYOUT_OPTION, LeaseLayout, layout_of, with_layout};
 use casaas_core::{CasError, CasStore, ErrorKind, StoreUrl};
 use futures::StreamExt;
 
+use crate::evidence::probe_id;
 use crate::model::{Outcome, ProbeResult, Severity, Verdict, error_evidence};
 use crate::paced::{IntervalSource, Mode, PacedStore, Pacer};
 use crate::prefixed::PrefixedStore;
@@ -407,6 +409,54 @@ impl Suite {
             }
         }
 
+        // A store that honours create-if-absent but not replace (or one
+        // opened with layout=epochs) is judged on the create-only layout:
+        // the lease probe runs again on it, and the probes of replace,
+        // which that layout never sends, no longer decide the verdict.
+        if judged_on_create_only_layout(&results, target) {
+            let probes: Vec<&dyn Probe> = self
+                .probes
+                .iter()
+                .filter(|p| p.id() == LEASE_PROBE)
+                .map(|p| p.as_ref())
+                .collect();
+            let epochs_store: Arc<dyn CasStore> = Arc::new(
+                PrefixedStore::new(cleanup_store.clone(), "epochs")
+                    .map_err(|e| setup_error(e, &target.store))?,
+            );
+            let epochs_store = with_layout(epochs_store, LeaseLayout::Epochs);
+            let option = format!("{LAYOUT_OPTION}={}", LeaseLayout::Epochs);
+            let again = run_probes(
+                &probes,
+                &epochs_store,
+                &[],
+                &format!("{run_prefix}/epochs"),
+                std::slice::from_ref(&option),
+                target,
+                settings,
+                &pacer,
+                &progress,
+            )
+            .await?;
+            for rerun in again {
+                if let Some(slot) = results.iter_mut().find(|r| r.id == rerun.id) {
+                    *slot = with_first_run(rerun, slot);
+                }
+            }
+            for result in results
+                .iter_mut()
+                .filter(|r| REPLACE_PROBES.contains(&r.id.as_str()))
+                .filter(|r| r.verdict != Verdict::Pass)
+            {
+                result.verdict = Verdict::Note;
+                result.detail = format!(
+                    "not used by the create-only layout, which never replaces an object: {}",
+                    result.detail
+                );
+            }
+            options_applied.push(option);
+        }
+
         // Cleanup deletes are paced and resolved like the probes' writes.
         let cleanup_store: Arc<dyn CasStore> = Arc::new(PacedStore::new(
             cleanup_store,
@@ -442,6 +492,40 @@ impl Suite {
             cleanup,
         ))
     }
+}
+
+/// The probe of the lease protocol end to end.
+const LEASE_PROBE: &str = "lease_protocol";
+/// Probes of conditional replace, which the create-only layout never sends.
+const REPLACE_PROBES: [&str; 4] = [
+    "replace_if_match",
+    probe_id::REPLACE_STALE,
+    "missing_key",
+    probe_id::RACE_REPLACE,
+];
+/// Probes of create-if-absent, all of which the create-only layout needs.
+const CREATE_PROBES: [&str; 3] = [
+    "create_if_absent",
+    probe_id::CREATE_CONFLICT,
+    probe_id::RACE_CREATE,
+];
+
+/// Is the store to be judged on the create-only layout? Every create probe
+/// must have passed, and either the store was opened with `layout=epochs`
+/// or it refuses conditional replace outright (unsupported, as a 501)
+/// without ever accepting a replace it should have refused: a store whose
+/// replace misbehaves is a store that lies, and is not given the benefit of
+/// another layout unless someone chose it knowingly.
+fn judged_on_create_only_layout(results: &[ProbeResult], target: &Target) -> bool {
+    let verdict = |id: &str| results.iter().find(|r| r.id == id).map(|r| r.verdict);
+    let creates_hold = CREATE_PROBES
+        .iter()
+        .all(|id| verdict(id) == Some(Verdict::Pass));
+    let replace = || REPLACE_PROBES.iter().map(|id| verdict(id));
+    let refuses_replace = replace().any(|v| v == Some(Verdict::Unsupported))
+        && !replace().any(|v| v == Some(Verdict::Fail));
+    let chosen = layout_of(target.store.as_ref()) == LeaseLayout::Epochs;
+    creates_hold && verdict(LEASE_PROBE).is_some() && (refuses_replace || chosen)
 }
 
 /// The options the results recommend, each once, in order.

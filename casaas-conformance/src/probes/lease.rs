@@ -63,11 +63,18 @@ impl CasStore for Partitionable {
         self.check()?;
         self.inner.list(prefix).await
     }
+    async fn delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
+        self.check()?;
+        self.inner.delete_unconditionally(key).await
+    }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
     fn describe(&self) -> String {
         self.inner.describe()
+    }
+    fn lease_layout(&self) -> Option<casaas_core::layout::LeaseLayout> {
+        self.inner.lease_layout()
     }
 }
 
