@@ -351,6 +351,30 @@ impl EpochStore {
             .flatten()
     }
 
+    /// The lock an object of the epoch layout belongs to: `K` for
+    /// `K.epochs/…` and `K.collected/…` (for tools that list a store and
+    /// show locks, not their parts).
+    ///
+    /// ```
+    /// use casaas_core::layout::EpochStore;
+    /// let epoch = EpochStore::epoch_key("locks/a", 7);
+    /// assert_eq!(EpochStore::lock_of(&epoch), Some("locks/a"));
+    /// assert_eq!(EpochStore::lock_of("locks/a"), None);
+    /// ```
+    pub fn lock_of(entry: &str) -> Option<&str> {
+        [".epochs/", ".collected/"].into_iter().find_map(|part| {
+            let at = entry.rfind(part)?;
+            let digits = &entry[at + part.len()..];
+            (digits.len() == DIGITS && digits.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| &entry[..at])
+        })
+    }
+
+    /// Is `body` the layout marker the epoch layout keeps at a lock's key?
+    pub fn is_marker(body: &[u8]) -> bool {
+        is_layout_marker(body)
+    }
+
     fn block_of(&self, epoch: u64) -> u64 {
         epoch / self.shared.block
     }

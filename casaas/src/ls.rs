@@ -3,6 +3,8 @@
 
 use std::time::{Duration, SystemTime};
 
+use casaas_core::CasStore;
+use casaas_core::layout::EpochStore;
 use casaas_core::lease::{LeaseError, LeaseRecord};
 use futures::StreamExt;
 use serde::Serialize;
@@ -37,6 +39,9 @@ struct Entry {
     /// The holder's wall clock at its last write (advisory).
     renewed_at: Option<String>,
     version: String,
+    /// How the lock is laid out: `record` (one object replaced in place) or
+    /// `epochs` (the create-only layout; `version` is then its epoch).
+    layout: &'static str,
     /// What a foreign object starts with.
     #[serde(skip_serializing_if = "Option::is_none")]
     found: Option<String>,
@@ -48,15 +53,27 @@ pub async fn run(args: LsArgs) -> Result<u8, Failure> {
     let store = target::open_read_only(&prefix).await?;
     let explain = |e: casaas_core::CasError| Failure::usage(format!("{}: {e}", prefix.display));
     let mut keys = store.list("").await.map_err(explain)?;
-    keys.retain(|entry| !entry.key.starts_with(GUARD_PREFIX));
+    // The epochs and collection markers of a create-only-layout lock are
+    // its parts: the lock is listed once, under its own key.
+    keys.retain(|entry| {
+        !entry.key.starts_with(GUARD_PREFIX) && EpochStore::lock_of(&entry.key).is_none()
+    });
+    let epochs = EpochStore::new(store.clone());
     keys.sort_by(|a, b| a.key.cmp(&b.key));
     let now = SystemTime::now();
     let reads = futures::stream::iter(keys)
         .map(|listed| {
-            let store = store.clone();
+            let (store, epochs) = (store.clone(), epochs.clone());
             async move {
-                let object = store.get(&listed.key).await?;
-                Ok::<_, casaas_core::CasError>(object.map(|o| (listed.key, o)))
+                let Some(object) = store.get(&listed.key).await? else {
+                    return Ok(None);
+                };
+                if !EpochStore::is_marker(&object.body) {
+                    return Ok(Some((listed.key, "record", object)));
+                }
+                // A create-only-layout lock: its current epoch is its state.
+                let head = epochs.get(&listed.key).await?;
+                Ok::<_, casaas_core::CasError>(head.map(|o| (listed.key, "epochs", o)))
             }
         })
         .buffered(CONCURRENT_READS)
@@ -65,10 +82,12 @@ pub async fn run(args: LsArgs) -> Result<u8, Failure> {
     let mut entries = Vec::new();
     for read in reads {
         // Deleted between the listing and the read: gone, not listed.
-        let Some((key, object)) = read.map_err(explain)? else {
+        let Some((key, layout, object)) = read.map_err(explain)? else {
             continue;
         };
-        entries.push(entry(key, &object.body, object.version.to_string(), now));
+        let mut entry = entry(key, &object.body, object.version.to_string(), now);
+        entry.layout = layout;
+        entries.push(entry);
     }
     if args.json {
         println!(
@@ -98,6 +117,7 @@ fn entry(key: String, body: &[u8], version: String, now: SystemTime) -> Entry {
                 acquired_at: None,
                 renewed_at: None,
                 version,
+                layout: "record",
                 found: Some(found),
             };
         }
@@ -118,6 +138,7 @@ fn entry(key: String, body: &[u8], version: String, now: SystemTime) -> Entry {
         acquired_at: Some(rfc3339(record.acquired_at_ms)),
         renewed_at: Some(rfc3339(record.renewed_at_ms)),
         version,
+        layout: "record",
         found: None,
     }
 }

@@ -22,8 +22,41 @@ fn lock_url(dir: &Path, name: &str) -> String {
 #[test]
 fn four_lockers_never_overlap_and_every_child_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let url = lock_url(dir.path(), "shared");
-    let log = dir.path().join("intervals.log");
+    four_lockers(dir.path(), &lock_url(dir.path(), "shared"));
+}
+
+#[test]
+fn four_lockers_never_overlap_in_the_create_only_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("{}?layout=epochs", lock_url(dir.path(), "shared"));
+    four_lockers(dir.path(), &url);
+    // The lock is listed once, in its layout, and its parts are not.
+    let out = casaas()
+        .args(["ls", "--json", &format!("file://{}/locks", dir.path().display())])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["key"], "shared");
+    assert_eq!(listed[0]["layout"], "epochs");
+    assert_eq!(listed[0]["state"], "released");
+    // A record-layout process is refused by name, and changes nothing.
+    let plain = lock_url(dir.path(), "shared");
+    let out = casaas()
+        .args(["lock", "--no-wait", &plain, "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("layout=epochs"), "{}", text(&out.stderr));
+}
+
+/// Four processes run `casaas lock URL` 50 times in all; their commands'
+/// intervals never overlap and every one runs.
+fn four_lockers(dir: &Path, url: &str) {
+    let url = url.to_string();
+    let log = dir.join("intervals.log");
     // Each child appends "start ID T" and "end ID T" (T: CLOCK_BOOTTIME,
     // a monotonic clock shared by all processes); 50 runs in all.
     let script = format!(
