@@ -13,6 +13,21 @@ async fn fresh_store() -> Arc<dyn CasStore> {
 
 casaas_core::contract_suite!(fresh_store, tasks = 8, rounds = 20);
 
+/// The same contract in the create-only layout (`layout=epochs`), whose
+/// objects are chains of create-if-absent epochs on this server.
+mod epochs {
+    use std::sync::Arc;
+
+    use casaas_core::CasStore;
+    use casaas_core::layout::EpochStore;
+
+    async fn fresh_store() -> Arc<dyn CasStore> {
+        Arc::new(EpochStore::with_collection(super::fresh_store().await, 4, 2))
+    }
+
+    casaas_core::contract_suite!(fresh_store, tasks = 8, rounds = 10, layout = epochs);
+}
+
 /// A percent-encoded prefix is decoded once: `az://acct/c/x%2541` stores
 /// blobs under `x%41/`, not `xA/`.
 #[tokio::test]

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use casaas_core::lease::LeaseConfig;
+use casaas_core::testkit::RequestCounts;
 
 use crate::section::Section;
 
@@ -60,7 +61,22 @@ const DYNAMODB_HEARTBEAT: Duration = Duration::from_secs(5);
 const DYNAMODB_CLIENT_SOURCE: &str = "https://github.com/awslabs/amazon-dynamodb-lock-client";
 
 /// Hours in a month (365·24/12).
-const HOURS_PER_MONTH: f64 = 730.0;
+pub(crate) const HOURS_PER_MONTH: f64 = 730.0;
+
+/// The service [`s3_standard_per_month`] prices with, as the tables name it.
+pub(crate) fn s3_standard_name() -> &'static str {
+    PRICES[0].service
+}
+
+/// USD per month (730 h) of the requests `per_hour` counts in one hour, at
+/// S3 Standard prices: PUT (create and replace) and LIST are billed at the
+/// write price, GET at the read price, DELETE is free.
+pub(crate) fn s3_standard_per_month(per_hour: &RequestCounts) -> f64 {
+    let price = &PRICES[0];
+    let writes = (per_hour.create + per_hour.replace + per_hour.list) as f64;
+    let reads = per_hour.get as f64;
+    (writes * price.write_per_1000 + reads * price.read_per_1000) / 1000.0 * HOURS_PER_MONTH
+}
 
 struct Pattern {
     label: String,

@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! casaas-bench run --out FILE --work-dir DIR [--quick] [--server NAME=ENV_FILE]... [--version NAME=TEXT]...
+//! casaas-bench layouts [--work-dir DIR] [--server NAME=ENV_FILE]... [--iterations N]
 //! casaas-bench hold --url URL [--env-file FILE] --key KEY --ttl-ms MS    (failover holder)
 //! casaas-bench hold-etcd --endpoint URL --key KEY --ttl-s S              (failover holder)
 //! ```
@@ -14,6 +15,7 @@ mod contention;
 mod cost;
 mod failover;
 mod guard;
+mod layouts;
 mod plot;
 mod report;
 mod rtt;
@@ -78,6 +80,20 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         iterations: usize,
     },
+    /// The two lease layouts side by side (a section of `run`): requests,
+    /// objects and price of a held lease-hour, and the lock round trip.
+    Layouts {
+        /// Scratch directory (the file backend lives here); a temporary
+        /// one, removed afterwards, if absent.
+        #[arg(long)]
+        work_dir: Option<PathBuf>,
+        /// A running server: NAME=ENV_FILE (ceph, moto, azurite).
+        #[arg(long = "server")]
+        servers: Vec<String>,
+        /// Timed round trips per layout and store.
+        #[arg(long, default_value_t = 500)]
+        iterations: usize,
+    },
     /// Failover holder: acquire a casaas lease, print `ready`, renew until killed.
     Hold {
         #[arg(long)]
@@ -104,6 +120,7 @@ enum Command {
 struct Plan {
     rtt_iterations: usize,
     guard_iterations: usize,
+    layouts_iterations: usize,
     failover_trials: usize,
     scale_leases: usize,
     scale_ceph_leases: usize,
@@ -117,6 +134,7 @@ impl Plan {
             Plan {
                 rtt_iterations: 200,
                 guard_iterations: 10,
+                layouts_iterations: 200,
                 failover_trials: 10,
                 scale_leases: 1_000,
                 scale_ceph_leases: 0,
@@ -127,6 +145,7 @@ impl Plan {
             Plan {
                 rtt_iterations: 1_000,
                 guard_iterations: 50,
+                layouts_iterations: 500,
                 failover_trials: 50,
                 scale_leases: 10_000,
                 scale_ceph_leases: 1_000,
@@ -233,6 +252,13 @@ async fn run(
     eprintln!("bench: the store guard");
     let casaas_bin = std::env::var_os("CASAAS_BIN").map(PathBuf::from);
     sections.push(guard::run(&targets, plan.guard_iterations, casaas_bin.as_deref()).await?);
+
+    // Before the sections that fill the file store: the epoch layout lists.
+    eprintln!(
+        "bench: lease layouts ({} round trips per layout)",
+        plan.layouts_iterations
+    );
+    sections.push(layouts::run(&targets, plan.layouts_iterations).await?);
 
     eprintln!(
         "bench: failover ({} trials per system)",
@@ -431,6 +457,32 @@ fn main() -> Result<()> {
             } => {
                 let targets = targets(&work_dir, &pairs(&servers, "server")?)?;
                 let section = guard::run(&targets, iterations, casaas_bin.as_deref()).await?;
+                print!("{}", section.markdown);
+                for line in section.headlines {
+                    println!("{line}");
+                }
+                Ok(())
+            }
+            Command::Layouts {
+                work_dir,
+                servers,
+                iterations,
+            } => {
+                let servers = pairs(&servers, "server")?;
+                let scratch = work_dir.is_none().then(|| {
+                    std::env::temp_dir()
+                        .join(format!("casaas-bench-layouts-{}", std::process::id()))
+                });
+                let work_dir = work_dir.or_else(|| scratch.clone()).unwrap_or_default();
+                let measured = async {
+                    let targets = targets(&work_dir, &servers)?;
+                    layouts::run(&targets, iterations).await
+                }
+                .await;
+                if let Some(scratch) = scratch {
+                    let _ = std::fs::remove_dir_all(scratch);
+                }
+                let section = measured?;
                 print!("{}", section.markdown);
                 for line in section.headlines {
                     println!("{line}");

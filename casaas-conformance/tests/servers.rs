@@ -92,6 +92,23 @@ fn moto_passes_all_but_the_races() {
     assert_eq!(verdict(&report, "clock_skew"), "pass");
 }
 
+/// SeaweedFS behind a proxy that answers 501 to every If-Match: safe in
+/// the create-only layout, judged by the lease probe run on that layout.
+#[test]
+fn a_create_only_store_is_safe_in_the_create_only_layout() {
+    let (code, report) = probe(
+        "createonly",
+        &format!("create_if_absent,replace_if_match,{CORE}"),
+    );
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["verdict"], "safe");
+    assert_eq!(report["summary"], "SAFE FOR LEASES (create-only layout)");
+    assert_eq!(report["layout"], "epochs");
+    assert_eq!(verdict(&report, "lease_protocol"), "pass");
+    assert_eq!(verdict(&report, "race_create"), "pass");
+    assert_eq!(verdict(&report, "replace_if_match"), "note");
+}
+
 #[test]
 fn ceph_is_safe_with_its_options() {
     let (code, report) = probe("ceph", &format!("{CORE},s3_etag_forms"));

@@ -30,6 +30,21 @@ async fn fresh_store() -> Arc<dyn CasStore> {
 
 casaas_core::contract_suite!(fresh_store, tasks = 8, rounds = 20);
 
+/// The same contract in the create-only layout (`layout=epochs`), whose
+/// objects are chains of create-if-absent epochs on this server.
+mod epochs {
+    use std::sync::Arc;
+
+    use casaas_core::CasStore;
+    use casaas_core::layout::EpochStore;
+
+    async fn fresh_store() -> Arc<dyn CasStore> {
+        Arc::new(EpochStore::with_collection(super::fresh_store().await, 4, 2))
+    }
+
+    casaas_core::contract_suite!(fresh_store, tasks = 8, rounds = 10, layout = epochs);
+}
+
 /// Races `tasks` creates of one key per round, then `tasks` replaces from
 /// one generation per round; returns the winner counts of each round.
 async fn race(store: Arc<GcsStore>, tasks: usize, rounds: usize) -> (Vec<usize>, Vec<usize>) {

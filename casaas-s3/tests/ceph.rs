@@ -19,6 +19,21 @@ async fn fresh_store() -> Arc<dyn CasStore> {
 // race losers with 500 UnknownError, which casaas reports as ambiguous.
 casaas_core::contract_suite!(fresh_store, tasks = 8, rounds = 20);
 
+/// The same contract in the create-only layout (`layout=epochs`), whose
+/// objects are chains of create-if-absent epochs on this server.
+mod epochs {
+    use std::sync::Arc;
+
+    use casaas_core::CasStore;
+    use casaas_core::layout::EpochStore;
+
+    async fn fresh_store() -> Arc<dyn CasStore> {
+        Arc::new(EpochStore::with_collection(super::fresh_store().await, 4, 2))
+    }
+
+    casaas_core::contract_suite!(fresh_store, tasks = 8, rounds = 10, layout = epochs);
+}
+
 #[tokio::test]
 async fn url_declares_the_quirks() {
     let store = fresh_store().await;

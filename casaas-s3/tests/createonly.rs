@@ -1,5 +1,5 @@
 //! casaas-s3 against the `createonly` server (`cargo xtask servers up
-//! createonly`): moto behind a proxy that answers `501 NotImplemented` to
+//! createonly`): SeaweedFS behind a proxy that answers `501 NotImplemented` to
 //! every request carrying `If-Match`, as a store with create-if-absent but
 //! no conditional replace does. A 501 to a conditional write means "not
 //! done": it must never come back as success, nor as a lost race.
@@ -126,4 +126,60 @@ async fn a_conditional_complete_multipart_upload_is_refused() {
         .send()
         .await;
     assert_eq!(store.get("big").await.unwrap(), None);
+}
+
+/// The epoch layout's virtual objects pass the contract on this server
+/// (collection blocks of 4, so that collection runs during the races).
+mod epochs {
+    use std::sync::Arc;
+
+    use casaas_core::CasStore;
+    use casaas_core::layout::EpochStore;
+
+    async fn fresh_store() -> Arc<dyn CasStore> {
+        Arc::new(EpochStore::with_collection(
+            super::common::dyn_store("createonly", "s3-createonly-epochs").await,
+            4,
+            2,
+        ))
+    }
+
+    casaas_core::contract_suite!(fresh_store, tasks = 8, rounds = 10, layout = epochs);
+}
+
+/// Leases on this server take the create-only layout by themselves (its
+/// capabilities say nothing of it, the URL does), pass the store guard,
+/// and hand over with increasing tokens.
+#[tokio::test]
+async fn leases_hold_in_the_create_only_layout() {
+    use std::time::Duration;
+
+    use casaas_core::layout::{LeaseLayout, with_layout};
+    use casaas_core::lease::{AcquireOptions, AcquireOutcome, Lease, LeaseConfig};
+
+    let store = with_layout(
+        common::dyn_store("createonly", "s3-createonly-lease").await,
+        LeaseLayout::Epochs,
+    );
+    let config = LeaseConfig::with_ttl(Duration::from_secs(3));
+    let a = Lease::new(store.clone(), "lock", "a", config.clone()).unwrap();
+    let b = Lease::new(store.clone(), "lock", "b", config).unwrap();
+    let guard = a.acquire(AcquireOptions::default()).await.unwrap();
+    assert_eq!(guard.token(), 1);
+    // Renewed through several terms, while b is refused.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(guard.is_held(), "{:?}", guard.lost_reason());
+    assert!(matches!(b.try_acquire().await.unwrap(), AcquireOutcome::Held(_)));
+    guard.release().await.unwrap();
+    let guard = b.acquire(AcquireOptions::default()).await.unwrap();
+    assert_eq!(guard.token(), 2);
+    guard.release().await.unwrap();
+    // Without the layout, the guard says what to do.
+    let plain = common::dyn_store("createonly", "s3-createonly-plain").await;
+    let err = Lease::new(plain, "lock", "c", LeaseConfig::default())
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("layout=epochs"), "{err}");
 }

@@ -78,6 +78,10 @@ enum Task {
         /// Leave the server running afterwards.
         #[arg(long)]
         keep_servers: bool,
+        /// An option added to the server's URL, such as `layout=epochs`
+        /// (by default the one CI uses for that server, if any).
+        #[arg(long)]
+        option: Option<String>,
     },
     /// Benchmarks against etcd and Redis on loopback; writes
     /// docs/performance.md and prints `name=value` headlines last.
@@ -192,17 +196,37 @@ fn sim(
 /// found on moto says nothing about casaas (docs/reliability.md).
 /// SeaweedFS's were measured atomic, within and across its two gateways
 /// (casaas-s3/tests/seaweedfs.rs, `race_across_endpoints`).
-const CHAOS_SERVERS: [&str; 4] = ["ceph", "seaweedfs", "azurite", "fake-gcs"];
+/// `createonly` (SeaweedFS answering 501 to every If-Match) runs in the
+/// create-only layout, which its URL must name: nothing else tells a
+/// client that this S3 endpoint lacks conditional replace.
+const CHAOS_SERVERS: [(&str, &str); 5] = [
+    ("ceph", ""),
+    ("seaweedfs", ""),
+    ("azurite", ""),
+    ("fake-gcs", ""),
+    ("createonly", "layout=epochs"),
+];
 
-fn chaos(ctx: &servers::Ctx, root: &PathBuf, server: &str, minutes: f64, seed: u64) -> Result<()> {
+fn chaos(
+    ctx: &servers::Ctx,
+    root: &PathBuf,
+    server: &str,
+    minutes: f64,
+    seed: u64,
+    option: &str,
+) -> Result<()> {
     if !(minutes > 0.0 && minutes <= 24.0 * 60.0) {
         bail!("--minutes must be between 0 and 1440");
     }
     servers::up(ctx, &[server.to_string()])?;
     let env_file = ctx.env_file(server);
-    let url = ctx.test_server(server)?.url;
+    let mut url = ctx.test_server(server)?.url;
     if url.is_empty() {
         bail!("{} has no store URL", env_file.display());
+    }
+    if !option.is_empty() {
+        url.push(if url.contains('?') { '&' } else { '?' });
+        url.push_str(option);
     }
     let seconds = (minutes * 60.0).round().max(1.0) as u64;
     eprintln!("xtask: chaos against {server} for {seconds}s (seed {seed})");
@@ -249,8 +273,8 @@ fn ci(root: &PathBuf, sim_ops: u64, keep_servers: bool) -> Result<()> {
         sim(root, sim_ops, 1, &[], false)?;
         // The same operations again, each client with a timing of its own.
         sim(root, sim_ops, 1, &[], true)?;
-        for server in CHAOS_SERVERS {
-            chaos(&ctx, root, server, 1.0, 1)?;
+        for (server, option) in CHAOS_SERVERS {
+            chaos(&ctx, root, server, 1.0, 1, option)?;
         }
         Ok(())
     });
@@ -288,8 +312,15 @@ fn main() -> Result<()> {
             minutes,
             seed,
             keep_servers,
+            option,
         } => {
-            let result = chaos(&ctx, &root, &server, minutes, seed);
+            let option = option.unwrap_or_else(|| {
+                CHAOS_SERVERS
+                    .iter()
+                    .find(|(name, _)| *name == server)
+                    .map_or(String::new(), |(_, option)| option.to_string())
+            });
+            let result = chaos(&ctx, &root, &server, minutes, seed, &option);
             if !keep_servers {
                 servers::down(&ctx, &[server])?;
             }

@@ -25,6 +25,9 @@ use casaas_core::lease::{
     AcquireOptions, Entropy, FencedLog, FencedResource, Lease, LeaseConfig, LeaseError,
 };
 use casaas_core::testkit::TestServer;
+use std::sync::Arc;
+
+use casaas_core::layout::{EpochStore, LeaseLayout, layout_of};
 use casaas_core::{CasStore, open_store};
 use casaas_testkit::chaos::{
     COUNTER_KEY, Event, LOCK_KEY, LOG_PREFIX, MinimumWork, Observed, check, monotonic_ns, ns,
@@ -436,7 +439,7 @@ fn run(args: &[String]) -> Result<bool> {
             }
         }
         let events = parse_logs(texts.iter().map(String::as_str));
-        let observed = observe(store.as_ref()).await?;
+        let observed = observe(&store).await?;
         let verdict = check(&events, &observed);
         for detail in verdict.details.iter().take(20) {
             eprintln!("violation: {detail}");
@@ -471,9 +474,15 @@ fn run(args: &[String]) -> Result<bool> {
     })
 }
 
-/// The counter and every log entry, read raw.
-async fn observe(store: &dyn CasStore) -> Result<Observed> {
-    let counter = with_retries(|| store.get(COUNTER_KEY))
+/// The counter and every log entry, read raw (the counter through the
+/// epoch view where the store uses the create-only layout, as its writers
+/// did).
+async fn observe(store: &Arc<dyn CasStore>) -> Result<Observed> {
+    let counter_view: Arc<dyn CasStore> = match layout_of(store.as_ref()) {
+        LeaseLayout::Epochs => Arc::new(EpochStore::new(store.clone())),
+        _ => store.clone(),
+    };
+    let counter = with_retries(|| counter_view.get(COUNTER_KEY))
         .await?
         .map(|o| o.body);
     let mut log_entries = BTreeMap::new();

@@ -1,4 +1,5 @@
-//! `createonly`: an S3 store that honours only create-if-absent — moto
+//! `createonly`: an S3 store that honours only create-if-absent — SeaweedFS
+//! (a real distributed store whose conditional writes were measured atomic)
 //! behind xtask's own proxy, which answers `501 NotImplemented` to every
 //! request carrying `If-Match` and forwards everything else unchanged
 //! (`If-None-Match` included). The stores it stands for (Aliyun OSS, Tencent
@@ -9,12 +10,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use super::{Ctx, Procs, Server, Started, moto, s3_started, up, wait_for_http};
+use super::{Ctx, Procs, Server, Started, s3_started, seaweedfs, up, wait_for_http};
 
-/// The server in front of which the proxy runs.
-const UPSTREAM: &str = "moto";
+/// The server in front of which the proxy runs: its creates must be atomic
+/// (moto's are not), or the races on the create-only layout prove nothing.
+const UPSTREAM: &str = "seaweedfs";
 
-/// moto behind the create-only proxy.
+/// SeaweedFS behind the create-only proxy.
 pub struct CreateOnly;
 
 impl Server for CreateOnly {
@@ -23,17 +25,17 @@ impl Server for CreateOnly {
     }
 
     fn kind(&self) -> &'static str {
-        "S3 with create-if-absent only (moto behind a proxy that answers 501 to If-Match)"
+        "S3 with create-if-absent only (SeaweedFS behind a proxy that answers 501 to If-Match)"
     }
 
     fn version(&self, ctx: &Ctx) -> Option<String> {
-        moto::Moto
+        seaweedfs::Seaweedfs
             .version(ctx)
             .map(|v| format!("{v} behind the createonly proxy"))
     }
 
     fn install(&self, ctx: &Ctx) -> Result<()> {
-        moto::Moto.install(ctx)
+        seaweedfs::Seaweedfs.install(ctx)
     }
 
     fn start(&self, ctx: &Ctx, port: u16, procs: &mut Procs) -> Result<Started> {
