@@ -53,7 +53,9 @@ pub async fn run(args: ReleaseArgs) -> Result<u8, Failure> {
         return Ok(NOT_RELEASED);
     }
 
-    let outcome = break_observed(store.as_ref(), &target.key, &record, &version)
+    // Through the lease's own view of the store: in the create-only layout
+    // the record is the head epoch, and breaking it writes the next one.
+    let outcome = break_observed(reader.store().as_ref(), &target.key, &record, &version)
         .await
         .map_err(|e| {
             Failure::usage(format!(

@@ -520,6 +520,27 @@ fn elect_observe_prints_leader_changes_as_json_lines() {
 }
 
 #[test]
+fn status_and_release_force_in_the_create_only_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("{}?layout=epochs", lock_url(dir.path(), "stale"));
+    let out = run(&[
+        "lock", "--ttl", "30s", "--owner", "crashed", &url, "--", "sh", "-c",
+        "kill -KILL $PPID",
+    ]);
+    assert_eq!(out.status.code(), None);
+    assert_eq!(status_code(&url), 0);
+    let out = run(&["release", "--force", "--yes", &url]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let (code, report) = status_json(&url);
+    assert_eq!(
+        (code, report["state"].as_str(), report["token"].as_u64()),
+        (3, Some("released"), Some(1))
+    );
+    let out = run(&["lock", "-n", &url, "--", "sh", "-c", "test \"$CASAAS_FENCING_TOKEN\" = 2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+#[test]
 fn release_force_breaks_a_stale_lock_keeping_its_token() {
     let dir = tempfile::tempdir().unwrap();
     let url = lock_url(dir.path(), "stale");
