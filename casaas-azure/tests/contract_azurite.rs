@@ -22,7 +22,11 @@ mod epochs {
     use casaas_core::layout::EpochStore;
 
     async fn fresh_store() -> Arc<dyn CasStore> {
-        Arc::new(EpochStore::with_collection(super::fresh_store().await, 4, 2))
+        Arc::new(EpochStore::with_collection(
+            super::fresh_store().await,
+            4,
+            2,
+        ))
     }
 
     casaas_core::contract_suite!(fresh_store, tasks = 8, rounds = 10, layout = epochs);

@@ -523,7 +523,11 @@ pub fn judge(probes: &[ProbeResult], options_applied: &[String]) -> Judgement {
         let layout = LeaseLayout::Epochs.describe();
         summary = match summary.strip_prefix("SAFE FOR LEASES") {
             Some(rest) => format!("SAFE FOR LEASES ({layout}){rest}"),
-            None => summary.replacen("SAFE WITH OPTIONS:", &format!("SAFE WITH OPTIONS ({layout}):"), 1),
+            None => summary.replacen(
+                "SAFE WITH OPTIONS:",
+                &format!("SAFE WITH OPTIONS ({layout}):"),
+                1,
+            ),
         };
     }
     if verdict == RunVerdict::Safe {

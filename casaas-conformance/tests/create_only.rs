@@ -58,13 +58,25 @@ async fn a_create_only_store_is_safe_in_the_create_only_layout() {
     assert_eq!(report.layout, LeaseLayout::Epochs);
     assert_eq!(report.exit_code(), 0);
     // The lease probe ran on the epoch layout and passed there.
-    let lease = report.probes.iter().find(|p| p.id == "lease_protocol").unwrap();
+    let lease = report
+        .probes
+        .iter()
+        .find(|p| p.id == "lease_protocol")
+        .unwrap();
     assert_eq!(lease.verdict, Verdict::Pass, "{}", lease.detail);
     assert_eq!(lease.options, vec!["layout=epochs".to_string()]);
     // The replace probes are notes, saying why they no longer decide.
-    let replace = report.probes.iter().find(|p| p.id == "replace_if_match").unwrap();
+    let replace = report
+        .probes
+        .iter()
+        .find(|p| p.id == "replace_if_match")
+        .unwrap();
     assert_eq!(replace.verdict, Verdict::Note);
-    assert!(replace.detail.contains("create-only layout"), "{}", replace.detail);
+    assert!(
+        replace.detail.contains("create-only layout"),
+        "{}",
+        replace.detail
+    );
     let json = report.to_json();
     assert!(json.contains(r#""layout": "epochs""#), "{json}");
 }
@@ -75,7 +87,11 @@ async fn a_full_store_stays_on_the_record_layout_unless_told() {
     assert_eq!(report.summary, "SAFE FOR LEASES");
     assert_eq!(report.layout, LeaseLayout::Record);
     // Told: the same store judged on the create-only layout.
-    let report = run(with_layout(Arc::new(MemoryStore::new()), LeaseLayout::Epochs)).await;
+    let report = run(with_layout(
+        Arc::new(MemoryStore::new()),
+        LeaseLayout::Epochs,
+    ))
+    .await;
     assert_eq!(report.summary, "SAFE FOR LEASES (create-only layout)");
     assert_eq!(verdict(&report, "replace_if_match"), Verdict::Pass);
 }

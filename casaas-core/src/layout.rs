@@ -459,8 +459,8 @@ impl EpochStore {
                     return Ok(Ok(()));
                 }
                 // Someone else's object (or our own duplicate): read again.
-                Err(e) if e.kind() == ErrorKind::PreconditionFailed || e.may_have_taken_effect() => {
-                }
+                Err(e)
+                    if e.kind() == ErrorKind::PreconditionFailed || e.may_have_taken_effect() => {}
                 Err(e) => return Err(e),
             }
         }
@@ -490,11 +490,7 @@ impl EpochStore {
 
     /// The highest epoch a listing shows (0 if none).
     async fn listed_head(&self, key: &str) -> Result<u64, CasError> {
-        let listed = self
-            .shared
-            .inner
-            .list(&Self::epochs_prefix(key))
-            .await?;
+        let listed = self.shared.inner.list(&Self::epochs_prefix(key)).await?;
         Ok(listed
             .iter()
             .filter_map(|e| Self::epoch_of(key, &e.key))
@@ -658,10 +654,7 @@ impl EpochStore {
     /// are marked. Best effort: a failure only leaves objects for the next
     /// collection.
     async fn collect(&self, key: &str, end: u64) -> u64 {
-        let start = self
-            .keys()
-            .get(key)
-            .map_or(0, |k| k.collected_below);
+        let start = self.keys().get(key).map_or(0, |k| k.collected_below);
         let mut marked = start;
         for block in start..end {
             match self
@@ -705,7 +698,11 @@ impl EpochStore {
             } else {
                 self.shared.inner.delete_unconditionally(&entry.key).await
             };
-            if conditional && deleted.as_ref().is_err_and(|e| e.kind() == ErrorKind::Unsupported) {
+            if conditional
+                && deleted
+                    .as_ref()
+                    .is_err_and(|e| e.kind() == ErrorKind::Unsupported)
+            {
                 // A store that refuses If-Match on DELETE (501) may still delete.
                 conditional = false;
                 deleted = self.shared.inner.delete_unconditionally(&entry.key).await;
@@ -729,7 +726,9 @@ impl EpochStore {
                     }
                     break;
                 }
-                Err(e) => tracing::debug!(key = %entry.key, error = %e, "could not delete a collected epoch"),
+                Err(e) => {
+                    tracing::debug!(key = %entry.key, error = %e, "could not delete a collected epoch")
+                }
             }
         }
         marked
@@ -770,7 +769,10 @@ impl CasStore for EpochStore {
         if let Err(foreign) = self.ensure_marker(key).await? {
             return Err(CasError::new(
                 ErrorKind::PreconditionFailed,
-                format!("an object that is not an epoch chain is there ({})", foreign.version),
+                format!(
+                    "an object that is not an epoch chain is there ({})",
+                    foreign.version
+                ),
             )
             .with_key(key));
         }
@@ -801,8 +803,9 @@ impl CasStore for EpochStore {
             Some(head) => head.epoch,
             None => match self.read_marker(key).await? {
                 None => {
-                    return Err(CasError::new(ErrorKind::NotFound, "no object to replace")
-                        .with_key(key));
+                    return Err(
+                        CasError::new(ErrorKind::NotFound, "no object to replace").with_key(key)
+                    );
                 }
                 Some(Some(_)) => {
                     return Err(CasError::new(
@@ -908,10 +911,15 @@ mod tests {
         let other = EpochStore::with_collection(memory.clone(), 4, 2);
         assert_eq!(other.get("k").await.unwrap().unwrap().version, v2);
         // Nothing was overwritten: marker + two epochs.
-        assert!(is_layout_marker(&memory.get("k").await.unwrap().unwrap().body));
+        assert!(is_layout_marker(
+            &memory.get("k").await.unwrap().unwrap().body
+        ));
         assert_eq!(memory.list("k.epochs/").await.unwrap().len(), 2);
         assert_eq!(
-            s.replace("absent", &v1, "x".into()).await.unwrap_err().kind(),
+            s.replace("absent", &v1, "x".into())
+                .await
+                .unwrap_err()
+                .kind(),
             ErrorKind::NotFound
         );
         assert!(memory.get("absent").await.unwrap().is_none());
@@ -930,11 +938,23 @@ mod tests {
         }
         let live = memory.list("k.epochs/").await.unwrap();
         assert!(live.len() < 20, "old epochs are collected: {live:?}");
-        assert!(memory.get(&EpochStore::epoch_key("k", 40)).await.unwrap().is_some());
+        assert!(
+            memory
+                .get(&EpochStore::epoch_key("k", 40))
+                .await
+                .unwrap()
+                .is_some()
+        );
         // A late create into collected history (epoch 2 of a chain at 40)
         // lands, but a view that believed epoch 1 was the head is told no.
         let stale = EpochStore::with_collection(memory.clone(), 4, 2);
-        stale.learn_head("k", Head { epoch: 1, body: "old".into() });
+        stale.learn_head(
+            "k",
+            Head {
+                epoch: 1,
+                body: "old".into(),
+            },
+        );
         stale.keys().get_mut("k").unwrap().marked = true;
         let err = stale
             .replace("k", &Version::Generation(1), "late".into())
@@ -942,7 +962,13 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::PreconditionFailed, "{err}");
         // And a reader that walks into it is sent to the real head.
-        stale.learn_head("k", Head { epoch: 1, body: "old".into() });
+        stale.learn_head(
+            "k",
+            Head {
+                epoch: 1,
+                body: "old".into(),
+            },
+        );
         let head = stale.get("k").await.unwrap().unwrap();
         assert_eq!(head.version, Version::Generation(40));
         assert_eq!(head.body, Bytes::from("39"));
@@ -958,7 +984,10 @@ mod tests {
         assert!(err.to_string().contains("layout=record"), "{err}");
         // A foreign object is handed over as it is (the protocols name it).
         memory.create("foreign", "hello".into()).await.unwrap();
-        assert_eq!(s.get("foreign").await.unwrap().unwrap().body, Bytes::from("hello"));
+        assert_eq!(
+            s.get("foreign").await.unwrap().unwrap().body,
+            Bytes::from("hello")
+        );
         assert_eq!(
             s.create("foreign", "x".into()).await.unwrap_err().kind(),
             ErrorKind::PreconditionFailed
@@ -967,11 +996,20 @@ mod tests {
 
     #[test]
     fn layout_names() {
-        assert_eq!("epochs".parse::<LeaseLayout>().unwrap(), LeaseLayout::Epochs);
-        assert_eq!("Record".parse::<LeaseLayout>().unwrap(), LeaseLayout::Record);
+        assert_eq!(
+            "epochs".parse::<LeaseLayout>().unwrap(),
+            LeaseLayout::Epochs
+        );
+        assert_eq!(
+            "Record".parse::<LeaseLayout>().unwrap(),
+            LeaseLayout::Record
+        );
         let err = "both".parse::<LeaseLayout>().unwrap_err();
         assert!(err.to_string().contains("layout=epochs"), "{err}");
-        assert_eq!(EpochStore::epoch_of("k", &EpochStore::epoch_key("k", 42)), Some(42));
+        assert_eq!(
+            EpochStore::epoch_of("k", &EpochStore::epoch_key("k", 42)),
+            Some(42)
+        );
         assert_eq!(EpochStore::epoch_of("k", "k.epochs/42"), None);
     }
 }

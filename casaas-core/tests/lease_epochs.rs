@@ -24,7 +24,9 @@ fn config() -> LeaseConfig {
 fn lease(store: &Arc<dyn CasStore>, owner: &str) -> Lease {
     Lease::new(store.clone(), KEY, owner, config())
         .unwrap()
-        .with_entropy(Entropy::seeded(owner.len() as u64 * 31 + owner.as_bytes()[0] as u64))
+        .with_entropy(Entropy::seeded(
+            owner.len() as u64 * 31 + owner.as_bytes()[0] as u64,
+        ))
 }
 
 fn create_only() -> (Arc<MemoryStore>, Arc<dyn CasStore>) {
@@ -74,7 +76,10 @@ async fn lifecycle(store: Arc<dyn CasStore>) {
     assert!(guard.is_held(), "{:?}", guard.lost_reason());
     assert_ne!(guard.version(), first_version);
     let record = stored(&store).await;
-    assert_eq!((record.owner.as_str(), record.token, record.released), ("a", 1, false));
+    assert_eq!(
+        (record.owner.as_str(), record.token, record.released),
+        ("a", 1, false)
+    );
 
     // Someone else cannot take it while it is renewed.
     let b = lease(&store, "b");
@@ -122,7 +127,10 @@ async fn takeover_only_after_the_ttl_observed() {
     assert_eq!((held.owner.as_str(), held.token), ("crashed", 1));
     assert_eq!(held.takeover_in, Duration::from_millis(10_100));
     tokio::time::sleep(Duration::from_secs(10)).await;
-    assert!(matches!(b.try_acquire().await.unwrap(), AcquireOutcome::Held(_)));
+    assert!(matches!(
+        b.try_acquire().await.unwrap(),
+        AcquireOutcome::Held(_)
+    ));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let guard = acquired(b.try_acquire().await.unwrap());
     assert_eq!(guard.token(), 2);
@@ -163,16 +171,26 @@ async fn a_lock_in_one_layout_is_refused_in_the_other() {
     let memory: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
     let record = Lease::new(memory.clone(), KEY, "r", config()).unwrap();
     let guard = acquired(record.try_acquire().await.unwrap());
-    let epochs = Lease::new(with_layout(memory.clone(), LeaseLayout::Epochs), KEY, "e", config())
-        .unwrap();
+    let epochs = Lease::new(
+        with_layout(memory.clone(), LeaseLayout::Epochs),
+        KEY,
+        "e",
+        config(),
+    )
+    .unwrap();
     let err = epochs.try_acquire().await.unwrap_err();
     assert_eq!(err.store_kind(), Some(ErrorKind::Misconfigured), "{err}");
     assert!(err.to_string().contains("layout=record"), "{err}");
     guard.release().await.unwrap();
 
     let other = "locks/other";
-    let epochs = Lease::new(with_layout(memory.clone(), LeaseLayout::Epochs), other, "e", config())
-        .unwrap();
+    let epochs = Lease::new(
+        with_layout(memory.clone(), LeaseLayout::Epochs),
+        other,
+        "e",
+        config(),
+    )
+    .unwrap();
     let guard = acquired(epochs.try_acquire().await.unwrap());
     let record = Lease::new(memory.clone(), other, "r", config()).unwrap();
     let err = record.try_acquire().await.unwrap_err();
@@ -190,7 +208,13 @@ async fn a_foreign_object_is_never_overwritten() {
     let err = lease(&store, "a").try_acquire().await.unwrap_err();
     assert!(matches!(err, LeaseError::ForeignObject { .. }), "{err:?}");
     assert_eq!(memory.get(KEY).await.unwrap().unwrap().body, "not a lock");
-    assert!(memory.list(&EpochStore::epochs_prefix(KEY)).await.unwrap().is_empty());
+    assert!(
+        memory
+            .list(&EpochStore::epochs_prefix(KEY))
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -231,7 +255,9 @@ async fn renewals_are_collected_and_cost_a_create_and_a_get() {
         .unwrap();
     // Small collection blocks, so that the test sees several collections.
     let small: Arc<dyn CasStore> = Arc::new(EpochStore::with_collection(store.clone(), 8, 4));
-    let a = Lease::new(small, KEY, "a", config()).unwrap().with_entropy(Entropy::seeded(1));
+    let a = Lease::new(small, KEY, "a", config())
+        .unwrap()
+        .with_entropy(Entropy::seeded(1));
     let guard = acquired(a.try_acquire().await.unwrap());
     counting.reset();
     // About 3 renewals per TTL: 10 minutes is about 180 epochs.
@@ -245,7 +271,11 @@ async fn renewals_are_collected_and_cost_a_create_and_a_get() {
     assert!(counts.get <= renewals + 2, "{counts:?}");
     assert!(counts.list <= renewals / 8 + 2, "{counts:?}");
     let live = memory.list(&EpochStore::epochs_prefix(KEY)).await.unwrap();
-    assert!(live.len() <= 4 + 2 * 8 + 1, "{} epochs left: {live:?}", live.len());
+    assert!(
+        live.len() <= 4 + 2 * 8 + 1,
+        "{} epochs left: {live:?}",
+        live.len()
+    );
     let markers = memory.list(&format!("{KEY}.collected/")).await.unwrap();
     assert!(markers.len() as u64 >= renewals / 8 - 3, "{markers:?}");
     guard.release().await.unwrap();
@@ -257,12 +287,27 @@ async fn fenced_resource_and_log_work_on_a_create_only_store() {
     let resource = FencedResource::<u64>::new(store.clone(), "counter").unwrap();
     let mut value = 0;
     for _ in 0..5 {
-        resource.update(3, |v| v.copied().unwrap_or(0) + 1).await.unwrap();
+        resource
+            .update(3, |v| v.copied().unwrap_or(0) + 1)
+            .await
+            .unwrap();
         value += 1;
     }
     assert_eq!(resource.read().await.unwrap().unwrap().value, value);
-    let err = resource.update(2, |v| v.copied().unwrap_or(0) + 1).await.unwrap_err();
-    assert!(matches!(err, LeaseError::FencedOut { presented: 2, recorded: 3 }), "{err:?}");
+    let err = resource
+        .update(2, |v| v.copied().unwrap_or(0) + 1)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LeaseError::FencedOut {
+                presented: 2,
+                recorded: 3
+            }
+        ),
+        "{err:?}"
+    );
 
     let log = FencedLog::<String>::new(store.clone(), "table/_log").unwrap();
     assert_eq!(log.append(1, "one".into()).await.unwrap().seq, 1);

@@ -1315,3 +1315,829 @@ fn retrying_after_an_overwritten_read_back_applies_twice() {
     };
     expect_update_counterexample("retry after overwrite", model, "never applied twice");
 }
+
+// ---------------------------------------------------------------------------
+// The epoch layout (`casaas_core::layout`): the lease protocol on a store
+// that only creates if absent.
+//
+// Every write of the lease creates the next epoch object; the lease's
+// version is the head epoch, and "replace from version e" is "create epoch
+// e + 1 if absent". The lease rules above (nonce resolution, validity from
+// the send, takeover after observing one version for the wait) run on it
+// unchanged, with the same clocks and timing. What this model adds is the
+// chain itself and its garbage collection:
+//
+// - **Store**: epoch slots 1..=N, each absent or `{writer, nonce, token,
+//   released}`, and one collection marker per block. Block size 1 (each
+//   epoch is its own block) and keep 1, as `EpochStore::with_collection(_,
+//   1, 1)`: a writer whose confirmed head is `h` collects the epochs below
+//   `h - 1` (an epoch `e` once `h >= e + 2`), marker first, then the epoch.
+//   Collection is a background task of the writer's view: each marker and
+//   each delete is a step of its own, interleaved with everything else.
+// - **Writes**: "create epoch e + 1 if absent", sent at a tick, applied at
+//   any later step — also after its slot was collected, landing in
+//   collected history — then answered, or the answer lost (ambiguous), or
+//   a 5xx without applying (ambiguous). A successful create counts only if
+//   its block's marker then reads absent (the write-side rule); otherwise
+//   it is a lost race. Every refused, unconfirmed or ambiguous write is
+//   resolved by reading the head for its nonce, as the lease does.
+// - **Reads**: each client's view remembers the last head it confirmed
+//   (with the record it read there), and a head search starts from it,
+//   else from a listing (the highest epoch present). The candidate `e`
+//   is taken as the head only if `e` exists, `e + 1` does not, and the
+//   markers of both blocks read absent (the read-side rule); otherwise the
+//   search lists again, at most three times, then gives up (the read is
+//   ambiguous; the client does nothing). A contender keeps the head it
+//   read, and what its view remembers, across any pause.
+//
+// A head search is evaluated at one instant. That loses no behaviour of the
+// real search, which reads epochs first and markers last: markers are never
+// deleted, so markers read absent at the end were absent throughout, no
+// epoch the search read was deleted meanwhile, and what it saw is what an
+// instantaneous read at its `e + 1` probe would have seen. (Churn that sends
+// a real search back to a listing more often only makes it give up sooner,
+// which changes nothing.)
+//
+// Properties: mutual exclusion and increasing fencing tokens, as in the
+// record model; plus `sometimes` properties (a takeover; a create landing in
+// collected history) so that the model is not vacuous.
+//
+// Bounds: two clients (the slow and the fast clock), 5 writes and 6 ticks —
+// a create landing in collected history takes 4 writes, the fifth lets a
+// contender act on a head its view remembers from before a collection —
+// and three clients with 3 writes, for two contenders racing for a stopped
+// holder's lease.
+//
+// The rules, each removed by a mutation test that asserts a counterexample:
+// the store creates only if absent; every write takes a fresh epoch number;
+// collection marks a block before it deletes the block's epochs (removed
+// alone, and together with the keep margin so that the live term itself is
+// collected); a create counts only if its block's marker reads absent
+// after it. Without the read-side rule the protocol stays safe (a test
+// checks it): that rule keeps reads true, the write-side rule keeps two
+// holders apart.
+// ---------------------------------------------------------------------------
+
+const EPOCH_CLIENTS: usize = 3;
+/// Epoch slots; slot 0 is never written (the chain starts at epoch 1).
+const EPOCH_SLOTS: usize = 8;
+/// Listings a head search makes before it gives up (`MAX_LISTINGS`).
+const MAX_LISTINGS: u8 = 3;
+
+/// What the store does with a create of an epoch that exists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StoreCreate {
+    /// The store's promise: create-if-absent refuses it.
+    IfAbsent,
+    /// Mutation: the store ignores the condition and overwrites.
+    Overwrites,
+}
+
+/// Which epoch a renewal writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RenewEpoch {
+    /// The rule: every write takes a fresh number, `head + 1`.
+    Next,
+    /// Mutation: the holder rewrites its head epoch with a plain write, a
+    /// number it has seen exist, and believes the write won.
+    Reuse,
+}
+
+/// Which epochs a collection deletes, for a confirmed head `h`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Collection {
+    /// The rule: the blocks below `(h - keep) / block`, keep 1, block 1:
+    /// epochs below `h - 1`.
+    KeepOne,
+    /// Mutation: no keep margin, the epoch right below the head too.
+    BelowHead,
+    /// Mutation: the live term, the head itself, too.
+    ThroughHead,
+}
+
+#[derive(Clone, Debug)]
+struct EpochModel {
+    /// Clients that take steps (the others stay idle).
+    clients: usize,
+    hold: [u8; EPOCH_CLIENTS],
+    wait: [u8; EPOCH_CLIENTS],
+    max_ticks: u8,
+    max_sends: u8,
+    create: StoreCreate,
+    renew: RenewEpoch,
+    collection: Collection,
+    /// The rule: a block's marker is created before its epochs are deleted.
+    markers: bool,
+    /// The write-side rule: a create counts only if its block's marker
+    /// reads absent after it.
+    write_check: bool,
+    /// The read-side rule: a head candidate counts only if the markers of
+    /// its block and its successor's read absent.
+    read_check: bool,
+}
+
+impl EpochModel {
+    /// The epoch layout as designed, on the record model's clocks and
+    /// timing: clients 0 and 1, 6 ticks and 5 writes unless
+    /// `MODEL_EPOCH_CLIENTS` / `MODEL_EPOCH_TICKS` / `MODEL_EPOCH_SENDS`
+    /// say otherwise. Four writes is the fewest for a create to land in
+    /// collected history (a create, a second create delayed, two renewals
+    /// that move the head to 3 and collect epoch 1).
+    fn correct() -> Self {
+        let (hold, wait) = timing(f64::from(TTL), DRIFT, 0.0, RATES);
+        EpochModel {
+            clients: usize::from(bound("MODEL_EPOCH_CLIENTS", 2)).min(EPOCH_CLIENTS),
+            hold,
+            wait,
+            max_ticks: bound("MODEL_EPOCH_TICKS", 6),
+            max_sends: bound("MODEL_EPOCH_SENDS", 5).min(EPOCH_SLOTS as u8 - 2),
+            create: StoreCreate::IfAbsent,
+            renew: RenewEpoch::Next,
+            collection: Collection::KeepOne,
+            markers: true,
+            write_check: true,
+            read_check: true,
+        }
+    }
+
+    /// Races between two contenders and a holder: three clients, 3 writes
+    /// (`MODEL_EPOCH_RACE_SENDS`), too few for a collection to meet a late
+    /// create.
+    fn three_clients() -> Self {
+        EpochModel {
+            clients: 3,
+            max_sends: bound("MODEL_EPOCH_RACE_SENDS", 3).min(EPOCH_SLOTS as u8 - 2),
+            ..Self::correct()
+        }
+    }
+
+    fn believes(&self, s: &EpochState, c: usize) -> bool {
+        match s.clients[c] {
+            EpochPhase::Holding { valid_until, .. } => s.now < valid_until,
+            _ => false,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Epoch {
+    writer: u8,
+    nonce: u8,
+    token: u8,
+    released: bool,
+}
+
+/// One write: epoch `epoch` with `body`, made from the head `from` (the
+/// lease version the write replaces; 0 for the first create).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct EpochWrite {
+    epoch: u8,
+    from: u8,
+    body: Epoch,
+    /// A plain write (overwrites), not create-if-absent.
+    plain: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Created {
+    Pending,
+    Ok,
+    /// Refused: the epoch exists.
+    Exists,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct EpochReq {
+    write: EpochWrite,
+    sent: u8,
+    outcome: Created,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum EpochPhase {
+    Idle,
+    /// Saw head `epoch` (held, token `token`) first at `since`.
+    Watching {
+        epoch: u8,
+        token: u8,
+        since: u8,
+    },
+    Acquiring(EpochReq),
+    Holding {
+        epoch: u8,
+        token: u8,
+        valid_until: u8,
+        renew: Option<EpochReq>,
+    },
+}
+
+/// What one client's epoch view remembers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct View {
+    /// The last head it confirmed, with the record it read there (a
+    /// search from it does not read that epoch again).
+    known: Option<(u8, Epoch)>,
+    /// A collection is running for the epochs below this one (0: none).
+    collecting_below: u8,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct EpochState {
+    now: u8,
+    sends: u8,
+    slots: [Option<Epoch>; EPOCH_SLOTS],
+    /// Bit `e`: block (= epoch) `e` is marked collected.
+    markers: u8,
+    clients: [EpochPhase; EPOCH_CLIENTS],
+    views: [View; EPOCH_CLIENTS],
+    max_granted: u8,
+    token_regressed: bool,
+    /// A create landed in a collected slot.
+    landed_in_history: bool,
+}
+
+impl EpochState {
+    fn marked(&self, epoch: u8) -> bool {
+        self.markers & (1 << epoch) != 0
+    }
+
+    fn slot(&self, epoch: u8) -> Option<Epoch> {
+        self.slots.get(usize::from(epoch)).copied().flatten()
+    }
+
+    /// The highest epoch a listing shows (0 if none).
+    fn listed_head(&self) -> u8 {
+        (1..EPOCH_SLOTS as u8)
+            .rev()
+            .find(|&e| self.slot(e).is_some())
+            .unwrap_or(0)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EpochAction {
+    Tick,
+    /// Search the head and decide: create, take a released head, or watch.
+    Read(usize),
+    Takeover(usize),
+    Renew(usize),
+    Release(usize),
+    StepDown(usize),
+    /// The client's in-flight create reaches the store.
+    Apply(usize),
+    /// The applied create's answer arrives.
+    Deliver(usize),
+    /// The applied create's answer is lost: ambiguous.
+    LoseResponse(usize),
+    /// 5xx or timeout before applying: ambiguous, nothing written.
+    ServerError(usize),
+    /// The client view's background collection takes its next step.
+    Collect(usize),
+}
+
+impl EpochModel {
+    fn in_flight(phase: &mut EpochPhase) -> Option<&mut EpochReq> {
+        match phase {
+            EpochPhase::Acquiring(req) => Some(req),
+            EpochPhase::Holding {
+                renew: Some(req), ..
+            } => Some(req),
+            _ => None,
+        }
+    }
+
+    fn body(&self, s: &EpochState, c: usize, token: u8, released: bool) -> Epoch {
+        Epoch {
+            writer: c as u8,
+            nonce: s.sends + 1,
+            token,
+            released,
+        }
+    }
+
+    fn send(&self, s: &mut EpochState, write: EpochWrite) -> EpochReq {
+        s.sends += 1;
+        EpochReq {
+            write,
+            sent: s.now,
+            outcome: Created::Pending,
+        }
+    }
+
+    /// The create of the next epoch after `from`.
+    fn next(&self, s: &EpochState, c: usize, from: u8, token: u8, released: bool) -> EpochWrite {
+        EpochWrite {
+            epoch: from + 1,
+            from,
+            body: self.body(s, c, token, released),
+            plain: false,
+        }
+    }
+
+    /// `find_head` of `c`'s view: `Ok(None)` for no chain, `Err` when the
+    /// search gives up.
+    fn find_head(&self, s: &EpochState, c: usize) -> Result<Option<(u8, Epoch)>, ()> {
+        let mut listings = 0;
+        let (mut epoch, mut body) = match s.views[c].known {
+            Some((e, b)) => (e, Some(b)),
+            None => {
+                listings += 1;
+                (s.listed_head(), None)
+            }
+        };
+        loop {
+            let relist = |listings: &mut u8| {
+                *listings += 1;
+                if *listings > MAX_LISTINGS {
+                    Err(())
+                } else {
+                    Ok((s.listed_head(), None))
+                }
+            };
+            if body.is_none() && epoch > 0 {
+                match s.slot(epoch) {
+                    Some(b) => body = Some(b),
+                    None => {
+                        (epoch, body) = relist(&mut listings)?;
+                        continue;
+                    }
+                }
+            }
+            if let Some(b) = s.slot(epoch + 1) {
+                epoch += 1;
+                body = Some(b);
+                continue;
+            }
+            let collected = s.marked(epoch + 1) || (epoch > 0 && s.marked(epoch));
+            if self.read_check && collected {
+                (epoch, body) = relist(&mut listings)?;
+                continue;
+            }
+            return Ok(body.filter(|_| epoch > 0).map(|b| (epoch, b)));
+        }
+    }
+
+    fn learn(s: &mut EpochState, c: usize, epoch: u8, body: Epoch) {
+        let view = &mut s.views[c];
+        if view.known.is_none_or(|(e, _)| e <= epoch) {
+            view.known = Some((epoch, body));
+        }
+    }
+
+    /// Applies `write` to the store atomically; what the store answers.
+    fn apply(&self, s: &mut EpochState, write: EpochWrite) -> Created {
+        let i = usize::from(write.epoch);
+        if s.slots[i].is_some() && !write.plain && self.create == StoreCreate::IfAbsent {
+            return Created::Exists;
+        }
+        if s.slots[i].is_none() && s.marked(write.epoch) {
+            s.landed_in_history = true;
+        }
+        s.slots[i] = Some(write.body);
+        Created::Ok
+    }
+
+    /// The first epoch collection leaves alone, for a confirmed head.
+    fn collect_end(&self, head: u8) -> u8 {
+        match self.collection {
+            Collection::KeepOne => head.saturating_sub(1),
+            Collection::BelowHead => head,
+            Collection::ThroughHead => head + 1,
+        }
+    }
+
+    /// The next step of a collection of the epochs below `end`: every
+    /// marker first, then the deletes.
+    fn collect_step(&self, s: &EpochState, end: u8) -> Option<(u8, bool)> {
+        (1..end)
+            .find(|&e| self.markers && !s.marked(e))
+            .map(|e| (e, true))
+            .or_else(|| (1..end).find(|&e| s.slot(e).is_some()).map(|e| (e, false)))
+    }
+
+    /// A write of `c` was confirmed at `head`: the view learns it and
+    /// starts collecting, unless a collection is running or there is
+    /// nothing to do.
+    fn confirmed(&self, s: &mut EpochState, c: usize, head: u8, body: Epoch) {
+        Self::learn(s, c, head, body);
+        let end = self.collect_end(head);
+        if s.views[c].collecting_below == 0 && self.collect_step(s, end).is_some() {
+            s.views[c].collecting_below = end;
+        }
+    }
+
+    /// The client learns it won `token` with a write sent at `sent`.
+    fn grant(&self, s: &mut EpochState, c: usize, epoch: u8, token: u8, sent: u8) {
+        let acquiring = matches!(s.clients[c], EpochPhase::Acquiring(_));
+        let valid_until = sent + self.hold[c];
+        if s.now >= valid_until {
+            s.clients[c] = EpochPhase::Idle;
+            return;
+        }
+        if acquiring {
+            if token <= s.max_granted {
+                s.token_regressed = true;
+            }
+            s.max_granted = s.max_granted.max(token);
+        }
+        s.clients[c] = EpochPhase::Holding {
+            epoch,
+            token,
+            valid_until,
+            renew: None,
+        };
+    }
+
+    /// A write whose answer was not a confirmed win (refused, landed in
+    /// collected history, lost, 5xx): the view forgets its head, and the
+    /// lease reads for the write's nonce.
+    fn resolve(&self, s: &mut EpochState, c: usize, req: EpochReq) {
+        s.views[c].known = None;
+        let acquiring = matches!(s.clients[c], EpochPhase::Acquiring(_));
+        match self.find_head(s, c) {
+            Ok(Some((epoch, body))) => {
+                Self::learn(s, c, epoch, body);
+                if body.nonce == req.write.body.nonce {
+                    self.grant(s, c, epoch, req.write.body.token, req.sent);
+                } else if !acquiring && epoch == req.write.from {
+                    // The renewal did not land and our head is still the
+                    // head: keep the lease (validity from the last write).
+                    if let EpochPhase::Holding { renew, .. } = &mut s.clients[c] {
+                        *renew = None;
+                    }
+                } else {
+                    s.clients[c] = EpochPhase::Idle;
+                }
+            }
+            Ok(None) | Err(()) => s.clients[c] = EpochPhase::Idle,
+        }
+    }
+
+    /// Merges states that differ only in times that no longer matter: a
+    /// wait already served, a validity already over, a write sent too long
+    /// ago to grant anything.
+    fn forget_expired(&self, s: &mut EpochState) {
+        let now = s.now;
+        for c in 0..EPOCH_CLIENTS {
+            let stale = now.saturating_sub(self.hold[c]);
+            let served = now.saturating_sub(self.wait[c]);
+            match &mut s.clients[c] {
+                EpochPhase::Watching { since, .. } => *since = (*since).max(served),
+                EpochPhase::Acquiring(req) => req.sent = req.sent.max(stale),
+                EpochPhase::Holding {
+                    valid_until, renew, ..
+                } => {
+                    if *valid_until <= now {
+                        *valid_until = 0;
+                    }
+                    if let Some(req) = renew {
+                        req.sent = req.sent.max(stale);
+                    }
+                }
+                EpochPhase::Idle => {}
+            }
+        }
+    }
+
+    /// The answer to `req` arrived.
+    fn deliver(&self, s: &mut EpochState, c: usize, req: EpochReq) {
+        let epoch = req.write.epoch;
+        let won = req.outcome == Created::Ok && !(self.write_check && s.marked(epoch));
+        if won {
+            self.confirmed(s, c, epoch, req.write.body);
+            self.grant(s, c, epoch, req.write.body.token, req.sent);
+        } else {
+            self.resolve(s, c, req);
+        }
+    }
+}
+
+impl Model for EpochModel {
+    type State = EpochState;
+    type Action = EpochAction;
+
+    fn init_states(&self) -> Vec<EpochState> {
+        vec![EpochState {
+            now: 0,
+            sends: 0,
+            slots: [None; EPOCH_SLOTS],
+            markers: 0,
+            clients: [EpochPhase::Idle; EPOCH_CLIENTS],
+            views: [View {
+                known: None,
+                collecting_below: 0,
+            }; EPOCH_CLIENTS],
+            max_granted: 0,
+            token_regressed: false,
+            landed_in_history: false,
+        }]
+    }
+
+    fn actions(&self, s: &EpochState, actions: &mut Vec<EpochAction>) {
+        if s.now < self.max_ticks {
+            actions.push(EpochAction::Tick);
+        }
+        for c in 0..self.clients {
+            let can_send = s.sends < self.max_sends;
+            match s.clients[c] {
+                EpochPhase::Idle | EpochPhase::Watching { .. } => {
+                    actions.push(EpochAction::Read(c));
+                    if matches!(s.clients[c], EpochPhase::Watching { .. }) && can_send {
+                        actions.push(EpochAction::Takeover(c));
+                    }
+                }
+                EpochPhase::Acquiring(_) => {}
+                EpochPhase::Holding { renew, .. } => {
+                    if renew.is_none() && can_send {
+                        if self.believes(s, c) {
+                            actions.push(EpochAction::Renew(c));
+                        }
+                        actions.push(EpochAction::Release(c));
+                    }
+                    if renew.is_none() && !self.believes(s, c) {
+                        actions.push(EpochAction::StepDown(c));
+                    }
+                }
+            }
+            let mut phase = s.clients[c];
+            if let Some(req) = Self::in_flight(&mut phase) {
+                match req.outcome {
+                    Created::Pending => {
+                        actions.push(EpochAction::Apply(c));
+                        actions.push(EpochAction::ServerError(c));
+                    }
+                    Created::Ok | Created::Exists => {
+                        actions.push(EpochAction::Deliver(c));
+                        actions.push(EpochAction::LoseResponse(c));
+                    }
+                }
+            }
+            if s.views[c].collecting_below != 0 {
+                actions.push(EpochAction::Collect(c));
+            }
+        }
+    }
+
+    fn next_state(&self, last: &EpochState, action: EpochAction) -> Option<EpochState> {
+        let mut s = last.clone();
+        let can_send = s.sends < self.max_sends;
+        match action {
+            EpochAction::Tick => {
+                s.now += 1;
+                self.forget_expired(&mut s);
+            }
+            EpochAction::Read(c) => {
+                let Ok(head) = self.find_head(&s, c) else {
+                    // The search gave up (ambiguous): the view forgets its
+                    // head, and the client stays as it was.
+                    s.views[c].known.take()?;
+                    return Some(s);
+                };
+                if let Some((epoch, body)) = head {
+                    Self::learn(&mut s, c, epoch, body);
+                }
+                match (head, s.clients[c]) {
+                    (None, _) => {
+                        if !can_send {
+                            return None;
+                        }
+                        let write = self.next(&s, c, 0, 1, false);
+                        s.clients[c] = EpochPhase::Acquiring(self.send(&mut s, write));
+                    }
+                    (Some((epoch, body)), _) if body.released => {
+                        if !can_send {
+                            return None;
+                        }
+                        let write = self.next(&s, c, epoch, body.token + 1, false);
+                        s.clients[c] = EpochPhase::Acquiring(self.send(&mut s, write));
+                    }
+                    // Same head again: keep observing from the first sighting.
+                    (Some((epoch, _)), EpochPhase::Watching { epoch: seen, .. })
+                        if seen == epoch =>
+                    {
+                        return None;
+                    }
+                    (Some((epoch, body)), _) => {
+                        s.clients[c] = EpochPhase::Watching {
+                            epoch,
+                            token: body.token,
+                            since: s.now,
+                        };
+                    }
+                }
+            }
+            EpochAction::Takeover(c) => {
+                let EpochPhase::Watching {
+                    epoch,
+                    token,
+                    since,
+                } = s.clients[c]
+                else {
+                    return None;
+                };
+                if s.now < since + self.wait[c] {
+                    return None;
+                }
+                let write = self.next(&s, c, epoch, token + 1, false);
+                s.clients[c] = EpochPhase::Acquiring(self.send(&mut s, write));
+            }
+            EpochAction::Renew(c) => {
+                let EpochPhase::Holding {
+                    epoch,
+                    token,
+                    valid_until,
+                    renew: None,
+                } = s.clients[c]
+                else {
+                    return None;
+                };
+                let mut write = self.next(&s, c, epoch, token, false);
+                if self.renew == RenewEpoch::Reuse {
+                    write.epoch = epoch;
+                    write.plain = true;
+                }
+                let req = self.send(&mut s, write);
+                s.clients[c] = EpochPhase::Holding {
+                    epoch,
+                    token,
+                    valid_until,
+                    renew: Some(req),
+                };
+            }
+            EpochAction::Release(c) => {
+                let EpochPhase::Holding { epoch, token, .. } = s.clients[c] else {
+                    return None;
+                };
+                // As in the record model, applied at once, and the handle is
+                // gone whatever the answer.
+                let write = self.next(&s, c, epoch, token, true);
+                s.sends += 1;
+                if self.apply(&mut s, write) == Created::Ok
+                    && !(self.write_check && s.marked(write.epoch))
+                {
+                    self.confirmed(&mut s, c, write.epoch, write.body);
+                }
+                s.clients[c] = EpochPhase::Idle;
+            }
+            EpochAction::StepDown(c) => s.clients[c] = EpochPhase::Idle,
+            EpochAction::Apply(c) => {
+                let mut phase = s.clients[c];
+                let req = Self::in_flight(&mut phase)?;
+                req.outcome = self.apply(&mut s, req.write);
+                s.clients[c] = phase;
+            }
+            EpochAction::Deliver(c) => {
+                let req = *Self::in_flight(&mut s.clients[c])?;
+                self.deliver(&mut s, c, req);
+            }
+            EpochAction::LoseResponse(c) | EpochAction::ServerError(c) => {
+                let req = *Self::in_flight(&mut s.clients[c])?;
+                self.resolve(&mut s, c, req);
+            }
+            EpochAction::Collect(c) => {
+                let end = s.views[c].collecting_below;
+                match self.collect_step(&s, end)? {
+                    (e, true) => s.markers |= 1 << e,
+                    (e, false) => s.slots[usize::from(e)] = None,
+                }
+                if self.collect_step(&s, end).is_none() {
+                    s.views[c].collecting_below = 0;
+                }
+            }
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        let mut properties = vec![
+            Property::always("mutual exclusion", |m: &EpochModel, s: &EpochState| {
+                (0..EPOCH_CLIENTS).filter(|&c| m.believes(s, c)).count() <= 1
+            }),
+            Property::always("fencing tokens increase", |_, s: &EpochState| {
+                !s.token_regressed
+            }),
+            // Not vacuous: a takeover from a holder that stopped, and (with
+            // writes enough) a create that lands in collected history.
+            Property::sometimes("takeover", |_, s: &EpochState| s.max_granted >= 2),
+        ];
+        if self.max_sends >= 4 {
+            properties.push(Property::sometimes(
+                "a create lands in collected history",
+                |_, s: &EpochState| s.landed_in_history,
+            ));
+        }
+        properties
+    }
+}
+
+fn check_epochs(label: &str, model: EpochModel, stop_at_failure: bool) -> impl Checker<EpochModel> {
+    let started = Instant::now();
+    let mut builder = model.checker();
+    if stop_at_failure {
+        builder = builder.finish_when(HasDiscoveries::AnyFailures);
+    }
+    let checker = builder.spawn_bfs().join();
+    eprintln!(
+        "epoch model {label}: {} states ({} unique), max depth {}, {:.2?}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    checker
+}
+
+fn expect_epoch_counterexample(label: &str, model: EpochModel, property: &'static str) {
+    let checker = check_epochs(label, model, true);
+    let path = checker
+        .discovery(property)
+        .unwrap_or_else(|| panic!("{label}: no counterexample to {property:?} found"));
+    eprintln!("{label}: counterexample to {property:?}: {path}");
+}
+
+#[test]
+fn epoch_layout_has_no_counterexample() {
+    let checker = check_epochs("correct", EpochModel::correct(), false);
+    assert!(checker.is_done());
+    checker.assert_properties();
+}
+
+#[test]
+fn epoch_layout_with_three_clients_has_no_counterexample() {
+    let checker = check_epochs("correct, three clients", EpochModel::three_clients(), false);
+    assert!(checker.is_done());
+    checker.assert_properties();
+}
+
+#[test]
+fn epoch_store_that_overwrites_breaks_mutual_exclusion() {
+    let model = EpochModel {
+        create: StoreCreate::Overwrites,
+        ..EpochModel::correct()
+    };
+    expect_epoch_counterexample("create overwrites", model, "mutual exclusion");
+}
+
+#[test]
+fn epoch_number_reused_breaks_mutual_exclusion() {
+    let model = EpochModel {
+        renew: RenewEpoch::Reuse,
+        ..EpochModel::correct()
+    };
+    expect_epoch_counterexample("epoch reused", model, "mutual exclusion");
+}
+
+#[test]
+fn collecting_the_live_term_without_markers_breaks_mutual_exclusion() {
+    let model = EpochModel {
+        collection: Collection::ThroughHead,
+        markers: false,
+        ..EpochModel::correct()
+    };
+    expect_epoch_counterexample("live term collected", model, "mutual exclusion");
+}
+
+#[test]
+fn collecting_without_keep_or_markers_regresses_the_token() {
+    let model = EpochModel {
+        collection: Collection::BelowHead,
+        markers: false,
+        ..EpochModel::correct()
+    };
+    expect_epoch_counterexample("no keep, no markers", model, "fencing tokens increase");
+}
+
+#[test]
+fn collecting_without_markers_breaks_mutual_exclusion() {
+    let model = EpochModel {
+        markers: false,
+        ..EpochModel::correct()
+    };
+    expect_epoch_counterexample("no markers", model, "mutual exclusion");
+}
+
+#[test]
+fn a_late_create_in_collected_history_counted_breaks_mutual_exclusion() {
+    let model = EpochModel {
+        write_check: false,
+        ..EpochModel::correct()
+    };
+    expect_epoch_counterexample("no write-side check", model, "mutual exclusion");
+}
+
+#[test]
+fn epoch_reads_without_the_marker_check_are_safe() {
+    // A contender whose view remembers a head since collected takes it for
+    // the head, waits, and takes over with a create that lands in
+    // collected history: the write-side rule refuses it. The read-side
+    // rule keeps reads true (who holds, when a takeover may come), not two
+    // holders apart.
+    let model = EpochModel {
+        read_check: false,
+        max_ticks: bound("MODEL_EPOCH_TICKS", 5),
+        ..EpochModel::correct()
+    };
+    let checker = check_epochs("no read-side check", model, false);
+    assert!(checker.is_done());
+    checker.assert_properties();
+}

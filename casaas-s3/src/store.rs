@@ -414,10 +414,14 @@ impl CasStore for S3Store {
             .delete_object()
             .bucket(&self.config.bucket)
             .key(self.object_key(key));
-        customize(request.customize(), common_headers(&self.config.quirks), None)
-            .send()
-            .await
-            .map_err(|e| from_sdk_error(e, &self.ctx(Operation::Delete, key)))?;
+        customize(
+            request.customize(),
+            common_headers(&self.config.quirks),
+            None,
+        )
+        .send()
+        .await
+        .map_err(|e| from_sdk_error(e, &self.ctx(Operation::Delete, key)))?;
         Ok(())
     }
 

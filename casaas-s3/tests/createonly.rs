@@ -169,7 +169,10 @@ async fn leases_hold_in_the_create_only_layout() {
     // Renewed through several terms, while b is refused.
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert!(guard.is_held(), "{:?}", guard.lost_reason());
-    assert!(matches!(b.try_acquire().await.unwrap(), AcquireOutcome::Held(_)));
+    assert!(matches!(
+        b.try_acquire().await.unwrap(),
+        AcquireOutcome::Held(_)
+    ));
     guard.release().await.unwrap();
     let guard = b.acquire(AcquireOptions::default()).await.unwrap();
     assert_eq!(guard.token(), 2);

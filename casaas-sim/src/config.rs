@@ -203,7 +203,9 @@ impl SimConfig {
     /// takes the remainder, so the shares add up to `ops`).
     pub fn ops_for(&self, primitive: Primitive) -> u64 {
         let share = |p: Primitive| self.ops / 100 * p.share() + self.ops % 100 * p.share() / 100;
-        let (last, others) = Primitive::ALL.split_last().unwrap_or((&Primitive::Lease, &[]));
+        let (last, others) = Primitive::ALL
+            .split_last()
+            .unwrap_or((&Primitive::Lease, &[]));
         if primitive == *last {
             let others: u64 = others.iter().map(|p| share(*p)).sum();
             self.ops - others

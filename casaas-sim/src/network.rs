@@ -265,9 +265,8 @@ impl World {
             return None;
         }
         let mut rng = lock(&self.net_rng);
-        rng.random_bool(self.pause_after_read).then(|| {
-            Duration::from_millis(rng.random_range(0..=self.max_pause.as_millis() as u64))
-        })
+        rng.random_bool(self.pause_after_read)
+            .then(|| Duration::from_millis(rng.random_range(0..=self.max_pause.as_millis() as u64)))
     }
 
     /// Request and response delays in whole milliseconds.
@@ -390,8 +389,11 @@ impl CasStore for Net {
 
     async fn delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
         let key = key.to_string();
-        self.call(true, |s| async move { s.delete_unconditionally(&key).await })
-            .await
+        self.call(
+            true,
+            |s| async move { s.delete_unconditionally(&key).await },
+        )
+        .await
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {

@@ -32,7 +32,11 @@ fn four_lockers_never_overlap_in_the_create_only_layout() {
     four_lockers(dir.path(), &url);
     // The lock is listed once, in its layout, and its parts are not.
     let out = casaas()
-        .args(["ls", "--json", &format!("file://{}/locks", dir.path().display())])
+        .args([
+            "ls",
+            "--json",
+            &format!("file://{}/locks", dir.path().display()),
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -49,7 +53,11 @@ fn four_lockers_never_overlap_in_the_create_only_layout() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("layout=epochs"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("layout=epochs"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 /// Four processes run `casaas lock URL` 50 times in all; their commands'
@@ -524,7 +532,15 @@ fn status_and_release_force_in_the_create_only_layout() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("{}?layout=epochs", lock_url(dir.path(), "stale"));
     let out = run(&[
-        "lock", "--ttl", "30s", "--owner", "crashed", &url, "--", "sh", "-c",
+        "lock",
+        "--ttl",
+        "30s",
+        "--owner",
+        "crashed",
+        &url,
+        "--",
+        "sh",
+        "-c",
         "kill -KILL $PPID",
     ]);
     assert_eq!(out.status.code(), None);
@@ -536,7 +552,15 @@ fn status_and_release_force_in_the_create_only_layout() {
         (code, report["state"].as_str(), report["token"].as_u64()),
         (3, Some("released"), Some(1))
     );
-    let out = run(&["lock", "-n", &url, "--", "sh", "-c", "test \"$CASAAS_FENCING_TOKEN\" = 2"]);
+    let out = run(&[
+        "lock",
+        "-n",
+        &url,
+        "--",
+        "sh",
+        "-c",
+        "test \"$CASAAS_FENCING_TOKEN\" = 2",
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
