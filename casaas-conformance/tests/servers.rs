@@ -390,3 +390,26 @@ fn tail(text: &str) -> String {
     let chars: Vec<char> = text.chars().collect();
     chars[chars.len().saturating_sub(2000)..].iter().collect()
 }
+
+/// Stores with conditional replace can be judged on the create-only layout
+/// too when it is chosen (`layout=epochs`): the lease probe runs on it.
+#[test]
+fn the_create_only_layout_is_safe_on_ceph_azurite_and_fake_gcs() {
+    for name in ["ceph", "azurite", "fake-gcs"] {
+        let (code, report) = probe_url(
+            name,
+            "create_if_absent,create_conflict,race_create,lease_protocol",
+            |url| {
+                let separator = if url.contains('?') { '&' } else { '?' };
+                format!("{url}{separator}layout=epochs")
+            },
+        );
+        assert_eq!(code, 0, "{name}: {report:#}");
+        assert_eq!(
+            report["summary"], "SAFE FOR LEASES (create-only layout)",
+            "{name}"
+        );
+        assert_eq!(report["layout"], "epochs", "{name}");
+        assert_eq!(verdict(&report, "lease_protocol"), "pass", "{name}");
+    }
+}

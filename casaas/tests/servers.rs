@@ -610,3 +610,54 @@ fn capability_profiles_refuse_or_complete_a_store() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
+
+/// Four processes take turns on one lock on `createonly` (SeaweedFS behind
+/// a proxy that answers 501 to every If-Match) in the create-only layout:
+/// their commands never overlap, every one runs, tokens increase.
+#[test]
+fn four_lockers_never_overlap_on_a_create_only_store() {
+    let server = test_server("createonly");
+    let mut url = url::Url::parse(&lock_url(&server, "turns")).unwrap();
+    url.query_pairs_mut().append_pair("layout", "epochs");
+    let url = url.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("turns.log");
+    let script = format!(
+        "echo \"start $CASAAS_FENCING_TOKEN $(cut -d' ' -f1 /proc/uptime)\" >> {log}; sleep 0.05; \
+         echo \"end $CASAAS_FENCING_TOKEN $(cut -d' ' -f1 /proc/uptime)\" >> {log}",
+        log = log.display()
+    );
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let (server, url, script) = (server.clone(), url.clone(), script.clone());
+            std::thread::spawn(move || {
+                for _ in 0..3 {
+                    let out = with_env(&server, casaas())
+                        .args(["lock", "--ttl", "3s", "--wait=120s", &url, "--", "sh", "-c"])
+                        .arg(&script)
+                        .output()
+                        .unwrap();
+                    assert!(out.status.success(), "{}", text(&out.stderr));
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    let text_log = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<Vec<&str>> = text_log.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(lines.len(), 24, "{text_log}");
+    let mut last_token = 0;
+    for pair in lines.chunks(2) {
+        assert_eq!(
+            (pair[0][0], pair[1][0]),
+            ("start", "end"),
+            "overlap:\n{text_log}"
+        );
+        assert_eq!(pair[0][1], pair[1][1], "overlap:\n{text_log}");
+        let token: u64 = pair[0][1].parse().unwrap();
+        assert!(token > last_token, "tokens go back:\n{text_log}");
+        last_token = token;
+    }
+}
