@@ -29,17 +29,20 @@ pub enum Primitive {
     /// honours create-if-absent alone: the epoch layout, with collection
     /// blocks small enough that late writes land in collected history.
     LeaseCreateOnly,
+    /// The `election` primitive on a create-only store (epoch layout).
+    ElectionCreateOnly,
 }
 
 impl Primitive {
     /// Every primitive, in the order they run and report.
-    pub const ALL: [Primitive; 6] = [
+    pub const ALL: [Primitive; 7] = [
         Primitive::Lease,
         Primitive::SharedLease,
         Primitive::Election,
         Primitive::FencedResource,
         Primitive::FencedLog,
         Primitive::LeaseCreateOnly,
+        Primitive::ElectionCreateOnly,
     ];
 
     /// The name printed in `primitive=NAME`.
@@ -51,6 +54,7 @@ impl Primitive {
             Primitive::FencedResource => "fenced_resource",
             Primitive::FencedLog => "fenced_log",
             Primitive::LeaseCreateOnly => "lease_create_only",
+            Primitive::ElectionCreateOnly => "election_create_only",
         }
     }
 
@@ -64,9 +68,11 @@ impl Primitive {
     /// rarer per request than increments or appends.
     fn share(self) -> u64 {
         match self {
-            Primitive::Lease | Primitive::SharedLease | Primitive::Election => 20,
-            Primitive::LeaseCreateOnly => 16,
+            Primitive::Lease | Primitive::SharedLease => 18,
+            Primitive::Election => 16,
+            Primitive::LeaseCreateOnly => 14,
             Primitive::FencedResource | Primitive::FencedLog => 12,
+            Primitive::ElectionCreateOnly => 10,
         }
     }
 }

@@ -48,7 +48,10 @@ pub fn run(config: &SimConfig) -> Result<Report, String> {
                 Primitive::LeaseCreateOnly => {
                     client::lease::simulate(config, ops, seed, config.clients, 0).await
                 }
-                Primitive::Election => client::election::simulate(config, ops, seed).await,
+                Primitive::Election => client::election::simulate(config, ops, seed, false).await,
+                Primitive::ElectionCreateOnly => {
+                    client::election::simulate(config, ops, seed, true).await
+                }
                 Primitive::FencedResource => {
                     client::fenced_resource::simulate(config, ops, seed).await
                 }

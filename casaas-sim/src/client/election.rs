@@ -7,7 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use casaas_core::CasStore;
+use casaas_core::layout::EpochStore;
 use casaas_core::lease::{Election, Entropy, Leader, Lease};
+use casaas_core::testkit::CreateOnlyStore;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tokio_util::sync::CancellationToken;
@@ -248,7 +251,20 @@ impl Client {
 
 /// Runs the election clients until they have sent `ops` requests, and
 /// checks the history.
-pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<PrimitiveReport, String> {
+/// Runs the election clients until they have sent `ops` requests and checks
+/// the history; `create_only` runs them on a create-only store (the epoch
+/// layout, collecting every epoch).
+pub async fn simulate(
+    config: &SimConfig,
+    ops: u64,
+    seed: u64,
+    create_only: bool,
+) -> Result<PrimitiveReport, String> {
+    let primitive = if create_only {
+        Primitive::ElectionCreateOnly
+    } else {
+        Primitive::Election
+    };
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let history = Arc::new(Mutex::new(History::default()));
     let recorded = history.clone();
@@ -258,7 +274,8 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Primiti
         CLIENTS,
         ops,
         Arc::new(move |at, key: &str, body: &Bytes| {
-            if key == ELECTION_KEY {
+            // In the epoch layout the election's writes are its epochs.
+            if key == ELECTION_KEY || EpochStore::epoch_of(ELECTION_KEY, key).is_some() {
                 lock(&recorded).lock_writes.push((at, body.len()));
             }
         }),
@@ -267,6 +284,15 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Primiti
     let mut handles = Vec::new();
     for id in 0..world.rates.len() {
         let (clock, net) = world.client(id, config, &mut rng);
+        let net: Arc<dyn CasStore> = if create_only {
+            Arc::new(EpochStore::with_collection(
+                Arc::new(CreateOnlyStore(net)),
+                1,
+                1,
+            ))
+        } else {
+            net
+        };
         let lease = Lease::new(
             net,
             ELECTION_KEY,
@@ -337,7 +363,7 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Primiti
         world.late_summary(),
     );
     Ok(PrimitiveReport {
-        primitive: Primitive::Election,
+        primitive,
         ops,
         violations: findings.violations,
         by_property: findings.by_property,
