@@ -654,7 +654,23 @@ impl EpochStore {
     /// are marked. Best effort: a failure only leaves objects for the next
     /// collection.
     async fn collect(&self, key: &str, end: u64) -> u64 {
-        let start = self.keys().get(key).map_or(0, |k| k.collected_below);
+        let known = self.keys().get(key).map_or(0, |k| k.collected_below);
+        let listed = match self.shared.inner.list(&Self::epochs_prefix(key)).await {
+            Ok(listed) => listed,
+            Err(e) => {
+                tracing::debug!(key, error = %e, "could not list epochs to collect");
+                return known;
+            }
+        };
+        // Below the lowest epoch listed, every block is empty: its epochs
+        // were deleted, which means marked first. Starting there keeps a new
+        // process from re-marking a long lock's whole history.
+        let lowest = listed
+            .iter()
+            .filter_map(|e| Self::epoch_of(key, &e.key))
+            .min()
+            .map_or(end, |e| self.block_of(e));
+        let start = known.max(lowest).min(end);
         let mut marked = start;
         for block in start..end {
             match self
@@ -672,16 +688,6 @@ impl EpochStore {
             }
             marked = block + 1;
         }
-        if marked == 0 {
-            return 0;
-        }
-        let listed = match self.shared.inner.list(&Self::epochs_prefix(key)).await {
-            Ok(listed) => listed,
-            Err(e) => {
-                tracing::debug!(key, error = %e, "could not list epochs to collect");
-                return marked;
-            }
-        };
         let mut conditional = self.shared.inner.capabilities().conditional_delete;
         for entry in listed {
             let Some(epoch) = Self::epoch_of(key, &entry.key) else {

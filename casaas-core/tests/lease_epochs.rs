@@ -330,3 +330,43 @@ async fn election_on_a_create_only_store() {
     assert_eq!((leader.owner.as_str(), leader.token), ("n1", 1));
     leadership.resign().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_new_process_does_not_mark_a_long_history_again() {
+    let memory = Arc::new(MemoryStore::new());
+    let first = EpochStore::with_collection(memory.clone(), 4, 2);
+    let mut version = first.create("k", "0".into()).await.unwrap();
+    for i in 1..200 {
+        version = first
+            .replace("k", &version, format!("{i}").into())
+            .await
+            .unwrap();
+        tokio::task::yield_now().await;
+    }
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    let markers = memory.list("k.collected/").await.unwrap().len();
+    assert!(markers >= 45, "{markers}");
+    // Another process continues the chain: its first collection starts at
+    // the lowest epoch still there, not at block 0.
+    let counting = Arc::new(CountingStore::new(memory.clone()));
+    let second = EpochStore::with_collection(counting.clone(), 4, 2);
+    let head = second.get("k").await.unwrap().unwrap().version;
+    counting.reset();
+    let mut version = head;
+    for i in 0..8 {
+        version = second
+            .replace("k", &version, format!("b{i}").into())
+            .await
+            .unwrap();
+        tokio::task::yield_now().await;
+    }
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    let counts = counting.counts();
+    // 8 epochs and at most a few markers, not one per block of history.
+    assert!(counts.create <= 8 + 4, "{counts:?}");
+    assert!(memory.list("k.epochs/").await.unwrap().len() <= 2 + 2 * 4 + 1);
+}

@@ -31,11 +31,367 @@
 //! that removes one rule asserts that the checker finds one.
 //! See docs/simulation.md.
 
+use std::fmt::Debug;
+use std::hash::Hash;
 use std::time::Instant;
 
 use stateright::{Checker, HasDiscoveries, Model, Property};
 
+// ---------------------------------------------------------------------------
+// Shared by the record-layout and the epoch-layout lease models (the lease
+// protocol is the same on both; only the store and how a write and a read
+// reach it differ):
+// - the three clients and their clocks: `Clocks`, the holder validity and
+//   takeover wait of each client converted to true ticks (`Clocks::timing`);
+// - a client's lease phase and its write in flight (`Phase`, `Req`), and the
+//   lease state both models keep (`Lease`: true time, writes sent, phases,
+//   tokens granted), with the protocol's rules on it: belief, granting a
+//   won write, settling an ambiguous write by its read-back, and which lease
+//   actions a client may take (`Action`);
+// - the properties (mutual exclusion, increasing fencing tokens, a takeover
+//   happens) and the checker helpers (`check`, `expect_counterexample`,
+//   which the write-and-resolve model uses too).
+// ---------------------------------------------------------------------------
+
 const CLIENTS: usize = 3;
+
+/// The clock rates of the three clients: slow, fast and exact, at the
+/// declared drift bound of 25%.
+const RATES: [f64; CLIENTS] = [0.75, 1.25, 1.0];
+const TTL: u8 = 2;
+const DRIFT: f64 = 0.25;
+
+/// A bound, overridable from the environment to explore further (release
+/// builds recommended).
+fn bound(name: &str, default: u8) -> u8 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Each client's lease timing, in true ticks.
+#[derive(Clone, Copy, Debug)]
+struct Clocks {
+    /// Per client: how many ticks after sending its last successful write the
+    /// holder still believes it holds.
+    hold: [u8; CLIENTS],
+    /// Per client: how many ticks a contender observes one version unchanged
+    /// before taking over.
+    wait: [u8; CLIENTS],
+}
+
+impl Clocks {
+    /// Converts the protocol's timing, measured on each client's own clock,
+    /// to true ticks. A client whose clock runs at `rate` believes while
+    /// `(t - sent) * rate < ttl * (1 - drift) - safety` (the holder validity
+    /// of `LeaseConfig`), and may take over once
+    /// `(t - since) * rate >= ttl * (1 + drift)` (its takeover wait).
+    fn timing(ttl: f64, drift: f64, safety: f64, rates: [f64; CLIENTS]) -> Self {
+        let validity = ttl * (1.0 - drift) - safety;
+        let wait = ttl * (1.0 + drift);
+        Clocks {
+            hold: rates.map(|r| (validity / r).ceil() as u8),
+            wait: rates.map(|r| (wait / r).ceil() as u8),
+        }
+    }
+
+    /// The protocol's timing at the tests' bounds: TTL 2 ticks, drift bound
+    /// 25% (holders believe 2 ticks, contenders wait 2 to 4), no safety
+    /// margin (the models have no scheduling delay for it to cover).
+    fn correct() -> Self {
+        Self::timing(f64::from(TTL), DRIFT, 0.0, RATES)
+    }
+}
+
+/// A store's answer to a write; `PENDING` until the write reaches the store.
+trait Answer: Copy + PartialEq {
+    const PENDING: Self;
+}
+
+/// A write in flight: `op`, sent at true tick `sent` (the holder's validity
+/// counts from it), and what the store answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Req<W, A> {
+    op: W,
+    sent: u8,
+    outcome: A,
+}
+
+/// A client's lease phase; `R` is its write in flight. `version` is the
+/// lease version: the record's version in the record layout, the head epoch
+/// in the epoch layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Phase<R> {
+    Idle,
+    /// Saw a held lease; waiting to take it over.
+    Watching {
+        version: u8,
+        token: u8,
+        since: u8,
+        /// The record's advisory wall expiry: read by the record model's
+        /// wall-clock rule only (0 otherwise).
+        expires_wall: u8,
+    },
+    /// A write to acquire is in flight.
+    Acquiring(R),
+    /// Holds the lease (version 0 = unknown, after assuming a write won).
+    Holding {
+        version: u8,
+        token: u8,
+        valid_until: u8,
+        renew: Option<R>,
+    },
+}
+
+impl<R> Phase<R> {
+    fn in_flight(&mut self) -> Option<&mut R> {
+        match self {
+            Phase::Acquiring(req) => Some(req),
+            Phase::Holding {
+                renew: Some(req), ..
+            } => Some(req),
+            _ => None,
+        }
+    }
+}
+
+/// The lease side of a model's state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Lease<W, A> {
+    now: u8,
+    sends: u8,
+    clients: [Phase<Req<W, A>>; CLIENTS],
+    max_granted: u8,
+    token_regressed: bool,
+}
+
+/// What the read that settles an ambiguous write shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReadBack {
+    /// The write (as the resolution rule recognises it) at this version.
+    Ours { version: u8 },
+    /// Another write at this version.
+    Other { version: u8 },
+    /// No lease (or the read gave up).
+    Nothing,
+}
+
+impl<W: Copy, A: Answer> Lease<W, A> {
+    fn new() -> Self {
+        Lease {
+            now: 0,
+            sends: 0,
+            clients: [Phase::Idle; CLIENTS],
+            max_granted: 0,
+            token_regressed: false,
+        }
+    }
+
+    /// Does `c` believe it holds (its clock before its validity deadline)?
+    fn believes(&self, c: usize) -> bool {
+        match self.clients[c] {
+            Phase::Holding { valid_until, .. } => self.now < valid_until,
+            _ => false,
+        }
+    }
+
+    fn send(&mut self, op: W) -> Req<W, A> {
+        self.sends += 1;
+        Req {
+            op,
+            sent: self.now,
+            outcome: A::PENDING,
+        }
+    }
+
+    /// The client learns it won `token` at `version` with a write sent at
+    /// `sent`.
+    fn grant(&mut self, clocks: &Clocks, c: usize, version: u8, token: u8, sent: u8) {
+        let acquiring = matches!(self.clients[c], Phase::Acquiring(_));
+        let valid_until = sent + clocks.hold[c];
+        if self.now >= valid_until {
+            // Learned too late: the lease is already invalid on our clock.
+            self.clients[c] = Phase::Idle;
+            return;
+        }
+        if acquiring {
+            if token <= self.max_granted {
+                self.token_regressed = true;
+            }
+            self.max_granted = self.max_granted.max(token);
+        }
+        self.clients[c] = Phase::Holding {
+            version,
+            token,
+            valid_until,
+            renew: None,
+        };
+    }
+
+    /// An ambiguous write of `c` (for `token`, sent at `sent`, replacing
+    /// `expected` if a replace) is settled by what its read-back shows.
+    /// How long the read takes does not matter: validity counts from the
+    /// write's send time.
+    fn settle(
+        &mut self,
+        clocks: &Clocks,
+        c: usize,
+        read: ReadBack,
+        expected: Option<u8>,
+        token: u8,
+        sent: u8,
+    ) {
+        let acquiring = matches!(self.clients[c], Phase::Acquiring(_));
+        match read {
+            ReadBack::Ours { version } => self.grant(clocks, c, version, token, sent),
+            // A renewal that did not land, our version still current: keep
+            // the lease (validity from the earlier write) and retry.
+            ReadBack::Other { version } if !acquiring && expected == Some(version) => {
+                if let Phase::Holding { renew, .. } = &mut self.clients[c] {
+                    *renew = None;
+                }
+            }
+            _ => self.clients[c] = Phase::Idle,
+        }
+    }
+
+    /// The lease actions client `c` may take.
+    fn actions(&self, c: usize, can_send: bool, actions: &mut Vec<Action>) {
+        match self.clients[c] {
+            Phase::Idle | Phase::Watching { .. } => {
+                actions.push(Action::Read(c));
+                if matches!(self.clients[c], Phase::Watching { .. }) && can_send {
+                    actions.push(Action::Takeover(c));
+                }
+            }
+            Phase::Acquiring(_) => {}
+            Phase::Holding { renew, .. } => {
+                if renew.is_none() && can_send {
+                    if self.believes(c) {
+                        actions.push(Action::Renew(c));
+                    }
+                    actions.push(Action::Release(c));
+                }
+                if renew.is_none() && !self.believes(c) {
+                    actions.push(Action::StepDown(c));
+                }
+            }
+        }
+        let mut phase = self.clients[c];
+        if let Some(req) = phase.in_flight() {
+            if req.outcome == A::PENDING {
+                actions.push(Action::Apply(c));
+                actions.push(Action::ServerError(c));
+            } else {
+                actions.push(Action::Deliver(c));
+                actions.push(Action::LoseResponse(c));
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Action {
+    Tick,
+    /// Read the lease and decide: create, take a released lease, or watch.
+    Read(usize),
+    Takeover(usize),
+    Renew(usize),
+    Release(usize),
+    StepDown(usize),
+    /// The client's in-flight write reaches the store.
+    Apply(usize),
+    /// The applied write's answer arrives.
+    Deliver(usize),
+    /// The applied write's answer is lost: ambiguous.
+    LoseResponse(usize),
+    /// 5xx or timeout before applying: ambiguous, nothing written.
+    ServerError(usize),
+    /// Epoch layout only: the client view's background collection takes its
+    /// next step.
+    Collect(usize),
+}
+
+/// A model state that holds a lease.
+trait HasLease {
+    type Write;
+    type Answer;
+    fn lease(&self) -> &Lease<Self::Write, Self::Answer>;
+}
+
+/// The lease properties both layouts check.
+fn lease_properties<M: Model>() -> Vec<Property<M>>
+where
+    M::State: HasLease,
+    <M::State as HasLease>::Write: Copy,
+    <M::State as HasLease>::Answer: Answer,
+{
+    vec![
+        Property::always("mutual exclusion", |_, s: &M::State| {
+            (0..CLIENTS).filter(|&c| s.lease().believes(c)).count() <= 1
+        }),
+        Property::always("fencing tokens increase", |_, s: &M::State| {
+            !s.lease().token_regressed
+        }),
+        // Not vacuous: a lease is taken over from a holder that stopped.
+        Property::sometimes("takeover", |_, s: &M::State| s.lease().max_granted >= 2),
+    ]
+}
+
+/// Runs the exhaustive BFS check (stopping at the first counterexample if
+/// `stop_at_failure`) and reports counts and time.
+fn check<M>(label: &str, model: M, stop_at_failure: bool) -> impl Checker<M>
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Debug + Hash + Send + Sync + Clone + PartialEq + 'static,
+    M::Action: Debug + Clone + PartialEq,
+{
+    let started = Instant::now();
+    let mut builder = model.checker();
+    if stop_at_failure {
+        builder = builder.finish_when(HasDiscoveries::AnyFailures);
+    }
+    let checker = builder.spawn_bfs().join();
+    eprintln!(
+        "{label}: {} states ({} unique), max depth {}, {:.2?}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    checker
+}
+
+/// Asserts a counterexample to `property` is found, and prints it.
+fn expect_counterexample<M>(label: &str, model: M, property: &'static str)
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Debug + Hash + Send + Sync + Clone + PartialEq + 'static,
+    M::Action: Debug + Clone + PartialEq,
+{
+    let checker = check(label, model, true);
+    let path = checker
+        .discovery(property)
+        .unwrap_or_else(|| panic!("{label}: no counterexample to {property:?} found"));
+    eprintln!("{label}: counterexample to {property:?}: {path}");
+}
+
+/// Asserts the exhaustive check completes with every property as expected.
+fn expect_no_counterexample<M>(label: &str, model: M)
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Debug + Hash + Send + Sync + Clone + PartialEq + 'static,
+    M::Action: Debug + Clone + PartialEq,
+{
+    let checker = check(label, model, false);
+    assert!(checker.is_done());
+    checker.assert_properties();
+}
+
+// ---------------------------------------------------------------------------
+// The record layout.
+// ---------------------------------------------------------------------------
 
 /// How a client settles an ambiguous write (the answer was lost or was a 5xx).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,12 +431,7 @@ enum ExpiryRule {
 struct LeaseModel {
     /// Lease TTL in ticks (written in the record's advisory expiry).
     ttl: u8,
-    /// Per client: how many ticks after sending its last successful write the
-    /// holder still believes it holds.
-    hold: [u8; CLIENTS],
-    /// Per client: how many ticks a contender observes one version unchanged
-    /// before taking over.
-    wait: [u8; CLIENTS],
+    clocks: Clocks,
     /// Wall-clock offset of each client (wall = true time + offset).
     wall_offsets: [u8; CLIENTS],
     max_ticks: u8,
@@ -96,54 +447,18 @@ struct LeaseModel {
     shared_task_memory: bool,
 }
 
-/// Converts the protocol's timing, measured on each client's own clock, to
-/// true ticks. A client whose clock runs at `rate` believes while
-/// `(t - sent) * rate < ttl * (1 - drift) - safety` (the holder validity of
-/// `LeaseConfig`), and may take over once
-/// `(t - since) * rate >= ttl * (1 + drift)` (its takeover wait).
-fn timing(
-    ttl: f64,
-    drift: f64,
-    safety: f64,
-    rates: [f64; CLIENTS],
-) -> ([u8; CLIENTS], [u8; CLIENTS]) {
-    let validity = ttl * (1.0 - drift) - safety;
-    let wait = ttl * (1.0 + drift);
-    (
-        rates.map(|r| (validity / r).ceil() as u8),
-        rates.map(|r| (wait / r).ceil() as u8),
-    )
-}
-
-/// The clock rates of the three clients: slow, fast and exact, at the
-/// declared drift bound of 25%.
-const RATES: [f64; CLIENTS] = [0.75, 1.25, 1.0];
-const TTL: u8 = 2;
-
-/// A bound, overridable from the environment to explore further (release
-/// builds recommended).
-fn bound(name: &str, default: u8) -> u8 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-const DRIFT: f64 = 0.25;
-
 impl LeaseModel {
-    /// The protocol as designed, with the bounds the tests use: TTL 2 ticks,
-    /// drift bound 25% (holders believe 2 ticks, contenders wait 2 to 4), no
-    /// safety margin (the model has no scheduling delay for it to cover),
-    /// 6 ticks and 3 writes unless `MODEL_TICKS` / `MODEL_SENDS` say more.
+    /// The protocol as designed, with the bounds the tests use: the
+    /// timing of `Clocks::correct`, 6 ticks and 3 writes unless
+    /// `MODEL_TICKS` / `MODEL_SENDS` say more.
     fn correct() -> Self {
-        Self::with_timing(timing(f64::from(TTL), DRIFT, 0.0, RATES))
+        Self::with_clocks(Clocks::correct())
     }
 
-    fn with_timing((hold, wait): ([u8; CLIENTS], [u8; CLIENTS])) -> Self {
+    fn with_clocks(clocks: Clocks) -> Self {
         LeaseModel {
             ttl: TTL,
-            hold,
-            wait,
+            clocks,
             wall_offsets: [0, 2, 1],
             max_ticks: bound("MODEL_TICKS", 6),
             max_sends: bound("MODEL_SENDS", 3),
@@ -168,16 +483,9 @@ impl LeaseModel {
             &[]
         };
         sharing.iter().any(|&o| {
-            matches!(s.clients[o], Phase::Acquiring(req)
+            matches!(s.lease.clients[o], Phase::Acquiring(req)
                 if req.op.body().is_some_and(|b| b.nonce == nonce))
         })
-    }
-
-    fn believes(&self, s: &State, c: usize) -> bool {
-        match s.clients[c] {
-            Phase::Holding { valid_until, .. } => s.now < valid_until,
-            _ => false,
-        }
     }
 }
 
@@ -221,63 +529,25 @@ enum Outcome {
     Failed,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct Req {
-    op: Op,
-    /// Sender's monotonic clock when sent.
-    sent: u8,
-    outcome: Outcome,
+impl Answer for Outcome {
+    const PENDING: Self = Outcome::Pending;
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Phase {
-    Idle,
-    /// Saw a held record; waiting to take it over.
-    Watching {
-        version: u8,
-        token: u8,
-        since: u8,
-        expires_wall: u8,
-    },
-    /// A create / replace to acquire is in flight.
-    Acquiring(Req),
-    /// Holds the lease (version 0 = unknown, after assuming a write won).
-    Holding {
-        version: u8,
-        token: u8,
-        valid_until: u8,
-        renew: Option<Req>,
-    },
-}
+type RecordReq = Req<Op, Outcome>;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct State {
-    now: u8,
-    sends: u8,
+    lease: Lease<Op, Outcome>,
     next_version: u8,
     store: Option<Record>,
-    clients: [Phase; CLIENTS],
-    max_granted: u8,
-    token_regressed: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Action {
-    Tick,
-    /// Read the record and decide: create, take a released record, or watch.
-    Read(usize),
-    Takeover(usize),
-    Renew(usize),
-    Release(usize),
-    StepDown(usize),
-    /// The client's in-flight write reaches the store.
-    Apply(usize),
-    /// The applied write's answer arrives.
-    Deliver(usize),
-    /// The applied write's answer is lost: ambiguous.
-    LoseResponse(usize),
-    /// 5xx or timeout before applying: ambiguous, nothing written.
-    ServerError(usize),
+impl HasLease for State {
+    type Write = Op;
+    type Answer = Outcome;
+    fn lease(&self) -> &Lease<Op, Outcome> {
+        &self.lease
+    }
 }
 
 /// Applies `op` to the store atomically; the outcome the store answers.
@@ -306,69 +576,28 @@ fn apply(s: &mut State, op: Op) -> Outcome {
 }
 
 impl LeaseModel {
-    fn in_flight(phase: &mut Phase) -> Option<&mut Req> {
-        match phase {
-            Phase::Acquiring(req) => Some(req),
-            Phase::Holding {
-                renew: Some(req), ..
-            } => Some(req),
-            _ => None,
-        }
-    }
-
     fn body(&self, s: &State, c: usize, token: u8, released: bool) -> Body {
         Body {
             owner: c as u8,
-            nonce: s.sends + 1,
+            nonce: s.lease.sends + 1,
             token,
             released,
             // Only the wall-clock rule reads it; a constant otherwise keeps
             // states that differ in nothing else merged.
             expires_wall: match self.expiry {
                 ExpiryRule::Observed => 0,
-                ExpiryRule::WallClock { .. } => self.wall(c, s.now) + self.ttl,
+                ExpiryRule::WallClock { .. } => self.wall(c, s.lease.now) + self.ttl,
             },
         }
     }
 
-    fn send(&self, s: &mut State, op: Op) -> Req {
-        s.sends += 1;
-        Req {
-            op,
-            sent: s.now,
-            outcome: Outcome::Pending,
-        }
-    }
-
-    /// The client learns it won `token` with a write sent at `sent`.
-    fn grant(&self, s: &mut State, c: usize, version: u8, token: u8, sent: u8, acquiring: bool) {
-        let valid_until = sent + self.hold[c];
-        if s.now >= valid_until {
-            // Learned too late: the lease is already invalid on our clock.
-            s.clients[c] = Phase::Idle;
-            return;
-        }
-        if acquiring {
-            if token <= s.max_granted {
-                s.token_regressed = true;
-            }
-            s.max_granted = s.max_granted.max(token);
-        }
-        s.clients[c] = Phase::Holding {
-            version,
-            token,
-            valid_until,
-            renew: None,
-        };
-    }
-
-    /// The write `req` came back ambiguous (lost answer, 5xx, timeout).
-    fn ambiguous(&self, s: &mut State, c: usize, req: Req) {
+    /// The write `req` came back ambiguous (lost answer, 5xx, timeout):
+    /// resolved by reading the record at once.
+    fn ambiguous(&self, s: &mut State, c: usize, req: RecordReq) {
         let Some(body) = req.op.body() else {
-            s.clients[c] = Phase::Idle;
+            s.lease.clients[c] = Phase::Idle;
             return;
         };
-        let acquiring = matches!(s.clients[c], Phase::Acquiring(_));
         let ours = |rec: &Record| match self.resolution {
             Resolution::Nonce => rec.body.nonce == body.nonce,
             Resolution::OwnerAndToken => {
@@ -377,39 +606,33 @@ impl LeaseModel {
             Resolution::AssumeWon => true,
             Resolution::AssumeLost => false,
         };
-        // Resolve by reading at once: how long the read takes does not
-        // matter, since validity counts from the write's send time.
-        let read = s.store;
-        match (self.resolution, read) {
-            (Resolution::AssumeWon, _) => {
-                self.grant(s, c, 0, body.token, req.sent, acquiring);
-            }
-            (_, Some(rec)) if ours(&rec) => {
-                self.grant(s, c, rec.version, body.token, req.sent, acquiring);
-            }
-            // A renewal that did not land, our version still current: keep
-            // the lease (validity from the earlier write) and retry.
-            (_, Some(rec))
-                if !acquiring
-                    && matches!(req.op, Op::Replace { expected, .. } if expected == rec.version) =>
-            {
-                if let Phase::Holding { renew, .. } = &mut s.clients[c] {
-                    *renew = None;
-                }
-            }
-            _ => s.clients[c] = Phase::Idle,
-        }
+        let read = match (self.resolution, s.store) {
+            (Resolution::AssumeWon, _) => ReadBack::Ours { version: 0 },
+            (_, Some(rec)) if ours(&rec) => ReadBack::Ours {
+                version: rec.version,
+            },
+            (_, Some(rec)) => ReadBack::Other {
+                version: rec.version,
+            },
+            (_, None) => ReadBack::Nothing,
+        };
+        let expected = match req.op {
+            Op::Replace { expected, .. } => Some(expected),
+            Op::Create(_) | Op::Delete { .. } => None,
+        };
+        s.lease
+            .settle(&self.clocks, c, read, expected, body.token, req.sent);
     }
 
     /// The answer to `req` arrived.
-    fn deliver(&self, s: &mut State, c: usize, req: Req) {
-        let acquiring = matches!(s.clients[c], Phase::Acquiring(_));
+    fn deliver(&self, s: &mut State, c: usize, req: RecordReq) {
         match (req.outcome, req.op.body()) {
             (Outcome::Ok(version), Some(body)) => {
-                self.grant(s, c, version, body.token, req.sent, acquiring)
+                s.lease
+                    .grant(&self.clocks, c, version, body.token, req.sent)
             }
             // Precondition failed: not acquired, or (renewal) lost at once.
-            _ => s.clients[c] = Phase::Idle,
+            _ => s.lease.clients[c] = Phase::Idle,
         }
     }
 }
@@ -420,76 +643,37 @@ impl Model for LeaseModel {
 
     fn init_states(&self) -> Vec<State> {
         vec![State {
-            now: 0,
-            sends: 0,
+            lease: Lease::new(),
             next_version: 1,
             store: None,
-            clients: [Phase::Idle; CLIENTS],
-            max_granted: 0,
-            token_regressed: false,
         }]
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
-        if s.now < self.max_ticks {
+        if s.lease.now < self.max_ticks {
             actions.push(Action::Tick);
         }
         for c in 0..CLIENTS {
-            let can_send = s.sends < self.max_sends;
-            match s.clients[c] {
-                Phase::Idle | Phase::Watching { .. } => {
-                    actions.push(Action::Read(c));
-                    if matches!(s.clients[c], Phase::Watching { .. }) && can_send {
-                        actions.push(Action::Takeover(c));
-                    }
-                }
-                Phase::Acquiring(_) => {}
-                Phase::Holding { renew, .. } => {
-                    if renew.is_none() {
-                        if can_send && self.believes(s, c) {
-                            actions.push(Action::Renew(c));
-                        }
-                        if can_send {
-                            actions.push(Action::Release(c));
-                        }
-                    }
-                    if renew.is_none() && !self.believes(s, c) {
-                        actions.push(Action::StepDown(c));
-                    }
-                }
-            }
-            let mut phase = s.clients[c];
-            if let Some(req) = Self::in_flight(&mut phase) {
-                match req.outcome {
-                    Outcome::Pending => {
-                        actions.push(Action::Apply(c));
-                        actions.push(Action::ServerError(c));
-                    }
-                    Outcome::Ok(_) | Outcome::Failed => {
-                        actions.push(Action::Deliver(c));
-                        actions.push(Action::LoseResponse(c));
-                    }
-                }
-            }
+            s.lease.actions(c, s.lease.sends < self.max_sends, actions);
         }
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
         let mut s = last.clone();
         match action {
-            Action::Tick => s.now += 1,
-            Action::Read(c) => match (s.store, s.clients[c]) {
+            Action::Tick => s.lease.now += 1,
+            Action::Read(c) => match (s.store, s.lease.clients[c]) {
                 (None, _) => {
-                    if s.sends >= self.max_sends {
+                    if s.lease.sends >= self.max_sends {
                         return None;
                     }
                     let op = Op::Create(self.body(&s, c, 1, false));
-                    s.clients[c] = Phase::Acquiring(self.send(&mut s, op));
+                    s.lease.clients[c] = Phase::Acquiring(s.lease.send(op));
                 }
                 // A landed write of ours (as the shared memory claims):
                 // renew it, keeping its token, as `try_acquire` does.
                 (Some(rec), _) if !rec.body.released && self.remembers(&s, c, rec.body.nonce) => {
-                    if s.sends >= self.max_sends {
+                    if s.lease.sends >= self.max_sends {
                         return None;
                     }
                     let body = self.body(&s, c, rec.body.token, false);
@@ -497,10 +681,10 @@ impl Model for LeaseModel {
                         expected: rec.version,
                         body,
                     };
-                    s.clients[c] = Phase::Acquiring(self.send(&mut s, op));
+                    s.lease.clients[c] = Phase::Acquiring(s.lease.send(op));
                 }
                 (Some(rec), _) if rec.body.released => {
-                    if s.sends >= self.max_sends {
+                    if s.lease.sends >= self.max_sends {
                         return None;
                     }
                     let body = self.body(&s, c, rec.body.token + 1, false);
@@ -508,17 +692,17 @@ impl Model for LeaseModel {
                         expected: rec.version,
                         body,
                     };
-                    s.clients[c] = Phase::Acquiring(self.send(&mut s, op));
+                    s.lease.clients[c] = Phase::Acquiring(s.lease.send(op));
                 }
                 // Same version again: keep observing from the first sighting.
                 (Some(rec), Phase::Watching { version, .. }) if version == rec.version => {
                     return None;
                 }
                 (Some(rec), _) => {
-                    s.clients[c] = Phase::Watching {
+                    s.lease.clients[c] = Phase::Watching {
                         version: rec.version,
                         token: rec.body.token,
-                        since: s.now,
+                        since: s.lease.now,
                         expires_wall: rec.body.expires_wall,
                     }
                 }
@@ -529,15 +713,15 @@ impl Model for LeaseModel {
                     token,
                     since,
                     expires_wall,
-                } = s.clients[c]
+                } = s.lease.clients[c]
                 else {
                     return None;
                 };
                 let allowed = match self.expiry {
-                    ExpiryRule::Observed => s.now >= since + self.wait[c],
+                    ExpiryRule::Observed => s.lease.now >= since + self.clocks.wait[c],
                     ExpiryRule::WallClock { declared_skew } => {
-                        s.now >= since + self.wait[c]
-                            || self.wall(c, s.now) >= expires_wall + declared_skew
+                        s.lease.now >= since + self.clocks.wait[c]
+                            || self.wall(c, s.lease.now) >= expires_wall + declared_skew
                     }
                 };
                 if !allowed {
@@ -548,7 +732,7 @@ impl Model for LeaseModel {
                     expected: version,
                     body,
                 };
-                s.clients[c] = Phase::Acquiring(self.send(&mut s, op));
+                s.lease.clients[c] = Phase::Acquiring(s.lease.send(op));
             }
             Action::Renew(c) => {
                 let Phase::Holding {
@@ -556,7 +740,7 @@ impl Model for LeaseModel {
                     token,
                     valid_until,
                     renew: None,
-                } = s.clients[c]
+                } = s.lease.clients[c]
                 else {
                     return None;
                 };
@@ -564,14 +748,11 @@ impl Model for LeaseModel {
                     return None;
                 }
                 let body = self.body(&s, c, token, false);
-                let req = self.send(
-                    &mut s,
-                    Op::Replace {
-                        expected: version,
-                        body,
-                    },
-                );
-                s.clients[c] = Phase::Holding {
+                let req = s.lease.send(Op::Replace {
+                    expected: version,
+                    body,
+                });
+                s.lease.clients[c] = Phase::Holding {
                     version,
                     token,
                     valid_until,
@@ -579,7 +760,7 @@ impl Model for LeaseModel {
                 };
             }
             Action::Release(c) => {
-                let Phase::Holding { version, token, .. } = s.clients[c] else {
+                let Phase::Holding { version, token, .. } = s.lease.clients[c] else {
                     return None;
                 };
                 if version == 0 {
@@ -594,76 +775,41 @@ impl Model for LeaseModel {
                 };
                 // The handle is gone: no more belief, whatever the answer
                 // (a release that never arrives is a holder that stopped).
-                s.sends += 1;
+                s.lease.sends += 1;
                 apply(&mut s, op);
-                s.clients[c] = Phase::Idle;
+                s.lease.clients[c] = Phase::Idle;
             }
             Action::StepDown(c) => {
-                s.clients[c] = Phase::Idle;
+                s.lease.clients[c] = Phase::Idle;
             }
             Action::Apply(c) => {
-                let mut phase = s.clients[c];
-                let req = Self::in_flight(&mut phase)?;
+                let mut phase = s.lease.clients[c];
+                let req = phase.in_flight()?;
                 req.outcome = apply(&mut s, req.op);
-                s.clients[c] = phase;
+                s.lease.clients[c] = phase;
             }
             Action::Deliver(c) => {
-                let req = *Self::in_flight(&mut s.clients[c])?;
+                let req = *s.lease.clients[c].in_flight()?;
                 self.deliver(&mut s, c, req);
             }
             Action::LoseResponse(c) | Action::ServerError(c) => {
-                let req = *Self::in_flight(&mut s.clients[c])?;
+                let req = *s.lease.clients[c].in_flight()?;
                 self.ambiguous(&mut s, c, req);
             }
+            // The record layout has no collection (never offered).
+            Action::Collect(_) => return None,
         }
         Some(s)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
-            Property::always("mutual exclusion", |m: &LeaseModel, s: &State| {
-                (0..CLIENTS).filter(|&c| m.believes(s, c)).count() <= 1
-            }),
-            Property::always("fencing tokens increase", |_, s: &State| !s.token_regressed),
-            // Not vacuous: a lease is taken over from a holder that stopped.
-            Property::sometimes("takeover", |_, s: &State| s.max_granted >= 2),
-        ]
+        lease_properties()
     }
-}
-
-/// Runs the exhaustive BFS check (stopping at the first counterexample if
-/// `stop_at_failure`) and reports counts and time.
-fn check(label: &str, model: LeaseModel, stop_at_failure: bool) -> impl Checker<LeaseModel> {
-    let started = Instant::now();
-    let mut builder = model.checker();
-    if stop_at_failure {
-        builder = builder.finish_when(HasDiscoveries::AnyFailures);
-    }
-    let checker = builder.spawn_bfs().join();
-    eprintln!(
-        "model {label}: {} states ({} unique), max depth {}, {:.2?}",
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
-        started.elapsed()
-    );
-    checker
-}
-
-/// Asserts a counterexample to `property` is found, and prints it.
-fn expect_counterexample(label: &str, model: LeaseModel, property: &'static str) {
-    let checker = check(label, model, true);
-    let path = checker
-        .discovery(property)
-        .unwrap_or_else(|| panic!("{label}: no counterexample to {property:?} found"));
-    eprintln!("{label}: counterexample to {property:?}: {path}");
 }
 
 #[test]
 fn correct_protocol_has_no_counterexample() {
-    let checker = check("correct", LeaseModel::correct(), false);
-    assert!(checker.is_done());
-    checker.assert_properties();
+    expect_no_counterexample("model correct", LeaseModel::correct());
 }
 
 #[test]
@@ -672,9 +818,7 @@ fn wall_clock_rule_within_declared_skew_has_no_counterexample() {
         expiry: ExpiryRule::WallClock { declared_skew: 2 },
         ..LeaseModel::correct()
     };
-    let checker = check("wall clock, declared skew 2", model, false);
-    assert!(checker.is_done());
-    checker.assert_properties();
+    expect_no_counterexample("model wall clock, declared skew 2", model);
 }
 
 #[test]
@@ -683,7 +827,7 @@ fn ambiguous_write_assumed_won_breaks_mutual_exclusion() {
         resolution: Resolution::AssumeWon,
         ..LeaseModel::correct()
     };
-    expect_counterexample("assume won", model, "mutual exclusion");
+    expect_counterexample("model assume won", model, "mutual exclusion");
 }
 
 #[test]
@@ -692,7 +836,7 @@ fn ambiguous_write_resolved_by_owner_breaks_mutual_exclusion() {
         resolution: Resolution::OwnerAndToken,
         ..LeaseModel::correct()
     };
-    expect_counterexample("owner instead of nonce", model, "mutual exclusion");
+    expect_counterexample("model owner instead of nonce", model, "mutual exclusion");
 }
 
 #[test]
@@ -703,9 +847,7 @@ fn ambiguous_write_assumed_lost_is_safe_but_wasteful() {
         resolution: Resolution::AssumeLost,
         ..LeaseModel::correct()
     };
-    let checker = check("assume lost", model, false);
-    assert!(checker.is_done());
-    checker.assert_properties();
+    expect_no_counterexample("model assume lost", model);
 }
 
 #[test]
@@ -714,7 +856,7 @@ fn delete_on_release_resets_the_token() {
         release: ReleaseRule::Delete,
         ..LeaseModel::correct()
     };
-    expect_counterexample("delete on release", model, "fencing tokens increase");
+    expect_counterexample("model delete on release", model, "fencing tokens increase");
 }
 
 #[test]
@@ -725,14 +867,19 @@ fn wall_clock_expiry_under_skew_breaks_mutual_exclusion() {
         expiry: ExpiryRule::WallClock { declared_skew: 0 },
         ..LeaseModel::correct()
     };
-    expect_counterexample("wall clock, skew undeclared", model, "mutual exclusion");
+    expect_counterexample(
+        "model wall clock, skew undeclared",
+        model,
+        "mutual exclusion",
+    );
 }
 
 #[test]
 fn drift_beyond_the_bound_breaks_mutual_exclusion() {
     // Client 0's clock runs at half speed: beyond the 25% the margins cover.
-    let model = LeaseModel::with_timing(timing(f64::from(TTL), DRIFT, 0.0, [0.5, 1.25, 1.0]));
-    expect_counterexample("drift beyond bound", model, "mutual exclusion");
+    let model =
+        LeaseModel::with_clocks(Clocks::timing(f64::from(TTL), DRIFT, 0.0, [0.5, 1.25, 1.0]));
+    expect_counterexample("model drift beyond bound", model, "mutual exclusion");
 }
 
 #[test]
@@ -744,14 +891,14 @@ fn nonce_memory_shared_by_two_tasks_breaks_mutual_exclusion() {
         shared_task_memory: true,
         ..LeaseModel::correct()
     };
-    expect_counterexample("shared task memory", model, "mutual exclusion");
+    expect_counterexample("model shared task memory", model, "mutual exclusion");
 }
 
 #[test]
 fn no_holder_margin_breaks_mutual_exclusion() {
     // Holders and contenders both count a bare TTL: no drift margin.
-    let model = LeaseModel::with_timing(timing(f64::from(TTL), 0.0, 0.0, RATES));
-    expect_counterexample("no holder margin", model, "mutual exclusion");
+    let model = LeaseModel::with_clocks(Clocks::timing(f64::from(TTL), 0.0, 0.0, RATES));
+    expect_counterexample("model no holder margin", model, "mutual exclusion");
 }
 
 // ---------------------------------------------------------------------------
@@ -1212,40 +1359,9 @@ impl Model for UpdateModel {
     }
 }
 
-fn check_update(
-    label: &str,
-    model: UpdateModel,
-    stop_at_failure: bool,
-) -> impl Checker<UpdateModel> {
-    let started = Instant::now();
-    let mut builder = model.checker();
-    if stop_at_failure {
-        builder = builder.finish_when(HasDiscoveries::AnyFailures);
-    }
-    let checker = builder.spawn_bfs().join();
-    eprintln!(
-        "update model {label}: {} states ({} unique), max depth {}, {:.2?}",
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
-        started.elapsed()
-    );
-    checker
-}
-
-fn expect_update_counterexample(label: &str, model: UpdateModel, property: &'static str) {
-    let checker = check_update(label, model, true);
-    let path = checker
-        .discovery(property)
-        .unwrap_or_else(|| panic!("{label}: no counterexample to {property:?} found"));
-    eprintln!("{label}: counterexample to {property:?}: {path}");
-}
-
 #[test]
 fn write_and_resolve_applies_each_update_at_most_once() {
-    let checker = check_update("correct", UpdateModel::correct(), false);
-    assert!(checker.is_done());
-    checker.assert_properties();
+    expect_no_counterexample("update model correct", UpdateModel::correct());
 }
 
 #[test]
@@ -1254,7 +1370,11 @@ fn remembering_only_the_current_attempt_applies_twice() {
         memory: Memory::CurrentAttempt,
         ..UpdateModel::correct()
     };
-    expect_update_counterexample("current attempt only", model, "never applied twice");
+    expect_counterexample(
+        "update model current attempt only",
+        model,
+        "never applied twice",
+    );
 }
 
 #[test]
@@ -1263,7 +1383,11 @@ fn nonce_memory_shared_between_tasks_claims_anothers_write() {
         memory: Memory::Shared,
         ..UpdateModel::correct()
     };
-    expect_update_counterexample("shared memory", model, "reported applied was applied");
+    expect_counterexample(
+        "update model shared memory",
+        model,
+        "reported applied was applied",
+    );
 }
 
 #[test]
@@ -1272,9 +1396,7 @@ fn write_and_resolve_is_exactly_once_when_412_can_be_our_duplicate() {
         duplicates: true,
         ..UpdateModel::correct()
     };
-    let checker = check_update("correct, duplicates", model, false);
-    assert!(checker.is_done());
-    checker.assert_properties();
+    expect_no_counterexample("update model correct, duplicates", model);
 }
 
 #[test]
@@ -1285,7 +1407,11 @@ fn retrying_a_lost_race_with_a_write_unresolved_applies_twice() {
         retry_any_lost_race: true,
         ..UpdateModel::correct()
     };
-    expect_update_counterexample("retry any lost race", model, "never applied twice");
+    expect_counterexample(
+        "update model retry any lost race",
+        model,
+        "never applied twice",
+    );
 }
 
 #[test]
@@ -1295,7 +1421,7 @@ fn a_412_taken_as_not_applied_applies_twice() {
         precondition_is_definite: true,
         ..UpdateModel::correct()
     };
-    expect_update_counterexample("412 is definite", model, "never applied twice");
+    expect_counterexample("update model 412 is definite", model, "never applied twice");
 }
 
 #[test]
@@ -1304,7 +1430,11 @@ fn retrying_after_a_failed_read_back_applies_twice() {
         retry_after_failed_read: true,
         ..UpdateModel::correct()
     };
-    expect_update_counterexample("retry after failed read", model, "never applied twice");
+    expect_counterexample(
+        "update model retry after failed read",
+        model,
+        "never applied twice",
+    );
 }
 
 #[test]
@@ -1313,7 +1443,11 @@ fn retrying_after_an_overwritten_read_back_applies_twice() {
         retry_after_overwritten: true,
         ..UpdateModel::correct()
     };
-    expect_update_counterexample("retry after overwrite", model, "never applied twice");
+    expect_counterexample(
+        "update model retry after overwrite",
+        model,
+        "never applied twice",
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -1378,7 +1512,6 @@ fn retrying_after_an_overwritten_read_back_applies_twice() {
 // holders apart.
 // ---------------------------------------------------------------------------
 
-const EPOCH_CLIENTS: usize = 3;
 /// Epoch slots; slot 0 is never written (the chain starts at epoch 1).
 const EPOCH_SLOTS: usize = 8;
 /// Listings a head search makes before it gives up (`MAX_LISTINGS`).
@@ -1419,8 +1552,7 @@ enum Collection {
 struct EpochModel {
     /// Clients that take steps (the others stay idle).
     clients: usize,
-    hold: [u8; EPOCH_CLIENTS],
-    wait: [u8; EPOCH_CLIENTS],
+    clocks: Clocks,
     max_ticks: u8,
     max_sends: u8,
     create: StoreCreate,
@@ -1439,16 +1571,14 @@ struct EpochModel {
 impl EpochModel {
     /// The epoch layout as designed, on the record model's clocks and
     /// timing: clients 0 and 1, 6 ticks and 5 writes unless
-    /// `MODEL_EPOCH_CLIENTS` / `MODEL_EPOCH_TICKS` / `MODEL_EPOCH_SENDS`
+    /// `MODEL_CLIENTS` / `MODEL_EPOCH_TICKS` / `MODEL_EPOCH_SENDS`
     /// say otherwise. Four writes is the fewest for a create to land in
     /// collected history (a create, a second create delayed, two renewals
     /// that move the head to 3 and collect epoch 1).
     fn correct() -> Self {
-        let (hold, wait) = timing(f64::from(TTL), DRIFT, 0.0, RATES);
         EpochModel {
-            clients: usize::from(bound("MODEL_EPOCH_CLIENTS", 2)).min(EPOCH_CLIENTS),
-            hold,
-            wait,
+            clients: usize::from(bound("MODEL_CLIENTS", 2)).min(CLIENTS),
+            clocks: Clocks::correct(),
             max_ticks: bound("MODEL_EPOCH_TICKS", 6),
             max_sends: bound("MODEL_EPOCH_SENDS", 5).min(EPOCH_SLOTS as u8 - 2),
             create: StoreCreate::IfAbsent,
@@ -1468,13 +1598,6 @@ impl EpochModel {
             clients: 3,
             max_sends: bound("MODEL_EPOCH_RACE_SENDS", 3).min(EPOCH_SLOTS as u8 - 2),
             ..Self::correct()
-        }
-    }
-
-    fn believes(&self, s: &EpochState, c: usize) -> bool {
-        match s.clients[c] {
-            EpochPhase::Holding { valid_until, .. } => s.now < valid_until,
-            _ => false,
         }
     }
 }
@@ -1506,30 +1629,11 @@ enum Created {
     Exists,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct EpochReq {
-    write: EpochWrite,
-    sent: u8,
-    outcome: Created,
+impl Answer for Created {
+    const PENDING: Self = Created::Pending;
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum EpochPhase {
-    Idle,
-    /// Saw head `epoch` (held, token `token`) first at `since`.
-    Watching {
-        epoch: u8,
-        token: u8,
-        since: u8,
-    },
-    Acquiring(EpochReq),
-    Holding {
-        epoch: u8,
-        token: u8,
-        valid_until: u8,
-        renew: Option<EpochReq>,
-    },
-}
+type EpochReq = Req<EpochWrite, Created>;
 
 /// What one client's epoch view remembers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -1543,17 +1647,21 @@ struct View {
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct EpochState {
-    now: u8,
-    sends: u8,
+    lease: Lease<EpochWrite, Created>,
     slots: [Option<Epoch>; EPOCH_SLOTS],
     /// Bit `e`: block (= epoch) `e` is marked collected.
     markers: u8,
-    clients: [EpochPhase; EPOCH_CLIENTS],
-    views: [View; EPOCH_CLIENTS],
-    max_granted: u8,
-    token_regressed: bool,
+    views: [View; CLIENTS],
     /// A create landed in a collected slot.
     landed_in_history: bool,
+}
+
+impl HasLease for EpochState {
+    type Write = EpochWrite;
+    type Answer = Created;
+    fn lease(&self) -> &Lease<EpochWrite, Created> {
+        &self.lease
+    }
 }
 
 impl EpochState {
@@ -1574,53 +1682,13 @@ impl EpochState {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum EpochAction {
-    Tick,
-    /// Search the head and decide: create, take a released head, or watch.
-    Read(usize),
-    Takeover(usize),
-    Renew(usize),
-    Release(usize),
-    StepDown(usize),
-    /// The client's in-flight create reaches the store.
-    Apply(usize),
-    /// The applied create's answer arrives.
-    Deliver(usize),
-    /// The applied create's answer is lost: ambiguous.
-    LoseResponse(usize),
-    /// 5xx or timeout before applying: ambiguous, nothing written.
-    ServerError(usize),
-    /// The client view's background collection takes its next step.
-    Collect(usize),
-}
-
 impl EpochModel {
-    fn in_flight(phase: &mut EpochPhase) -> Option<&mut EpochReq> {
-        match phase {
-            EpochPhase::Acquiring(req) => Some(req),
-            EpochPhase::Holding {
-                renew: Some(req), ..
-            } => Some(req),
-            _ => None,
-        }
-    }
-
     fn body(&self, s: &EpochState, c: usize, token: u8, released: bool) -> Epoch {
         Epoch {
             writer: c as u8,
-            nonce: s.sends + 1,
+            nonce: s.lease.sends + 1,
             token,
             released,
-        }
-    }
-
-    fn send(&self, s: &mut EpochState, write: EpochWrite) -> EpochReq {
-        s.sends += 1;
-        EpochReq {
-            write,
-            sent: s.now,
-            outcome: Created::Pending,
         }
     }
 
@@ -1726,65 +1794,39 @@ impl EpochModel {
         }
     }
 
-    /// The client learns it won `token` with a write sent at `sent`.
-    fn grant(&self, s: &mut EpochState, c: usize, epoch: u8, token: u8, sent: u8) {
-        let acquiring = matches!(s.clients[c], EpochPhase::Acquiring(_));
-        let valid_until = sent + self.hold[c];
-        if s.now >= valid_until {
-            s.clients[c] = EpochPhase::Idle;
-            return;
-        }
-        if acquiring {
-            if token <= s.max_granted {
-                s.token_regressed = true;
-            }
-            s.max_granted = s.max_granted.max(token);
-        }
-        s.clients[c] = EpochPhase::Holding {
-            epoch,
-            token,
-            valid_until,
-            renew: None,
-        };
-    }
-
     /// A write whose answer was not a confirmed win (refused, landed in
     /// collected history, lost, 5xx): the view forgets its head, and the
     /// lease reads for the write's nonce.
     fn resolve(&self, s: &mut EpochState, c: usize, req: EpochReq) {
         s.views[c].known = None;
-        let acquiring = matches!(s.clients[c], EpochPhase::Acquiring(_));
-        match self.find_head(s, c) {
+        let read = match self.find_head(s, c) {
             Ok(Some((epoch, body))) => {
                 Self::learn(s, c, epoch, body);
-                if body.nonce == req.write.body.nonce {
-                    self.grant(s, c, epoch, req.write.body.token, req.sent);
-                } else if !acquiring && epoch == req.write.from {
-                    // The renewal did not land and our head is still the
-                    // head: keep the lease (validity from the last write).
-                    if let EpochPhase::Holding { renew, .. } = &mut s.clients[c] {
-                        *renew = None;
-                    }
+                if body.nonce == req.op.body.nonce {
+                    ReadBack::Ours { version: epoch }
                 } else {
-                    s.clients[c] = EpochPhase::Idle;
+                    ReadBack::Other { version: epoch }
                 }
             }
-            Ok(None) | Err(()) => s.clients[c] = EpochPhase::Idle,
-        }
+            Ok(None) | Err(()) => ReadBack::Nothing,
+        };
+        let (from, token) = (req.op.from, req.op.body.token);
+        s.lease
+            .settle(&self.clocks, c, read, Some(from), token, req.sent);
     }
 
     /// Merges states that differ only in times that no longer matter: a
     /// wait already served, a validity already over, a write sent too long
     /// ago to grant anything.
     fn forget_expired(&self, s: &mut EpochState) {
-        let now = s.now;
-        for c in 0..EPOCH_CLIENTS {
-            let stale = now.saturating_sub(self.hold[c]);
-            let served = now.saturating_sub(self.wait[c]);
-            match &mut s.clients[c] {
-                EpochPhase::Watching { since, .. } => *since = (*since).max(served),
-                EpochPhase::Acquiring(req) => req.sent = req.sent.max(stale),
-                EpochPhase::Holding {
+        let now = s.lease.now;
+        for c in 0..CLIENTS {
+            let stale = now.saturating_sub(self.clocks.hold[c]);
+            let served = now.saturating_sub(self.clocks.wait[c]);
+            match &mut s.lease.clients[c] {
+                Phase::Watching { since, .. } => *since = (*since).max(served),
+                Phase::Acquiring(req) => req.sent = req.sent.max(stale),
+                Phase::Holding {
                     valid_until, renew, ..
                 } => {
                     if *valid_until <= now {
@@ -1794,18 +1836,19 @@ impl EpochModel {
                         req.sent = req.sent.max(stale);
                     }
                 }
-                EpochPhase::Idle => {}
+                Phase::Idle => {}
             }
         }
     }
 
     /// The answer to `req` arrived.
     fn deliver(&self, s: &mut EpochState, c: usize, req: EpochReq) {
-        let epoch = req.write.epoch;
+        let epoch = req.op.epoch;
         let won = req.outcome == Created::Ok && !(self.write_check && s.marked(epoch));
         if won {
-            self.confirmed(s, c, epoch, req.write.body);
-            self.grant(s, c, epoch, req.write.body.token, req.sent);
+            self.confirmed(s, c, epoch, req.op.body);
+            s.lease
+                .grant(&self.clocks, c, epoch, req.op.body.token, req.sent);
         } else {
             self.resolve(s, c, req);
         }
@@ -1814,79 +1857,42 @@ impl EpochModel {
 
 impl Model for EpochModel {
     type State = EpochState;
-    type Action = EpochAction;
+    type Action = Action;
 
     fn init_states(&self) -> Vec<EpochState> {
         vec![EpochState {
-            now: 0,
-            sends: 0,
+            lease: Lease::new(),
             slots: [None; EPOCH_SLOTS],
             markers: 0,
-            clients: [EpochPhase::Idle; EPOCH_CLIENTS],
             views: [View {
                 known: None,
                 collecting_below: 0,
-            }; EPOCH_CLIENTS],
-            max_granted: 0,
-            token_regressed: false,
+            }; CLIENTS],
             landed_in_history: false,
         }]
     }
 
-    fn actions(&self, s: &EpochState, actions: &mut Vec<EpochAction>) {
-        if s.now < self.max_ticks {
-            actions.push(EpochAction::Tick);
+    fn actions(&self, s: &EpochState, actions: &mut Vec<Action>) {
+        if s.lease.now < self.max_ticks {
+            actions.push(Action::Tick);
         }
         for c in 0..self.clients {
-            let can_send = s.sends < self.max_sends;
-            match s.clients[c] {
-                EpochPhase::Idle | EpochPhase::Watching { .. } => {
-                    actions.push(EpochAction::Read(c));
-                    if matches!(s.clients[c], EpochPhase::Watching { .. }) && can_send {
-                        actions.push(EpochAction::Takeover(c));
-                    }
-                }
-                EpochPhase::Acquiring(_) => {}
-                EpochPhase::Holding { renew, .. } => {
-                    if renew.is_none() && can_send {
-                        if self.believes(s, c) {
-                            actions.push(EpochAction::Renew(c));
-                        }
-                        actions.push(EpochAction::Release(c));
-                    }
-                    if renew.is_none() && !self.believes(s, c) {
-                        actions.push(EpochAction::StepDown(c));
-                    }
-                }
-            }
-            let mut phase = s.clients[c];
-            if let Some(req) = Self::in_flight(&mut phase) {
-                match req.outcome {
-                    Created::Pending => {
-                        actions.push(EpochAction::Apply(c));
-                        actions.push(EpochAction::ServerError(c));
-                    }
-                    Created::Ok | Created::Exists => {
-                        actions.push(EpochAction::Deliver(c));
-                        actions.push(EpochAction::LoseResponse(c));
-                    }
-                }
-            }
+            s.lease.actions(c, s.lease.sends < self.max_sends, actions);
             if s.views[c].collecting_below != 0 {
-                actions.push(EpochAction::Collect(c));
+                actions.push(Action::Collect(c));
             }
         }
     }
 
-    fn next_state(&self, last: &EpochState, action: EpochAction) -> Option<EpochState> {
+    fn next_state(&self, last: &EpochState, action: Action) -> Option<EpochState> {
         let mut s = last.clone();
-        let can_send = s.sends < self.max_sends;
+        let can_send = s.lease.sends < self.max_sends;
         match action {
-            EpochAction::Tick => {
-                s.now += 1;
+            Action::Tick => {
+                s.lease.now += 1;
                 self.forget_expired(&mut s);
             }
-            EpochAction::Read(c) => {
+            Action::Read(c) => {
                 let Ok(head) = self.find_head(&s, c) else {
                     // The search gave up (ambiguous): the view forgets its
                     // head, and the client stays as it was.
@@ -1896,58 +1902,58 @@ impl Model for EpochModel {
                 if let Some((epoch, body)) = head {
                     Self::learn(&mut s, c, epoch, body);
                 }
-                match (head, s.clients[c]) {
+                match (head, s.lease.clients[c]) {
                     (None, _) => {
                         if !can_send {
                             return None;
                         }
                         let write = self.next(&s, c, 0, 1, false);
-                        s.clients[c] = EpochPhase::Acquiring(self.send(&mut s, write));
+                        s.lease.clients[c] = Phase::Acquiring(s.lease.send(write));
                     }
                     (Some((epoch, body)), _) if body.released => {
                         if !can_send {
                             return None;
                         }
                         let write = self.next(&s, c, epoch, body.token + 1, false);
-                        s.clients[c] = EpochPhase::Acquiring(self.send(&mut s, write));
+                        s.lease.clients[c] = Phase::Acquiring(s.lease.send(write));
                     }
                     // Same head again: keep observing from the first sighting.
-                    (Some((epoch, _)), EpochPhase::Watching { epoch: seen, .. })
-                        if seen == epoch =>
-                    {
+                    (Some((epoch, _)), Phase::Watching { version: seen, .. }) if seen == epoch => {
                         return None;
                     }
                     (Some((epoch, body)), _) => {
-                        s.clients[c] = EpochPhase::Watching {
-                            epoch,
+                        s.lease.clients[c] = Phase::Watching {
+                            version: epoch,
                             token: body.token,
-                            since: s.now,
+                            since: s.lease.now,
+                            expires_wall: 0,
                         };
                     }
                 }
             }
-            EpochAction::Takeover(c) => {
-                let EpochPhase::Watching {
-                    epoch,
+            Action::Takeover(c) => {
+                let Phase::Watching {
+                    version: epoch,
                     token,
                     since,
-                } = s.clients[c]
+                    ..
+                } = s.lease.clients[c]
                 else {
                     return None;
                 };
-                if s.now < since + self.wait[c] {
+                if s.lease.now < since + self.clocks.wait[c] {
                     return None;
                 }
                 let write = self.next(&s, c, epoch, token + 1, false);
-                s.clients[c] = EpochPhase::Acquiring(self.send(&mut s, write));
+                s.lease.clients[c] = Phase::Acquiring(s.lease.send(write));
             }
-            EpochAction::Renew(c) => {
-                let EpochPhase::Holding {
-                    epoch,
+            Action::Renew(c) => {
+                let Phase::Holding {
+                    version: epoch,
                     token,
                     valid_until,
                     renew: None,
-                } = s.clients[c]
+                } = s.lease.clients[c]
                 else {
                     return None;
                 };
@@ -1956,45 +1962,50 @@ impl Model for EpochModel {
                     write.epoch = epoch;
                     write.plain = true;
                 }
-                let req = self.send(&mut s, write);
-                s.clients[c] = EpochPhase::Holding {
-                    epoch,
+                let req = s.lease.send(write);
+                s.lease.clients[c] = Phase::Holding {
+                    version: epoch,
                     token,
                     valid_until,
                     renew: Some(req),
                 };
             }
-            EpochAction::Release(c) => {
-                let EpochPhase::Holding { epoch, token, .. } = s.clients[c] else {
+            Action::Release(c) => {
+                let Phase::Holding {
+                    version: epoch,
+                    token,
+                    ..
+                } = s.lease.clients[c]
+                else {
                     return None;
                 };
                 // As in the record model, applied at once, and the handle is
                 // gone whatever the answer.
                 let write = self.next(&s, c, epoch, token, true);
-                s.sends += 1;
+                s.lease.sends += 1;
                 if self.apply(&mut s, write) == Created::Ok
                     && !(self.write_check && s.marked(write.epoch))
                 {
                     self.confirmed(&mut s, c, write.epoch, write.body);
                 }
-                s.clients[c] = EpochPhase::Idle;
+                s.lease.clients[c] = Phase::Idle;
             }
-            EpochAction::StepDown(c) => s.clients[c] = EpochPhase::Idle,
-            EpochAction::Apply(c) => {
-                let mut phase = s.clients[c];
-                let req = Self::in_flight(&mut phase)?;
-                req.outcome = self.apply(&mut s, req.write);
-                s.clients[c] = phase;
+            Action::StepDown(c) => s.lease.clients[c] = Phase::Idle,
+            Action::Apply(c) => {
+                let mut phase = s.lease.clients[c];
+                let req = phase.in_flight()?;
+                req.outcome = self.apply(&mut s, req.op);
+                s.lease.clients[c] = phase;
             }
-            EpochAction::Deliver(c) => {
-                let req = *Self::in_flight(&mut s.clients[c])?;
+            Action::Deliver(c) => {
+                let req = *s.lease.clients[c].in_flight()?;
                 self.deliver(&mut s, c, req);
             }
-            EpochAction::LoseResponse(c) | EpochAction::ServerError(c) => {
-                let req = *Self::in_flight(&mut s.clients[c])?;
+            Action::LoseResponse(c) | Action::ServerError(c) => {
+                let req = *s.lease.clients[c].in_flight()?;
                 self.resolve(&mut s, c, req);
             }
-            EpochAction::Collect(c) => {
+            Action::Collect(c) => {
                 let end = s.views[c].collecting_below;
                 match self.collect_step(&s, end)? {
                     (e, true) => s.markers |= 1 << e,
@@ -2009,17 +2020,7 @@ impl Model for EpochModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        let mut properties = vec![
-            Property::always("mutual exclusion", |m: &EpochModel, s: &EpochState| {
-                (0..EPOCH_CLIENTS).filter(|&c| m.believes(s, c)).count() <= 1
-            }),
-            Property::always("fencing tokens increase", |_, s: &EpochState| {
-                !s.token_regressed
-            }),
-            // Not vacuous: a takeover from a holder that stopped, and (with
-            // writes enough) a create that lands in collected history.
-            Property::sometimes("takeover", |_, s: &EpochState| s.max_granted >= 2),
-        ];
+        let mut properties = lease_properties();
         if self.max_sends >= 4 {
             properties.push(Property::sometimes(
                 "a create lands in collected history",
@@ -2030,43 +2031,17 @@ impl Model for EpochModel {
     }
 }
 
-fn check_epochs(label: &str, model: EpochModel, stop_at_failure: bool) -> impl Checker<EpochModel> {
-    let started = Instant::now();
-    let mut builder = model.checker();
-    if stop_at_failure {
-        builder = builder.finish_when(HasDiscoveries::AnyFailures);
-    }
-    let checker = builder.spawn_bfs().join();
-    eprintln!(
-        "epoch model {label}: {} states ({} unique), max depth {}, {:.2?}",
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
-        started.elapsed()
-    );
-    checker
-}
-
-fn expect_epoch_counterexample(label: &str, model: EpochModel, property: &'static str) {
-    let checker = check_epochs(label, model, true);
-    let path = checker
-        .discovery(property)
-        .unwrap_or_else(|| panic!("{label}: no counterexample to {property:?} found"));
-    eprintln!("{label}: counterexample to {property:?}: {path}");
-}
-
 #[test]
 fn epoch_layout_has_no_counterexample() {
-    let checker = check_epochs("correct", EpochModel::correct(), false);
-    assert!(checker.is_done());
-    checker.assert_properties();
+    expect_no_counterexample("epoch model correct", EpochModel::correct());
 }
 
 #[test]
 fn epoch_layout_with_three_clients_has_no_counterexample() {
-    let checker = check_epochs("correct, three clients", EpochModel::three_clients(), false);
-    assert!(checker.is_done());
-    checker.assert_properties();
+    expect_no_counterexample(
+        "epoch model correct, three clients",
+        EpochModel::three_clients(),
+    );
 }
 
 #[test]
@@ -2075,7 +2050,7 @@ fn epoch_store_that_overwrites_breaks_mutual_exclusion() {
         create: StoreCreate::Overwrites,
         ..EpochModel::correct()
     };
-    expect_epoch_counterexample("create overwrites", model, "mutual exclusion");
+    expect_counterexample("epoch model create overwrites", model, "mutual exclusion");
 }
 
 #[test]
@@ -2084,7 +2059,7 @@ fn epoch_number_reused_breaks_mutual_exclusion() {
         renew: RenewEpoch::Reuse,
         ..EpochModel::correct()
     };
-    expect_epoch_counterexample("epoch reused", model, "mutual exclusion");
+    expect_counterexample("epoch model epoch reused", model, "mutual exclusion");
 }
 
 #[test]
@@ -2094,7 +2069,7 @@ fn collecting_the_live_term_without_markers_breaks_mutual_exclusion() {
         markers: false,
         ..EpochModel::correct()
     };
-    expect_epoch_counterexample("live term collected", model, "mutual exclusion");
+    expect_counterexample("epoch model live term collected", model, "mutual exclusion");
 }
 
 #[test]
@@ -2104,7 +2079,11 @@ fn collecting_without_keep_or_markers_regresses_the_token() {
         markers: false,
         ..EpochModel::correct()
     };
-    expect_epoch_counterexample("no keep, no markers", model, "fencing tokens increase");
+    expect_counterexample(
+        "epoch model no keep, no markers",
+        model,
+        "fencing tokens increase",
+    );
 }
 
 #[test]
@@ -2113,7 +2092,7 @@ fn collecting_without_markers_breaks_mutual_exclusion() {
         markers: false,
         ..EpochModel::correct()
     };
-    expect_epoch_counterexample("no markers", model, "mutual exclusion");
+    expect_counterexample("epoch model no markers", model, "mutual exclusion");
 }
 
 #[test]
@@ -2122,7 +2101,7 @@ fn a_late_create_in_collected_history_counted_breaks_mutual_exclusion() {
         write_check: false,
         ..EpochModel::correct()
     };
-    expect_epoch_counterexample("no write-side check", model, "mutual exclusion");
+    expect_counterexample("epoch model no write-side check", model, "mutual exclusion");
 }
 
 #[test]
@@ -2137,7 +2116,5 @@ fn epoch_reads_without_the_marker_check_are_safe() {
         max_ticks: bound("MODEL_EPOCH_TICKS", 5),
         ..EpochModel::correct()
     };
-    let checker = check_epochs("no read-side check", model, false);
-    assert!(checker.is_done());
-    checker.assert_properties();
+    expect_no_counterexample("epoch model no read-side check", model);
 }
