@@ -8,7 +8,7 @@
 //! monotonic clock, which runs at a fixed rate within the declared drift
 //! bound (client 0 at 0.75, client 1 at 1.25, client 2 at 1.0); its holder
 //! validity and takeover wait, defined on that clock as in `LeaseConfig`,
-//! are converted to true ticks once (`timing`). Wall clocks have fixed
+//! are converted to true ticks once (`Clocks::timing`). Wall clocks have fixed
 //! offsets (0, +2, +1) and only matter to the wall-clock expiry rule.
 //!
 //! A write is sent (its send tick starts the holder's validity), reaches the
