@@ -17,6 +17,9 @@
 //!   [`map_failure`]; the HTTP status and Azure error code stay in the error.
 //! - [`NativeBlobLease`]: Azure's own blob leases, as an optional second
 //!   mechanism. A lease id is not a fencing token.
+//! - [`AzureBlobStore::put_block`] and [`AzureBlobStore::put_block_list`]
+//!   commit a blob from blocks under a condition: for conformance probes
+//!   only, casaas itself writes single Put Blob requests.
 //!
 //! This crate keeps the Azure SDK (`azure_storage_blobs` 0.21) behind its
 //! own small surface; only [`TokenCredential`] is the SDK's.

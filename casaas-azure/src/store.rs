@@ -7,7 +7,9 @@ use async_trait::async_trait;
 use azure_core::request_options::IfMatchCondition;
 use azure_core::{RetryOptions, TransportOptions};
 use azure_storage::CloudLocation;
-use azure_storage_blobs::prelude::{BlobClient, ClientBuilder, ContainerClient};
+use azure_storage_blobs::prelude::{
+    BlobBlockType, BlobClient, BlockList, ClientBuilder, ContainerClient,
+};
 use bytes::Bytes;
 use casaas_core::provider::{validate_key, validate_prefix};
 use casaas_core::{
@@ -175,6 +177,65 @@ impl AzureBlobStore {
     /// The prefix keys live under (`""` or ending with `/`).
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// Stages one block of blob `key` (Put Block), uncommitted until a
+    /// [`put_block_list`](Self::put_block_list) names it.
+    ///
+    /// For conformance probes, which check how the service treats
+    /// conditions on a blob committed from blocks; casaas itself writes
+    /// single Put Blob requests only. Not retried.
+    pub async fn put_block(&self, key: &str, block_id: &[u8], body: Bytes) -> Result<(), CasError> {
+        validate_key(key)?;
+        self.blob(key)
+            .put_block(Bytes::copy_from_slice(block_id), body)
+            .await
+            .map(|_| ())
+            .map_err(|e| self.error(Operation::Create, key, &e))
+    }
+
+    /// Commits the staged blocks `block_ids`, in order, as the content of
+    /// blob `key` (Put Block List): under `If-None-Match: *` when
+    /// `expected` is `None`, under `If-Match: <etag>` otherwise, as
+    /// [`create`](CasStore::create) and [`replace`](CasStore::replace) do.
+    /// Returns the new ETag.
+    ///
+    /// For conformance probes only (see [`put_block`](Self::put_block)).
+    /// Not retried; a refusal maps to the same [`ErrorKind`] as a refused
+    /// create or replace.
+    pub async fn put_block_list(
+        &self,
+        key: &str,
+        block_ids: &[&[u8]],
+        expected: Option<&Version>,
+    ) -> Result<Version, CasError> {
+        validate_key(key)?;
+        let (op, condition) = match expected {
+            None => (
+                Operation::Create,
+                IfMatchCondition::NotMatch("*".to_string()),
+            ),
+            Some(version) => (
+                Operation::Replace,
+                IfMatchCondition::Match(self.etag_of(key, version)?.to_string()),
+            ),
+        };
+        let blocks = BlockList {
+            blocks: block_ids
+                .iter()
+                .map(|id| BlobBlockType::new_latest(Bytes::copy_from_slice(id)))
+                .collect(),
+        };
+        match self
+            .blob(key)
+            .put_block_list(blocks)
+            .content_type("application/octet-stream")
+            .if_match(condition)
+            .await
+        {
+            Ok(answer) => Ok(Version::etag(normalize_etag(&answer.etag))),
+            Err(e) => Err(self.error(op, key, &e)),
+        }
     }
 
     pub(crate) fn blob(&self, key: &str) -> BlobClient {

@@ -32,6 +32,8 @@
 //! # }
 //! ```
 
+#[cfg(any(feature = "azure", feature = "gcs"))]
+mod assembled;
 pub mod cli;
 pub mod evidence;
 mod model;

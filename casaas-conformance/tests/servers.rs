@@ -219,6 +219,60 @@ fn fake_gcs_is_safe() {
     assert_eq!(report["summary"], "SAFE FOR LEASES");
 }
 
+/// Azurite honours both conditions of Put Block List: a losing commit is
+/// refused (409 `BlobAlreadyExists` to `If-None-Match: *`, 412
+/// `ConditionNotMet` to a stale `If-Match`) and leaves the blob as it was.
+#[test]
+fn azurite_honours_block_list_conditions() {
+    let (code, report) = probe("azurite", "azure_block_list_conditional");
+    assert_eq!(code, 0, "{report:#}");
+    let probe = find(&report, "azure_block_list_conditional");
+    assert_eq!(probe["verdict"], "pass", "{probe:#}");
+    let checks = &probe["evidence"]["checks"];
+    assert_eq!(
+        checks["absent_onto_existing"]["refused"]["answer"], "409 BlobAlreadyExists",
+        "{probe:#}"
+    );
+    assert_eq!(
+        checks["stale_version"]["refused"]["answer"], "412 ConditionNotMet",
+        "{probe:#}"
+    );
+    for check in ["absent_onto_existing", "stale_version"] {
+        assert_eq!(checks[check]["object_kept"], true, "{check}: {probe:#}");
+    }
+    for check in ["absent_to_fresh_key", "current_version"] {
+        assert_eq!(checks[check]["holds_parts"], true, "{check}: {probe:#}");
+    }
+}
+
+/// fake-gcs-server composes whatever `ifGenerationMatch` says: the probe
+/// fails (a warning: the run stays safe, casaas never composes).
+#[test]
+fn fake_gcs_ignores_compose_preconditions() {
+    let (code, report) = probe("fake-gcs", "gcs_compose_preconditions");
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["safe_for_leases"], true, "{report:#}");
+    let probe = find(&report, "gcs_compose_preconditions");
+    assert_eq!(probe["verdict"], "fail", "{probe:#}");
+    let checks = &probe["evidence"]["checks"];
+    for check in ["absent_onto_existing", "stale_version"] {
+        assert_eq!(checks[check]["accepted"], true, "{check}: {probe:#}");
+        assert_eq!(checks[check]["object_kept"], false, "{check}: {probe:#}");
+    }
+    for check in ["absent_to_fresh_key", "current_version"] {
+        assert_eq!(checks[check]["holds_parts"], true, "{check}: {probe:#}");
+    }
+}
+
+fn find<'a>(report: &'a Value, id: &str) -> &'a Value {
+    report["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == id)
+        .unwrap_or_else(|| panic!("no probe {id}"))
+}
+
 #[test]
 fn gcs_liar_is_not_safe() {
     // gcp-storage-emulator sends no generation headers, so casaas cannot
@@ -400,8 +454,15 @@ fn the_create_only_layout_is_safe_on_ceph_azurite_and_fake_gcs() {
             name,
             "create_if_absent,create_conflict,race_create,lease_protocol",
             |url| {
+                // A generous timeout: this runs beside the other tests on
+                // the same single-process emulators.
                 let separator = if url.contains('?') { '&' } else { '?' };
-                format!("{url}{separator}layout=epochs")
+                let url = format!("{url}{separator}layout=epochs");
+                if url.contains("timeout=") {
+                    url
+                } else {
+                    format!("{url}&timeout=120")
+                }
             },
         );
         assert_eq!(code, 0, "{name}: {report:#}");

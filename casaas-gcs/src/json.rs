@@ -1,5 +1,6 @@
-//! A small client for the two GCS JSON API calls the storage client only
-//! offers over gRPC (`StorageControl`): conditional delete and list.
+//! A small client for the GCS JSON API calls the storage client only
+//! offers over gRPC (`StorageControl`): conditional delete and list, and
+//! compose (for conformance probes).
 //!
 //! Why not `StorageControl`: it needs HTTP/2 gRPC (`google.storage.v2`),
 //! which fake-gcs-server and other emulators do not serve, while the JSON
@@ -24,6 +25,7 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'_')
     .remove(b'~');
 
+#[derive(Clone)]
 pub(crate) struct JsonApi {
     http: reqwest::Client,
     credentials: Option<Credentials>,
@@ -116,6 +118,59 @@ impl JsonApi {
         self.send(Operation::Delete, config, key, request)
             .await
             .map(|_| ())
+    }
+
+    /// `POST …/o/DEST/compose?ifGenerationMatch=G`: the sources, in order,
+    /// concatenated into `destination`; returns its new generation.
+    pub(crate) async fn compose(
+        &self,
+        config: &GcsConfig,
+        sources: &[&str],
+        destination: &str,
+        if_generation_match: i64,
+    ) -> Result<Version, CasError> {
+        #[derive(serde::Deserialize)]
+        struct Composed {
+            generation: String,
+        }
+        let op = if if_generation_match == 0 {
+            Operation::Create
+        } else {
+            Operation::Replace
+        };
+        let url = format!(
+            "{}/compose",
+            Self::object_url(config, &config.object_name(destination))
+        );
+        let body = serde_json::json!({
+            "sourceObjects": sources
+                .iter()
+                .map(|key| serde_json::json!({ "name": config.object_name(key) }))
+                .collect::<Vec<_>>(),
+            "destination": { "contentType": "application/octet-stream" },
+        });
+        let request = self
+            .http
+            .post(url)
+            .query(&[("ifGenerationMatch", if_generation_match.to_string())])
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        let (_, answer) = self.send(op, config, destination, request).await?;
+        serde_json::from_slice::<Composed>(&answer)
+            .ok()
+            .and_then(|c| c.generation.parse::<i64>().ok())
+            .map(Version::Generation)
+            .ok_or_else(|| {
+                map_failure(
+                    op,
+                    &config.bucket,
+                    destination,
+                    Failure::at(
+                        Stage::Unreadable,
+                        "the compose answer carries no generation".to_string(),
+                    ),
+                )
+            })
     }
 
     /// `GET …/o?prefix=P`, every page; keys relative to the store prefix.

@@ -17,6 +17,7 @@
 //! - Every call has a deadline (`timeout`, 30 s by default).
 //! - Delete and list use the JSON API through this crate's own small HTTP
 //!   client: the library offers them only over gRPC, which emulators lack.
+//!   So does [`GcsStore::compose`], which only conformance probes use.
 //! - GCS sustains about one write per second to one object name; the
 //!   capabilities say so ([`casaas_core::Capabilities::min_write_interval`]).
 //!

@@ -21,7 +21,8 @@ use crate::json::JsonApi;
 /// GCS sustains about one write per second to one object name.
 pub const MIN_WRITE_INTERVAL: Duration = Duration::from_secs(1);
 
-/// A [`CasStore`] on one GCS bucket and prefix.
+/// A [`CasStore`] on one GCS bucket and prefix. Clones share the clients.
+#[derive(Clone)]
 pub struct GcsStore {
     config: GcsConfig,
     client: Storage,
@@ -105,6 +106,35 @@ impl GcsStore {
     /// The settings this store was opened with.
     pub fn config(&self) -> &GcsConfig {
         &self.config
+    }
+
+    /// Composes the objects `sources` (keys of this store), in order, into
+    /// `destination` (JSON API `compose`): under `ifGenerationMatch=0` when
+    /// `expected` is `None`, under `ifGenerationMatch=<generation>`
+    /// otherwise, as [`create`](CasStore::create) and
+    /// [`replace`](CasStore::replace) do. Returns the new generation.
+    ///
+    /// For conformance probes, which check how the service treats
+    /// preconditions on a composed object; casaas itself uploads single
+    /// objects only. Not retried; a refusal maps to the same [`ErrorKind`]
+    /// as a refused create or replace.
+    pub async fn compose(
+        &self,
+        sources: &[&str],
+        destination: &str,
+        expected: Option<&Version>,
+    ) -> Result<Version, CasError> {
+        validate_key(destination)?;
+        for source in sources {
+            validate_key(source)?;
+        }
+        let generation = match expected {
+            None => 0,
+            Some(version) => self.generation(destination, version)?,
+        };
+        self.json
+            .compose(&self.config, sources, destination, generation)
+            .await
     }
 
     fn generation(&self, key: &str, version: &Version) -> Result<i64, CasError> {

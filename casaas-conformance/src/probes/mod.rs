@@ -136,6 +136,20 @@ pub const S3_ONLY_PROBES: [&str; 6] = [
     "s3_versioning_states",
 ];
 
+/// Id, title and explanation of the Azure-only Put Block List probe.
+pub(crate) const AZURE_BLOCK_LIST: (&str, &str, &str) = (
+    "azure_block_list_conditional",
+    "Put Block List honours If-None-Match and If-Match",
+    "A large blob committed from blocks with an ignored condition would overwrite a holder's record; casaas lease records are single Put Blob writes.",
+);
+
+/// Id, title and explanation of the GCS-only compose probe.
+pub(crate) const GCS_COMPOSE: (&str, &str, &str) = (
+    "gcs_compose_preconditions",
+    "Compose honours ifGenerationMatch",
+    "An object composed from parts with an ignored generation precondition would overwrite a holder's record; casaas lease records are single uploads.",
+);
+
 fn s3_placeholders() -> Vec<Box<dyn Probe>> {
     let reason = "needs raw S3 access: not available for this backend".to_string();
     vec![
@@ -182,18 +196,20 @@ fn s3_placeholders() -> Vec<Box<dyn Probe>> {
             reason,
         }),
         Box::new(UnavailableProbe {
-            id: "azure_block_list_conditional",
-            title: "Put Block List honours If-None-Match and If-Match",
+            id: AZURE_BLOCK_LIST.0,
+            title: AZURE_BLOCK_LIST.1,
             severity: Severity::Warning,
-            explanation: "A large blob committed from blocks with an ignored condition would overwrite a holder's record; casaas lease records are single Put Blob writes.",
-            reason: "not run: this version has no Put Block List probe (the Azure backend writes single Put Blob requests only)".to_string(),
+            explanation: AZURE_BLOCK_LIST.2,
+            reason: "needs an Azure Blob Storage store (az://): not available for this backend"
+                .to_string(),
         }),
         Box::new(UnavailableProbe {
-            id: "gcs_compose_preconditions",
-            title: "Compose honours ifGenerationMatch",
+            id: GCS_COMPOSE.0,
+            title: GCS_COMPOSE.1,
             severity: Severity::Warning,
-            explanation: "An object composed from parts with an ignored generation precondition would overwrite a holder's record; casaas lease records are single uploads.",
-            reason: "not run: this version has no compose probe (the GCS backend uploads single objects only)".to_string(),
+            explanation: GCS_COMPOSE.2,
+            reason: "needs a Google Cloud Storage store (gs://): not available for this backend"
+                .to_string(),
         }),
     ]
 }

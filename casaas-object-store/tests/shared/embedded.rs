@@ -13,7 +13,7 @@ async fn fresh_store() -> Arc<dyn CasStore> {
 casaas_core::contract_suite!(fresh_store, tasks = 8, rounds = 50);
 
 #[tokio::test]
-async fn local_file_system_reports_no_conditional_replace() {
+async fn local_file_system_has_no_conditional_replace_and_leases_take_the_create_only_layout() {
     let dir = tempfile::tempdir().unwrap();
     let client: Arc<dyn os::ObjectStore> =
         Arc::new(os::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap());
@@ -50,14 +50,26 @@ async fn local_file_system_reports_no_conditional_replace() {
     assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
     assert!(err.to_string().contains("PutMode::Update"), "{err}");
 
-    // A lease refuses such a store up front rather than failing later.
+    // A lease on such a store takes the create-only layout: every write a
+    // new object, created only if absent.
+    assert_eq!(
+        casaas_core::layout::layout_of(&store),
+        casaas_core::layout::LeaseLayout::Epochs
+    );
     let lease = casaas_core::lease::Lease::new(
         Arc::new(store),
         "leader",
         "me",
         casaas_core::lease::LeaseConfig::default(),
-    );
-    assert!(lease.is_err());
+    )
+    .unwrap();
+    let guard = lease.acquire(Default::default()).await.unwrap();
+    assert_eq!(guard.token(), 1);
+    guard.release().await.unwrap();
+    let guard = lease.acquire(Default::default()).await.unwrap();
+    assert_eq!(guard.token(), 2);
+    guard.release().await.unwrap();
+    assert!(dir.path().join("locks/leader.epochs").is_dir());
 }
 
 #[tokio::test]
