@@ -53,11 +53,25 @@ fn probe_endpoints(
     for (k, v) in &server.env {
         command.env(k, v);
     }
-    let out = command.output().unwrap();
+    let mut out = command.output().unwrap();
+    if emulator_did_not_answer_the_open(&out) {
+        out = command.output().unwrap();
+    }
     let code = out.status.code().unwrap();
     assert_ne!(code, 2, "{name}: {}", String::from_utf8_lossy(&out.stderr));
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     (code, report)
+}
+
+/// The run could not open the store because the emulator did not answer
+/// its first request in time (a single-process emulator that other tests
+/// of this file keep busy). Such a run says nothing about the store or the
+/// binary and is made once more; any other failure stands.
+fn emulator_did_not_answer_the_open(out: &std::process::Output) -> bool {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    out.status.code() == Some(2)
+        && stderr.contains("cannot open")
+        && stderr.contains("timed out after the request was sent")
 }
 
 fn verdict<'a>(report: &'a Value, id: &str) -> &'a str {
@@ -313,7 +327,10 @@ fn traced_run(name: &str, env: &[(String, String)]) -> (i32, String, String, Str
     for (k, v) in env {
         command.env(k, v);
     }
-    let out = command.output().unwrap();
+    let mut out = command.output().unwrap();
+    if emulator_did_not_answer_the_open(&out) {
+        out = command.output().unwrap();
+    }
     let report = std::fs::read_to_string(&json).unwrap_or_default();
     (
         out.status.code().unwrap_or(-1),
@@ -448,8 +465,10 @@ fn tail(text: &str) -> String {
 /// Stores with conditional replace can be judged on the create-only layout
 /// too when it is chosen (`layout=epochs`): the lease probe runs on it.
 #[test]
-fn the_create_only_layout_is_safe_on_ceph_azurite_and_fake_gcs() {
-    for name in ["ceph", "azurite", "fake-gcs"] {
+fn the_create_only_layout_is_safe_on_ceph_and_fake_gcs() {
+    // Azurite's own epoch-layout contract runs in casaas-azure; here it would
+    // add load to the one emulator process the other tests of this file use.
+    for name in ["ceph", "fake-gcs"] {
         let (code, report) = probe_url(
             name,
             "create_if_absent,create_conflict,race_create,lease_protocol",

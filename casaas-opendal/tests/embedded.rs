@@ -44,16 +44,23 @@ async fn create_only_backend_honours_create(store: impl Fn() -> Arc<dyn CasStore
     assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
     let err = store.delete("k", &v).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
-    // Leases refuse the store up front.
-    assert!(
-        casaas_core::lease::Lease::new(
-            store,
-            "leader",
-            "me",
-            casaas_core::lease::LeaseConfig::default()
-        )
-        .is_err()
+    // Leases take the create-only layout on it: every write a new object.
+    assert_eq!(
+        casaas_core::layout::layout_of(store.as_ref()),
+        casaas_core::layout::LeaseLayout::Epochs
     );
+    let lease = casaas_core::lease::Lease::new(
+        store,
+        "leader",
+        "me",
+        casaas_core::lease::LeaseConfig::default(),
+    )
+    .unwrap();
+    for token in 1..=2 {
+        let guard = lease.acquire(Default::default()).await.unwrap();
+        assert_eq!(guard.token(), token);
+        guard.release().await.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
