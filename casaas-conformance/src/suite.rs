@@ -391,11 +391,7 @@ impl Suite {
                         &progress,
                     )
                     .await?;
-                    for rerun in again {
-                        if let Some(slot) = results.iter_mut().find(|r| r.id == rerun.id) {
-                            *slot = with_first_run(rerun, slot);
-                        }
-                    }
+                    replace_with_reruns(&mut results, again);
                     options_applied = options.clone();
                     cleanup_store = with_options;
                 }
@@ -438,11 +434,7 @@ impl Suite {
                 &progress,
             )
             .await?;
-            for rerun in again {
-                if let Some(slot) = results.iter_mut().find(|r| r.id == rerun.id) {
-                    *slot = with_first_run(rerun, slot);
-                }
-            }
+            replace_with_reruns(&mut results, again);
             for result in results
                 .iter_mut()
                 .filter(|r| REPLACE_PROBES.contains(&r.id.as_str()))
@@ -540,6 +532,16 @@ fn recommended(results: &[ProbeResult]) -> Vec<String> {
 }
 
 /// A result of the run with options, remembering what the first run saw.
+/// Puts each probe's result of a second run in place of its first one,
+/// keeping what the first found (see [`with_first_run`]).
+fn replace_with_reruns(results: &mut [ProbeResult], again: Vec<ProbeResult>) {
+    for rerun in again {
+        if let Some(slot) = results.iter_mut().find(|r| r.id == rerun.id) {
+            *slot = with_first_run(rerun, slot);
+        }
+    }
+}
+
 fn with_first_run(mut rerun: ProbeResult, first: &ProbeResult) -> ProbeResult {
     rerun.detail = format!("with {}: {}", rerun.options.join(", "), rerun.detail);
     rerun.evidence.insert(

@@ -44,67 +44,67 @@ async fn proxied(server: &TestServer, label: &str) -> (ChaosProxy, String, Strin
     (proxy, via_proxy, direct)
 }
 
-async fn s3(label: &str) -> Stores {
-    let server = test_server("moto");
-    let (proxy, through, direct) = proxied(&server, label).await;
-    let open = |url: String| {
-        let server = &server;
-        async move {
-            let store: Arc<dyn CasStore> = Arc::new(
-                casaas_s3::S3Store::builder()
-                    .url(&url)
-                    .unwrap()
-                    .static_credentials(
-                        server.var("AWS_ACCESS_KEY_ID"),
-                        server.var("AWS_SECRET_ACCESS_KEY"),
-                    )
-                    .build()
-                    .await
-                    .unwrap(),
-            );
-            store
-        }
-    };
+/// Both stores of [`Stores`], opened by `open` from their URLs.
+async fn both<F, Fut>(proxy: ChaosProxy, through: String, direct: String, open: F) -> Stores
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Arc<dyn CasStore>>,
+{
     Stores {
         proxy,
         through: open(through).await,
         direct: open(direct).await,
     }
+}
+
+async fn s3(label: &str) -> Stores {
+    let server = test_server("moto");
+    let (proxy, through, direct) = proxied(&server, label).await;
+    both(proxy, through, direct, |url| {
+        let server = &server;
+        async move {
+            let store = casaas_s3::S3Store::builder()
+                .url(&url)
+                .unwrap()
+                .static_credentials(
+                    server.var("AWS_ACCESS_KEY_ID"),
+                    server.var("AWS_SECRET_ACCESS_KEY"),
+                )
+                .build()
+                .await
+                .unwrap();
+            Arc::new(store) as Arc<dyn CasStore>
+        }
+    })
+    .await
 }
 
 async fn gcs(label: &str) -> Stores {
     let server = test_server("fake-gcs");
     let (proxy, through, direct) = proxied(&server, label).await;
-    Stores {
-        proxy,
-        through: Arc::new(casaas_gcs::GcsStore::open(&through).await.unwrap()),
-        direct: Arc::new(casaas_gcs::GcsStore::open(&direct).await.unwrap()),
-    }
+    both(proxy, through, direct, |url| async move {
+        Arc::new(casaas_gcs::GcsStore::open(&url).await.unwrap()) as Arc<dyn CasStore>
+    })
+    .await
 }
 
 async fn azure(label: &str) -> Stores {
     let server = test_server("azurite");
     let (proxy, through, direct) = proxied(&server, label).await;
-    let open = |url: String| {
+    both(proxy, through, direct, |url| {
         let server = &server;
         async move {
-            let store: Arc<dyn CasStore> = Arc::new(
-                casaas_azure::AzureBlobStoreBuilder::from_url_with_env(&url, |name| {
-                    server.env.get(name).cloned()
-                })
-                .unwrap()
-                .build()
-                .await
-                .unwrap(),
-            );
-            store
+            let store = casaas_azure::AzureBlobStoreBuilder::from_url_with_env(&url, |name| {
+                server.env.get(name).cloned()
+            })
+            .unwrap()
+            .build()
+            .await
+            .unwrap();
+            Arc::new(store) as Arc<dyn CasStore>
         }
-    };
-    Stores {
-        proxy,
-        through: open(through).await,
-        direct: open(direct).await,
-    }
+    })
+    .await
 }
 
 fn assert_may_have_taken_effect(err: &CasError, what: &str) {
