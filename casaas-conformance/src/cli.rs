@@ -558,7 +558,8 @@ fn save_profile(
     };
     let failed = report.blockers().iter().map(|p| p.id.clone()).collect();
     let profile = CapabilityProfile::new(&parsed, verdict, report.summary.clone(), proven, failed)
-        .partial(partial);
+        .partial(partial)
+        .with_large_conditional_writes(report.proves_large_conditional_writes());
     let explicit = (!path.as_os_str().is_empty()).then_some(path);
     Ok(profile.save(explicit)?)
 }

@@ -194,6 +194,15 @@ impl Report {
         self.verdict.exit_code()
     }
 
+    /// Whether the run proved that the store keeps the condition of a write
+    /// assembled from parts: every probe of one provider's assembled writes
+    /// ran and passed (S3's two multipart probes, Azure's block list, GCS's
+    /// compose). A saved profile records it, and the adapters then send
+    /// conditional writes above the single-part limit.
+    pub fn proves_large_conditional_writes(&self) -> bool {
+        proves_large_conditional_writes(&self.probes)
+    }
+
     /// Critical probes that did not pass.
     pub fn blockers(&self) -> Vec<&ProbeResult> {
         self.probes.iter().filter(|p| p.blocks_leases()).collect()
@@ -700,6 +709,21 @@ fn record_layout() -> LeaseLayout {
     LeaseLayout::Record
 }
 
+/// See [`Report::proves_large_conditional_writes`].
+fn proves_large_conditional_writes(probes: &[ProbeResult]) -> bool {
+    const PROOFS: [&[&str]; 3] = [
+        &["s3_multipart_if_none_match", "s3_multipart_if_match"],
+        &["azure_block_list_conditional"],
+        &["gcs_compose_preconditions"],
+    ];
+    let passed = |id: &str| {
+        probes
+            .iter()
+            .any(|p| p.id == id && p.verdict == Verdict::Pass)
+    };
+    PROOFS.iter().any(|ids| ids.iter().all(|id| passed(id)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -719,6 +743,43 @@ mod tests {
             duration_ms: 0,
             options: Vec::new(),
         }
+    }
+
+    #[test]
+    fn assembled_writes_are_proven_only_by_every_probe_of_one_provider() {
+        let w = Severity::Warning;
+        let proves = |probes: &[ProbeResult]| proves_large_conditional_writes(probes);
+        assert!(!proves(&[]));
+        // S3 needs both multipart probes.
+        let one = result("s3_multipart_if_none_match", w, Verdict::Pass);
+        assert!(!proves(std::slice::from_ref(&one)));
+        let both = [
+            one.clone(),
+            result("s3_multipart_if_match", w, Verdict::Pass),
+        ];
+        assert!(proves(&both));
+        let failed = [one, result("s3_multipart_if_match", w, Verdict::Fail)];
+        assert!(!proves(&failed));
+        assert!(!proves(&[result(
+            "s3_multipart_if_match",
+            w,
+            Verdict::Unsupported
+        )]));
+        assert!(proves(&[result(
+            "azure_block_list_conditional",
+            w,
+            Verdict::Pass
+        )]));
+        assert!(!proves(&[result(
+            "gcs_compose_preconditions",
+            w,
+            Verdict::Fail
+        )]));
+        assert!(proves(&[result(
+            "gcs_compose_preconditions",
+            w,
+            Verdict::Pass
+        )]));
     }
 
     #[test]

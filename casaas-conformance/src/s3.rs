@@ -392,74 +392,6 @@ struct MultipartIfNoneMatch {
     store: S3Store,
 }
 
-impl MultipartIfNoneMatch {
-    /// One single-part multipart upload completed with `If-None-Match: *`:
-    /// `Ok(Ok(unparseable))` when it completed (`unparseable`: the store
-    /// answered 200 with a body the SDK could not read), `Ok(Err(answer))`
-    /// when refused.
-    async fn upload(&self, key: &str) -> Result<Result<bool, Value>, StepError> {
-        let client = self.store.client();
-        let bucket = self.store.bucket();
-        let created = client
-            .create_multipart_upload()
-            .bucket(bucket)
-            .key(key)
-            .send()
-            .await
-            .map_err(|e| {
-                let (s, c) = sdk_answer(&e);
-                step_error("CreateMultipartUpload", Operation::Create, s, c)
-            })?;
-        let upload_id = created.upload_id().unwrap_or_default().to_string();
-        let part = client
-            .upload_part()
-            .bucket(bucket)
-            .key(key)
-            .upload_id(&upload_id)
-            .part_number(1)
-            .body(ByteStream::from(payload("multipart").to_vec()))
-            .send()
-            .await
-            .map_err(|e| {
-                let (s, c) = sdk_answer(&e);
-                step_error("UploadPart", Operation::Create, s, c)
-            })?;
-        let completed = CompletedMultipartUpload::builder()
-            .parts(
-                CompletedPart::builder()
-                    .part_number(1)
-                    .set_e_tag(part.e_tag().map(str::to_string))
-                    .build(),
-            )
-            .build();
-        let result = client
-            .complete_multipart_upload()
-            .bucket(bucket)
-            .key(key)
-            .upload_id(&upload_id)
-            .multipart_upload(completed)
-            .if_none_match("*")
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(Ok(false)),
-            // 200 with a body the SDK cannot parse: the upload completed.
-            Err(e) if sdk_answer(&e).0 == Some(200) => Ok(Ok(true)),
-            Err(e) => {
-                // Leave no dangling upload behind.
-                let _ = client
-                    .abort_multipart_upload()
-                    .bucket(bucket)
-                    .key(key)
-                    .upload_id(&upload_id)
-                    .send()
-                    .await;
-                Ok(Err(answer_json(&e)))
-            }
-        }
-    }
-}
-
 #[async_trait]
 impl Probe for MultipartIfNoneMatch {
     fn id(&self) -> &'static str {
@@ -476,41 +408,26 @@ impl Probe for MultipartIfNoneMatch {
     }
 
     async fn run(&self, cx: &ProbeContext) -> Result<Outcome, StepError> {
-        let key = self.store.object_key(&cx.base_key("multipart"));
-        let first = self.upload(&key).await?;
-        let unparseable = match first {
-            Ok(unparseable) => unparseable,
-            Err(answer) => {
-                return Ok(Outcome::fail(
-                    "a multipart upload with If-None-Match: * to a fresh key was refused",
+        let store = &self.store;
+        let key = store.object_key(&cx.base_key("multipart"));
+        if let Err(answer) = multipart_raw(store, &key, &Condition::Absent).await? {
+            if not_implemented(&answer) {
+                return Ok(Outcome::unsupported(
+                    "the store does not implement If-None-Match on CompleteMultipartUpload",
                 )
                 .with("first", answer));
             }
-        };
-        let etag_before = self
-            .store
-            .client()
-            .head_object()
-            .bucket(self.store.bucket())
-            .key(&key)
-            .send()
-            .await
-            .ok()
-            .and_then(|h| h.e_tag().map(str::to_string));
-        let second = self.upload(&key).await?;
-        let etag_after = self
-            .store
-            .client()
-            .head_object()
-            .bucket(self.store.bucket())
-            .key(&key)
-            .send()
-            .await
-            .ok()
-            .and_then(|h| h.e_tag().map(str::to_string));
+            return Ok(Outcome::fail(
+                "a multipart upload with If-None-Match: * to a fresh key was refused",
+            )
+            .with("first", answer));
+        }
+        let etag_before = head_etag(store, store.bucket(), &key).await;
+        let second = multipart_raw(store, &key, &Condition::Absent).await?;
+        let etag_after = head_etag(store, store.bucket(), &key).await;
         let unchanged = etag_before.is_some() && etag_before == etag_after;
-        let outcome = match second {
-            Ok(_) => Outcome::fail(
+        Ok(match second {
+            Ok(()) => Outcome::fail(
                 "a second multipart upload with If-None-Match: * overwrote the existing object",
             )
             .with("second", "succeeded"),
@@ -527,8 +444,7 @@ impl Probe for MultipartIfNoneMatch {
                 .with("second", answer)
                 .with("answered_412", refused_412)
             }
-        };
-        Ok(outcome.with("completion_response_unparseable", unparseable))
+        })
     }
 }
 

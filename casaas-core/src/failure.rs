@@ -178,6 +178,11 @@ pub async fn confirm_refusal(
 /// profile proves that path.
 pub const CONDITIONAL_SINGLE_PART_LIMIT: usize = 5 * 1024 * 1024;
 
+/// The adapters' URL option (`large_conditional_writes=true`) that lets a
+/// conditional write above [`CONDITIONAL_SINGLE_PART_LIMIT`] through; a
+/// capability profile that proves assembled writes sets it for them.
+pub const LARGE_CONDITIONAL_WRITES_OPTION: &str = "large_conditional_writes";
+
 /// Refuses a conditional write of `len` bytes to `key` above
 /// [`CONDITIONAL_SINGLE_PART_LIMIT`] unless `allowed` (the adapter's
 /// `allow_large_conditional_writes`), as `InvalidInput` saying why.
@@ -189,9 +194,9 @@ pub fn check_single_part(key: &str, len: usize, allowed: bool) -> Result<(), Cas
         "refused: a conditional write of {len} bytes is larger than the single-part limit of \
          {CONDITIONAL_SINGLE_PART_LIMIT} bytes; above it the write may go multipart or chunked, \
          where a store can silently drop the condition, and this store's multipart conditional \
-         writes are not proven. Keep conditional records small, or opt in with \
-         allow_large_conditional_writes(true) once the conformance suite's multipart probes pass \
-         on this store"
+         writes are not proven. Keep conditional records small, or open the store with the \
+         capability profile saved by `casaas conformance URL --save-profile` once its multipart \
+         probes pass (capability_profile=PATH; allow_large_conditional_writes(true) in code)"
     ))
     .with_key(key))
 }

@@ -95,7 +95,8 @@ pub mod provider {
 
     pub use crate::error::{CodeTable, Delivery, Operation, classify};
     pub use crate::failure::{
-        CONDITIONAL_SINGLE_PART_LIMIT, Failure, Stage, check_single_part, confirm_refusal,
+        CONDITIONAL_SINGLE_PART_LIMIT, Failure, LARGE_CONDITIONAL_WRITES_OPTION, Stage,
+        check_single_part, confirm_refusal,
     };
     pub use crate::registry::{
         AdapterFactory, StoreFactory, StoreFuture, adapter_of, open_store_url, register_adapter,
@@ -104,7 +105,7 @@ pub mod provider {
     pub use crate::store::{MAX_KEY_LEN, validate_key, validate_prefix};
     pub use crate::url::{
         REDACTED, UrlOptions, is_secret_name, is_secret_option, parse_bool, replace_userinfo,
-        userinfo,
+        take_bool_option, userinfo,
     };
     pub use crate::version::VersionPair;
 }

@@ -175,6 +175,13 @@ pub struct CapabilityProfile {
     /// says less, and opening the store says so at warn.
     #[serde(default)]
     pub partial: bool,
+    /// Whether the run proved that the store keeps the condition of a write
+    /// assembled from parts (S3 `CompleteMultipartUpload` with
+    /// `If-None-Match` and `If-Match`, Azure Put Block List, GCS compose).
+    /// The adapters send a conditional write above the single-part limit
+    /// only to such a store (see [`Self::proves_large_conditional_writes`]).
+    #[serde(default)]
+    pub large_conditional_writes: bool,
 }
 
 impl CapabilityProfile {
@@ -197,7 +204,21 @@ impl CapabilityProfile {
             tool_version: TOOL_VERSION.to_string(),
             max_age_days: DEFAULT_MAX_AGE_DAYS,
             partial: false,
+            large_conditional_writes: false,
         }
+    }
+
+    /// Records whether the run proved conditions on assembled writes.
+    pub fn with_large_conditional_writes(mut self, proven: bool) -> Self {
+        self.large_conditional_writes = proven;
+        self
+    }
+
+    /// Whether a conditional write larger than one part may be sent to this
+    /// store: the profile is SAFE and its run proved the assembled-write
+    /// probes. The adapters' `allow_large_conditional_writes` takes this.
+    pub fn proves_large_conditional_writes(&self) -> bool {
+        self.verdict == ProfileVerdict::Safe && self.large_conditional_writes
     }
 
     /// Marks the profile as written by a run of only some probes.
@@ -321,10 +342,9 @@ impl CapabilityProfile {
         }
     }
 
-    /// Acts on the profile for `url` before the store is opened: refuses a
-    /// NOT SAFE store, reports a stale profile at warn, and returns `url`
-    /// with the proven options the URL and the caller did not set.
-    pub(crate) fn apply(&self, path: &Path, url: StoreUrl) -> Result<StoreUrl, CasError> {
+    /// Refuses the store `what` names if the profile says NOT SAFE; reports
+    /// a stale, inconclusive or partial profile at warn.
+    pub(crate) fn judge(&self, path: &Path, what: &dyn std::fmt::Display) -> Result<(), CasError> {
         if let Some(why) = self.staleness() {
             tracing::warn!(
                 profile = %path.display(),
@@ -337,7 +357,7 @@ impl CapabilityProfile {
                 return Err(CasError::new(
                     ErrorKind::UnsafeStore,
                     format!(
-                        "{url}: the capability profile {} (written {}) says NOT SAFE: failed {}. \
+                        "{what}: the capability profile {} (written {}) says NOT SAFE: failed {}. \
                          Run `casaas conformance URL --save-profile` again if the store has \
                          changed",
                         path.display(),
@@ -362,6 +382,14 @@ impl CapabilityProfile {
             ),
             ProfileVerdict::Safe => {}
         }
+        Ok(())
+    }
+
+    /// Acts on the profile for `url` before the store is opened: refuses a
+    /// NOT SAFE store, reports a stale profile at warn, and returns `url`
+    /// with the proven options the URL and the caller did not set.
+    pub(crate) fn apply(&self, path: &Path, url: StoreUrl) -> Result<StoreUrl, CasError> {
+        self.judge(path, &url)?;
         let missing: Vec<&String> = self
             .proven_options
             .iter()

@@ -13,6 +13,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 
 use std::path::Path;
 
+use crate::failure::LARGE_CONDITIONAL_WRITES_OPTION;
 use crate::layout::{LAYOUT_OPTION, LeaseLayout};
 use crate::profile::{CapabilityProfile, PROFILE_OPTION};
 use crate::{CasError, CasStore, FileStore, MemoryStore, StoreUrl};
@@ -190,7 +191,28 @@ where
         }
     }
     let store = match adapter_for(&url) {
-        Some((_, factory, inner)) => factory(inner, given).await?,
+        Some((_, factory, inner)) => {
+            // An adapter URL is parsed by its library, so its store has no
+            // identity here: it takes a profile only by path, trusted to be
+            // this store's.
+            if let Some(path) = profile.as_deref().filter(|p| *p != "none") {
+                let path = Path::new(path);
+                let found = CapabilityProfile::load(path)?;
+                let shown = crate::url::replace_userinfo(
+                    url.split('?').next().unwrap_or(&url),
+                    crate::url::REDACTED,
+                );
+                found.judge(path, &shown)?;
+                let named = |(name, _): &(String, String)| name == LARGE_CONDITIONAL_WRITES_OPTION;
+                if found.proves_large_conditional_writes() && !given.iter().any(named) {
+                    given.push((
+                        LARGE_CONDITIONAL_WRITES_OPTION.to_string(),
+                        "true".to_string(),
+                    ));
+                }
+            }
+            factory(inner, given).await?
+        }
         None => {
             let mut parsed = StoreUrl::parse(&url)?.with_given_options(given)?;
             let explicit = profile.as_deref().filter(|p| *p != "none").map(Path::new);

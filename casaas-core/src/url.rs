@@ -591,6 +591,37 @@ pub fn parse_bool(text: &str) -> Option<bool> {
     }
 }
 
+/// Removes the boolean option `name` from an adapter's option pairs (its
+/// URL's query and the options given beside it) and reads it with
+/// [`parse_bool`]; `store` names the store in errors. Given twice, or not a
+/// boolean, is an error.
+pub fn take_bool_option(
+    options: &mut Vec<(String, String)>,
+    name: &str,
+    store: &str,
+) -> Result<Option<bool>, CasError> {
+    let mut found = None;
+    let mut i = 0;
+    while i < options.len() {
+        if !options[i].0.eq_ignore_ascii_case(name) {
+            i += 1;
+            continue;
+        }
+        let (_, value) = options.remove(i);
+        if found.is_some() {
+            return Err(CasError::misconfigured(format!(
+                "{store}: option {name} is given twice"
+            )));
+        }
+        found = Some(parse_bool(&value).ok_or_else(|| {
+            CasError::misconfigured(format!(
+                "{store}: option {name}={value} is not a boolean: use {name}=true or {name}=false"
+            ))
+        })?);
+    }
+    Ok(found)
+}
+
 /// The known name closest to a misspelt one, if it is close: at most a
 /// third of its letters wrong (`pathstyle` → `path_style`), compared
 /// without case.

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use casaas_core::provider::StoreFuture;
+pub use casaas_core::provider::LARGE_CONDITIONAL_WRITES_OPTION;
+use casaas_core::provider::{StoreFuture, take_bool_option};
 use casaas_core::{CasError, CasStore};
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut};
 use object_store::azure::MicrosoftAzureBuilder;
@@ -15,7 +16,8 @@ use url::Url;
 
 use crate::ObjectStoreCas;
 
-/// The casaas option in an `object_store+` URL; every other query pair is an
+/// A casaas option in an `object_store+` URL (with
+/// [`LARGE_CONDITIONAL_WRITES_OPTION`]); every other query pair is an
 /// object_store configuration key (`aws_endpoint`, `google_base_url`, ...).
 pub const RETRIES_OPTION: &str = "retries";
 
@@ -50,7 +52,11 @@ macro_rules! configure {
 /// `MicrosoftAzureBuilder::from_env`), then takes the URL and each query
 /// pair as a configuration key. `retries=N` sets object_store's maximum
 /// retries (`retries=0` turns them off, and with them the confirming read
-/// after a refused write). The URL path is the casaas prefix.
+/// after a refused write); `large_conditional_writes=true` sends conditional
+/// writes above the single-part limit (set by a capability profile that
+/// proves the store's multipart conditions; see
+/// [`allow_large_conditional_writes`](ObjectStoreCas::allow_large_conditional_writes)).
+/// The URL path is the casaas prefix.
 pub async fn open(inner: &str) -> Result<Arc<dyn CasStore>, CasError> {
     open_with(inner, Vec::new()).await
 }
@@ -74,6 +80,11 @@ pub async fn open_with(
         .collect();
     options.extend(given);
     url.set_query(None);
+    let large_conditional_writes = take_bool_option(
+        &mut options,
+        LARGE_CONDITIONAL_WRITES_OPTION,
+        &format!("object_store+{inner}"),
+    )?;
     let retries = match options.iter().position(|(k, _)| k == RETRIES_OPTION) {
         Some(at) => {
             let (_, value) = options.remove(at);
@@ -161,7 +172,8 @@ pub async fn open_with(
         .join("/");
     let store = ObjectStoreCas::new(client, prefix)?
         .conditional_put(conditional_put)
-        .client_retries(retries != Some(0));
+        .client_retries(retries != Some(0))
+        .allow_large_conditional_writes(large_conditional_writes.unwrap_or(false));
     Ok(Arc::new(store))
 }
 

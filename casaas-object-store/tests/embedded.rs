@@ -90,3 +90,17 @@ async fn unproven_large_conditional_writes_are_refused() {
         .allow_large_conditional_writes(true);
     store.create("big", big).await.unwrap();
 }
+
+/// An `object_store+` URL opened with a capability profile follows it: NOT
+/// SAFE refuses, a profile proving multipart conditions lets a large
+/// conditional write through, one that does not keeps it refused.
+#[tokio::test]
+async fn large_conditional_writes_follow_the_capability_profile() {
+    casaas_object_store::register();
+    let dir = tempfile::tempdir().unwrap();
+    casaas_core::testkit::check_large_writes_follow_the_profile(
+        "object_store+memory:///profiled",
+        dir.path(),
+    )
+    .await;
+}

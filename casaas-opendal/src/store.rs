@@ -127,8 +127,11 @@ impl OpendalCas {
     /// [`CONDITIONAL_SINGLE_PART_LIMIT`](casaas_core::provider::CONDITIONAL_SINGLE_PART_LIMIT). Off by default: a large body may go
     /// multipart or chunked on its way to the store, where the condition can
     /// be silently lost. Turn it on only for a store whose multipart
-    /// conditional writes were proven (the conformance suite's
-    /// `s3_multipart_if_none_match` and `s3_multipart_if_match`).
+    /// conditional writes were proven: pass
+    /// [`CapabilityProfile::proves_large_conditional_writes`](casaas_core::profile::CapabilityProfile::proves_large_conditional_writes)
+    /// of the profile `casaas conformance URL --save-profile` saved for it
+    /// (the S3 multipart, Azure block list or GCS compose probes passed).
+    /// An adapter URL opened with `capability_profile=PATH` does this itself.
     pub fn allow_large_conditional_writes(mut self, allow: bool) -> Self {
         self.large_conditional_writes = allow;
         self

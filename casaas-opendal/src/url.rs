@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use casaas_core::provider::StoreFuture;
+use casaas_core::provider::{LARGE_CONDITIONAL_WRITES_OPTION, StoreFuture, take_bool_option};
 use casaas_core::{CasError, CasStore};
 use opendal::Operator;
 use url::Url;
@@ -11,7 +11,7 @@ use crate::OpendalCas;
 
 /// The casaas options in an `opendal+` URL; every other query pair goes to
 /// the OpenDAL service's configuration (`endpoint`, `region`, ...).
-pub const URL_OPTIONS: [&str; 1] = ["conditional_delete"];
+pub const URL_OPTIONS: [&str; 2] = ["conditional_delete", LARGE_CONDITIONAL_WRITES_OPTION];
 
 /// Opens the store that `opendal+<inner>` names.
 ///
@@ -20,7 +20,11 @@ pub const URL_OPTIONS: [&str; 1] = ["conditional_delete"];
 /// `azblob://container/root`, `fs:///abs/root`, `memory:///`); its path is
 /// the operator's root, and the service reads credentials from its usual
 /// environment variables. `conditional_delete=false` stops claiming
-/// conditional delete on servers that do not honour it.
+/// conditional delete on servers that do not honour it;
+/// `large_conditional_writes=true` sends conditional writes above the
+/// single-part limit (set by a capability profile that proves the store's
+/// multipart conditions; see
+/// [`allow_large_conditional_writes`](OpendalCas::allow_large_conditional_writes)).
 pub async fn open(inner: &str) -> Result<Arc<dyn CasStore>, CasError> {
     open_with(inner, Vec::new()).await
 }
@@ -42,19 +46,9 @@ pub async fn open_with(
         .map(|(k, v)| (k.into_owned(), v.into_owned()))
         .collect();
     options.extend(given);
-    let mut conditional_delete = true;
-    if let Some(at) = options.iter().position(|(k, _)| k == URL_OPTIONS[0]) {
-        let (_, value) = options.remove(at);
-        conditional_delete = match value.as_str() {
-            "true" | "1" | "yes" => true,
-            "false" | "0" | "no" => false,
-            other => {
-                return Err(CasError::misconfigured(format!(
-                    "opendal+{inner}: conditional_delete must be true or false, not {other:?}"
-                )));
-            }
-        };
-    }
+    let store = format!("opendal+{inner}");
+    let conditional_delete = take_bool_option(&mut options, URL_OPTIONS[0], &store)?;
+    let large_conditional_writes = take_bool_option(&mut options, URL_OPTIONS[1], &store)?;
     if options.is_empty() {
         url.set_query(None);
     } else {
@@ -66,7 +60,9 @@ pub async fn open_with(
     let op = Operator::from_uri(url.as_str()).map_err(|e| {
         CasError::misconfigured(format!("opendal+{inner}: OpenDAL cannot open it: {e}"))
     })?;
-    let store = OpendalCas::new(op, "")?.conditional_delete(conditional_delete);
+    let store = OpendalCas::new(op, "")?
+        .conditional_delete(conditional_delete.unwrap_or(true))
+        .allow_large_conditional_writes(large_conditional_writes.unwrap_or(false));
     Ok(Arc::new(store))
 }
 

@@ -30,3 +30,61 @@ pub use server_env::{TestServer, test_server, unique_prefix};
 pub async fn pass_store_guard(store: &dyn crate::CasStore) -> Result<(), crate::CasError> {
     crate::guard::StoreGuard::new().ensure(store).await
 }
+
+/// Checks that the adapter store `adapter_url` names (an in-memory one,
+/// such as `object_store+memory:///p`) follows the capability profile it is
+/// opened with (`capability_profile=PATH`): a NOT SAFE profile refuses it
+/// before it is built; a SAFE profile that proves assembled writes lets a
+/// conditional write above the single-part limit through; one that does not
+/// leaves such a write refused. `dir` holds the profiles written.
+pub async fn check_large_writes_follow_the_profile(adapter_url: &str, dir: &std::path::Path) {
+    use crate::profile::{CapabilityProfile, ProfileVerdict};
+    use crate::{ErrorKind, StoreUrl};
+    let store_url = StoreUrl::parse("s3://profiled").unwrap_or_else(|e| panic!("{e}"));
+    let save = |name: &str, verdict: ProfileVerdict, proven: bool| {
+        let profile = CapabilityProfile::new(&store_url, verdict, "test", Vec::new(), Vec::new())
+            .with_large_conditional_writes(proven);
+        let path = dir.join(name);
+        profile.save(Some(&path)).unwrap_or_else(|e| panic!("{e}"));
+        path.display().to_string()
+    };
+    let big = bytes::Bytes::from(vec![
+        b'x';
+        crate::failure::CONDITIONAL_SINGLE_PART_LIMIT + 1
+    ]);
+    let open = |profile: String| async move {
+        crate::open_store_with(adapter_url, [(crate::profile::PROFILE_OPTION, profile)]).await
+    };
+
+    let refused = open(save("not-safe.json", ProfileVerdict::NotSafe, true)).await;
+    let err = refused
+        .err()
+        .unwrap_or_else(|| panic!("a NOT SAFE profile opened {adapter_url}"));
+    assert_eq!(err.kind(), ErrorKind::UnsafeStore, "{err}");
+    assert!(err.to_string().contains("NOT SAFE"), "{err}");
+
+    let unproven = open(save("unproven.json", ProfileVerdict::Safe, false))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = unproven.create("big-unproven", big.clone()).await.err();
+    let err = err.unwrap_or_else(|| panic!("an unproven large write went through"));
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    assert!(err.to_string().contains("capability_profile"), "{err}");
+
+    let proven = open(save("proven.json", ProfileVerdict::Safe, true))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let written = proven.create("big-proven", big.clone()).await;
+    written.unwrap_or_else(|e| panic!("a proven large write was refused: {e}"));
+    let read = proven
+        .get("big-proven")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(read.map(|o| o.body.len()), Some(big.len()));
+    // Its condition still holds (other bytes: equal ones would be read as
+    // a retry of our own write that landed).
+    let other = bytes::Bytes::from(vec![b'z'; big.len()]);
+    let again = proven.create("big-proven", other).await.err();
+    let again = again.unwrap_or_else(|| panic!("a second create of a large object succeeded"));
+    assert_eq!(again.kind(), ErrorKind::PreconditionFailed, "{again}");
+}
