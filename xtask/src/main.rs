@@ -220,7 +220,14 @@ fn chaos(
     }
     servers::up(ctx, &[server.to_string()])?;
     let env_file = ctx.env_file(server);
-    let mut url = ctx.test_server(server)?.url;
+    let test_server = ctx.test_server(server)?;
+    let mut url = test_server.url.clone();
+    // A server with several gateways (SeaweedFS) is run through all of them.
+    let gateways = test_server
+        .env
+        .get("CASAAS_TEST_GATEWAY_URLS")
+        .cloned()
+        .unwrap_or_default();
     if url.is_empty() {
         bail!("{} has no store URL", env_file.display());
     }
@@ -230,27 +237,41 @@ fn chaos(
     }
     let seconds = (minutes * 60.0).round().max(1.0) as u64;
     eprintln!("xtask: chaos against {server} for {seconds}s (seed {seed})");
-    cargo(
-        root,
-        &[
-            "run",
-            "--quiet",
-            "-p",
-            "casaas-testkit",
-            "--bin",
-            "chaos",
-            "--",
-            "run",
-            "--url",
-            &url,
-            "--env-file",
-            &env_file.to_string_lossy(),
-            "--seconds",
-            &seconds.to_string(),
-            "--seed",
-            &seed.to_string(),
-        ],
-    )
+    let env_file = env_file.to_string_lossy();
+    let (seconds, seed) = (seconds.to_string(), seed.to_string());
+    let mut args = vec![
+        "run",
+        "--quiet",
+        "-p",
+        "casaas-testkit",
+        "--bin",
+        "chaos",
+        "--",
+        "run",
+        "--url",
+        &url,
+        "--env-file",
+        &env_file,
+        "--seconds",
+        &seconds,
+        "--seed",
+        &seed,
+    ];
+    let gateways: Vec<String> = gateways
+        .split_whitespace()
+        .map(|gateway| match option {
+            "" => gateway.to_string(),
+            option => format!(
+                "{gateway}{}{option}",
+                if gateway.contains('?') { '&' } else { '?' }
+            ),
+        })
+        .collect();
+    let gateways = gateways.join(" ");
+    if !gateways.is_empty() {
+        args.extend(["--gateways", &gateways]);
+    }
+    cargo(root, &args)
 }
 
 fn ci(root: &PathBuf, sim_ops: u64, keep_servers: bool) -> Result<()> {

@@ -1,11 +1,13 @@
 //! The torture run (`cargo xtask chaos` starts the server and calls this).
 //!
 //! ```text
-//! chaos run --url STORE_URL [--env-file FILE] [--seconds 60] [--seed 1] [--workers 5] [--ttl-ms 2000] [--work-dir DIR]
+//! chaos run --url STORE_URL [--gateways "URL …"] [--env-file FILE] [--seconds 60] [--seed 1] [--workers 5] [--ttl-ms 2000] [--work-dir DIR]
 //! chaos worker --url STORE_URL --id N --seed S --ttl-ms T --log FILE
 //! ```
 //!
-//! `run` puts a chaos proxy in front of the store's endpoint, starts worker
+//! `run` puts a chaos proxy in front of the store's endpoint (and of each
+//! other gateway `--gateways` names: URLs of the same bucket through other
+//! endpoints; workers are spread over all of them), starts worker
 //! processes that each loop (acquire the lease, increment a fenced counter
 //! and append to a fenced log with their token, hold a while, release or
 //! exit), SIGKILLs and SIGSTOP/SIGCONTs random workers (pauses up to 3×TTL)
@@ -260,7 +262,9 @@ fn worker(args: &[String]) -> Result<()> {
 
 struct Workers {
     exe: PathBuf,
-    url: String,
+    /// One URL per endpoint, each through its proxy; worker `id` uses
+    /// `urls[id % len]`.
+    urls: Vec<String>,
     env: BTreeMap<String, String>,
     dir: PathBuf,
     ttl_ms: u64,
@@ -274,10 +278,11 @@ impl Workers {
         let id = self.next_id;
         self.next_id += 1;
         let log = self.dir.join(format!("worker-{id}.log"));
+        let url = &self.urls[id as usize % self.urls.len()];
         let stderr = std::fs::File::create(self.dir.join(format!("worker-{id}.err")))?;
         let child = Command::new(&self.exe)
             .arg("worker")
-            .args(["--url", &self.url])
+            .args(["--url", url])
             .args(["--id", &id.to_string()])
             .args([
                 "--seed",
@@ -317,6 +322,10 @@ fn signal(pid: u32, sig: &str) {
 fn run(args: &[String]) -> Result<bool> {
     let map = arg_map(args)?;
     let url: String = get(&map, "url", None)?;
+    let gateways: Vec<String> = map
+        .get("gateways")
+        .map(|g| g.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default();
     let seconds: u64 = get(&map, "seconds", Some(60))?;
     let seed: u64 = get(&map, "seed", Some(1))?;
     let workers: usize = get(&map, "workers", Some(5))?;
@@ -338,19 +347,28 @@ fn run(args: &[String]) -> Result<bool> {
         .build()?;
     register_providers();
     runtime.block_on(async move {
-        let (origin, path) = endpoint_of(&url).map_err(anyhow::Error::msg)?;
-        let proxy = ChaosProxy::start(&origin).await?;
         let stall = Duration::from_secs(CLIENT_TIMEOUT_S * 2);
-        proxy.randomize(RandomFaults {
-            seed,
-            probability: 0.15,
-            faults: ProxyFault::all(stall),
-        });
         let prefix = format!("chaos-{}-{seed}", std::process::id());
-        let through = format!("{}{path}", proxy.endpoint());
-        let worker_url =
-            rewrite_store_url(&url, Some(&through), Some(CLIENT_TIMEOUT_S), &prefix)
-                .map_err(anyhow::Error::msg)?;
+        let mut proxies = Vec::new();
+        let mut worker_urls = Vec::new();
+        for (n, endpoint_url) in std::iter::once(&url).chain(&gateways).enumerate() {
+            let (origin, path) = endpoint_of(endpoint_url).map_err(anyhow::Error::msg)?;
+            let proxy = ChaosProxy::start(&origin).await?;
+            proxy.randomize(RandomFaults {
+                seed: seed.wrapping_add(n as u64),
+                probability: 0.15,
+                faults: ProxyFault::all(stall),
+            });
+            let through = format!("{}{path}", proxy.endpoint());
+            worker_urls.push(
+                rewrite_store_url(endpoint_url, Some(&through), Some(CLIENT_TIMEOUT_S), &prefix)
+                    .map_err(anyhow::Error::msg)?,
+            );
+            proxies.push(proxy);
+        }
+        if worker_urls.len() > 1 {
+            eprintln!("chaos: workers spread over {} endpoints", worker_urls.len());
+        }
         let direct_url =
             rewrite_store_url(&url, None, None, &prefix).map_err(anyhow::Error::msg)?;
         let store = casaas_testkit::open_with_env(&direct_url, &env).await?;
@@ -370,7 +388,7 @@ fn run(args: &[String]) -> Result<bool> {
         std::fs::create_dir_all(&dir)?;
         let mut pool = Workers {
             exe: std::env::current_exe()?,
-            url: worker_url,
+            urls: worker_urls,
             env: env.clone(),
             dir: dir.clone(),
             ttl_ms,
@@ -428,8 +446,8 @@ fn run(args: &[String]) -> Result<bool> {
         }
         // Late writes (stalled in the proxy) land within the stall.
         tokio::time::sleep(stall + Duration::from_secs(1)).await;
-        let faults = proxy.fault_count();
-        drop(proxy);
+        let faults: usize = proxies.iter().map(|p| p.fault_count()).sum();
+        drop(proxies);
 
         let mut texts = Vec::new();
         for entry in std::fs::read_dir(&dir)? {
