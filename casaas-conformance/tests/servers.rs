@@ -217,6 +217,22 @@ fn s3rver_fails_the_multipart_and_copy_probes() {
     }
 }
 
+/// s3rver takes `PUT /bucket?versioning` for a second CreateBucket (409
+/// BucketAlreadyExists): the versioning probe says it could not run, and
+/// why, instead of passing on a bucket that never had versioning.
+#[test]
+fn s3rver_cannot_run_the_versioning_states() {
+    let (_, report) = probe("s3rver", "s3_versioning_states");
+    let probe = find(&report, "s3_versioning_states");
+    assert_eq!(probe["verdict"], "unsupported", "{probe:#}");
+    let detail = probe["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("Enabled not run (PutBucketVersioning answered 409"),
+        "{detail}"
+    );
+    assert!(detail.contains("Suspended not run"), "{detail}");
+}
+
 #[test]
 fn azurite_is_safe() {
     let (code, report) = probe("azurite", CORE);
