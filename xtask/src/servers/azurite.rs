@@ -42,6 +42,17 @@ impl Server for Azurite {
         "Azure Blob emulator (Azurite)"
     }
 
+    fn known_findings(&self) -> &'static [&'static str] {
+        &[
+            "Put Block List keeps both conditions (`azure_block_list_conditional`): committed \
+             with `If-None-Match: *` onto an existing blob it answers `409 BlobAlreadyExists` \
+             (the answer Azurite gives a losing Put Blob; Azure answers 412), with a stale \
+             `If-Match` `412 ConditionNotMet`, and the blob keeps its body and ETag.",
+            "after a full race plan (thousands of writes) Azurite can stop answering for \
+             minutes; keep test load on it small.",
+        ]
+    }
+
     fn version(&self, ctx: &Ctx) -> Option<String> {
         npm_version(ctx, "azurite", "azurite")
     }

