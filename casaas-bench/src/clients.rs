@@ -7,11 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result, bail};
-use async_trait::async_trait;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
-use casaas_core::{Capabilities, CasError, CasStore, ListEntry, StoredObject, Version};
+use casaas_core::CasStore;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -28,41 +27,6 @@ pub fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>> {
 /// server's env file) where the provider needs them.
 pub async fn open(url: &str, env: &BTreeMap<String, String>) -> Result<Arc<dyn CasStore>> {
     casaas_testkit::open_with_env(url, env).await
-}
-
-/// A shared store as a `CasStore` of its own, so it can be wrapped
-/// (`CountingStore<SharedStore>`).
-#[derive(Debug, Clone)]
-pub struct SharedStore(pub Arc<dyn CasStore>);
-
-#[async_trait]
-impl CasStore for SharedStore {
-    async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
-        self.0.get(key).await
-    }
-    async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
-        self.0.create(key, body).await
-    }
-    async fn replace(
-        &self,
-        key: &str,
-        expected: &Version,
-        body: Bytes,
-    ) -> Result<Version, CasError> {
-        self.0.replace(key, expected, body).await
-    }
-    async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
-        self.0.delete(key, expected).await
-    }
-    async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
-        self.0.list(prefix).await
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.0.capabilities()
-    }
-    fn describe(&self) -> String {
-        self.0.describe()
-    }
 }
 
 /// etcd's v3 lock and lease API through its gRPC gateway (JSON over

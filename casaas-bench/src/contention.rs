@@ -10,7 +10,6 @@ use casaas_core::lease::AcquireOptions;
 use casaas_core::lease::{Lease, LeaseConfig, LeaseError};
 use casaas_core::testkit::CountingStore;
 
-use crate::clients::SharedStore;
 use crate::plot;
 use crate::section::Section;
 use crate::stats::jain;
@@ -43,7 +42,7 @@ pub async fn run(
     duration: Duration,
     ttl: Duration,
 ) -> Result<ContentionRow> {
-    let counting = CountingStore::new(SharedStore(store));
+    let counting = CountingStore::new(store);
     let key = format!("bench/contend/{contenders}-{:08x}", rand::random::<u32>());
     let config = LeaseConfig::with_ttl(ttl);
     let deadline = Instant::now() + duration;

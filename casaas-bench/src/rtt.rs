@@ -12,7 +12,7 @@ use casaas_core::lease::{Lease, LeaseConfig};
 use casaas_core::testkit::CountingStore;
 use casaas_core::{CasStore, Version};
 
-use crate::clients::{Etcd, RedisLock, SharedStore};
+use crate::clients::{Etcd, RedisLock};
 use crate::plot;
 use crate::section::{Section, ms};
 use crate::stats::{Summary, percentile, summarize};
@@ -45,7 +45,7 @@ pub struct RttResult {
 enum System {
     Casaas {
         lease: Lease,
-        counting: CountingStore<SharedStore>,
+        counting: CountingStore<Arc<dyn CasStore>>,
         raw: Arc<dyn CasStore>,
         raw_version: Version,
         body: Bytes,
@@ -63,7 +63,7 @@ const RAW_KEY: &str = "bench/rtt-raw";
 
 impl System {
     async fn casaas(store: Arc<dyn CasStore>) -> Result<System> {
-        let counting = CountingStore::new(SharedStore(store.clone()));
+        let counting = CountingStore::new(store.clone());
         let lease = Lease::new(
             Arc::new(counting.clone()),
             "bench/rtt",

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use casaas_core::lease::AcquireOptions;
 use casaas_core::lease::{Lease, LeaseConfig, LeaseGuard};
-use casaas_core::{Capabilities, CasError, CasStore, ListEntry, StoredObject, Version};
+use casaas_core::{CasError, CasStore, ForwardingStore, Version};
 use futures::StreamExt;
 
 use crate::section::{Section, ms};
@@ -47,17 +47,20 @@ impl RenewRecorder {
 }
 
 #[async_trait]
-impl CasStore for RenewRecorder {
-    async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
-        self.inner.get(key).await
+impl ForwardingStore for RenewRecorder {
+    type Inner = dyn CasStore;
+
+    fn inner(&self) -> &dyn CasStore {
+        self.inner.as_ref()
     }
-    async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
+
+    async fn wrap_create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
         let sent = Instant::now();
         let version = self.inner.create(key, body).await?;
         self.stamp(key, sent, false);
         Ok(version)
     }
-    async fn replace(
+    async fn wrap_replace(
         &self,
         key: &str,
         expected: &Version,
@@ -75,18 +78,6 @@ impl CasStore for RenewRecorder {
                 Err(err)
             }
         }
-    }
-    async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
-        self.inner.delete(key, expected).await
-    }
-    async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
-        self.inner.list(prefix).await
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
     }
 }
 

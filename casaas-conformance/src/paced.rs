@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use casaas_core::{Capabilities, CasError, CasStore, ErrorKind, ListEntry, StoredObject, Version};
+use casaas_core::{
+    Capabilities, CasError, CasStore, ErrorKind, ForwardingStore, ListEntry, StoredObject, Version,
+};
 use serde::{Deserialize, Serialize};
 
 /// Retries of one write answered "throttled" before the probe gives up.
@@ -401,8 +403,14 @@ fn rebuild(err: &CasError, message: String) -> CasError {
 }
 
 #[async_trait]
-impl CasStore for PacedStore {
-    async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
+impl ForwardingStore for PacedStore {
+    type Inner = dyn CasStore;
+
+    fn inner(&self) -> &dyn CasStore {
+        self.inner.as_ref()
+    }
+
+    async fn wrap_get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
         let mut backoff = Duration::from_millis(100);
         for _ in 0..MAX_THROTTLE_RETRIES {
             match self.inner.get(key).await {
@@ -420,7 +428,7 @@ impl CasStore for PacedStore {
         self.inner.get(key).await
     }
 
-    async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
+    async fn wrap_create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
         let mut retries = 0;
         loop {
             let err = match self
@@ -444,7 +452,7 @@ impl CasStore for PacedStore {
         }
     }
 
-    async fn replace(
+    async fn wrap_replace(
         &self,
         key: &str,
         expected: &Version,
@@ -475,7 +483,7 @@ impl CasStore for PacedStore {
         }
     }
 
-    async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
+    async fn wrap_delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
         let mut retries = 0;
         loop {
             let result = self.send(key, || self.inner.delete(key, expected)).await;
@@ -500,7 +508,7 @@ impl CasStore for PacedStore {
         }
     }
 
-    async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
+    async fn wrap_list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
         let mut backoff = Duration::from_millis(100);
         for _ in 0..MAX_THROTTLE_RETRIES {
             match self.inner.list(prefix).await {
@@ -515,21 +523,13 @@ impl CasStore for PacedStore {
         self.inner.list(prefix).await
     }
 
-    async fn delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
+    async fn wrap_delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
         self.send(key, || self.inner.delete_unconditionally(key))
             .await
     }
 
-    fn capabilities(&self) -> Capabilities {
+    fn wrap_capabilities(&self) -> Capabilities {
         self.pacer.correct(self.inner.capabilities())
-    }
-
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-
-    fn lease_layout(&self) -> Option<casaas_core::layout::LeaseLayout> {
-        self.inner.lease_layout()
     }
 }
 

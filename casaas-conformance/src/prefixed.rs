@@ -6,7 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use casaas_core::provider::{validate_key, validate_prefix};
-use casaas_core::{Capabilities, CasError, CasStore, ListEntry, StoredObject, Version};
+use casaas_core::{CasError, CasStore, ForwardingStore, ListEntry, StoredObject, Version};
 
 /// Prepends a fixed prefix to every key; lists only under it.
 ///
@@ -66,18 +66,29 @@ fn relabel(err: CasError, key: &str) -> CasError {
 }
 
 #[async_trait]
-impl CasStore for PrefixedStore {
-    async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
+impl ForwardingStore for PrefixedStore {
+    type Inner = dyn CasStore;
+
+    fn inner(&self) -> &dyn CasStore {
+        self.inner.as_ref()
+    }
+
+    /// The same store as the inner one, seen through a view.
+    fn wrap_identity(&self) -> String {
+        self.inner().identity()
+    }
+
+    async fn wrap_get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
         let full = self.full(key)?;
         self.inner.get(&full).await.map_err(|e| relabel(e, key))
     }
 
-    async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
+    async fn wrap_create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
         let full = self.full(key)?;
         self.strip(self.inner.create(&full, body).await, key)
     }
 
-    async fn replace(
+    async fn wrap_replace(
         &self,
         key: &str,
         expected: &Version,
@@ -87,7 +98,7 @@ impl CasStore for PrefixedStore {
         self.strip(self.inner.replace(&full, expected, body).await, key)
     }
 
-    async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
+    async fn wrap_delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
         let full = self.full(key)?;
         self.inner
             .delete(&full, expected)
@@ -95,7 +106,7 @@ impl CasStore for PrefixedStore {
             .map_err(|e| relabel(e, key))
     }
 
-    async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
+    async fn wrap_list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
         validate_prefix(prefix)?;
         let full = format!("{}{prefix}", self.prefix);
         let entries = self.inner.list(&full).await?;
@@ -110,7 +121,7 @@ impl CasStore for PrefixedStore {
             .collect())
     }
 
-    async fn delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
+    async fn wrap_delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
         let full = self.full(key)?;
         self.inner
             .delete_unconditionally(&full)
@@ -118,15 +129,7 @@ impl CasStore for PrefixedStore {
             .map_err(|e| relabel(e, key))
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    fn describe(&self) -> String {
+    fn wrap_describe(&self) -> String {
         format!("{} (under {})", self.inner.describe(), self.prefix)
-    }
-
-    fn lease_layout(&self) -> Option<casaas_core::layout::LeaseLayout> {
-        self.inner.lease_layout()
     }
 }

@@ -14,7 +14,7 @@ use casaas_core::{
 };
 
 /// Every method of the contract, by name.
-const METHODS: [&str; 9] = [
+const METHODS: [&str; 11] = [
     "get",
     "create",
     "replace",
@@ -24,6 +24,8 @@ const METHODS: [&str; 9] = [
     "describe",
     "identity",
     "create_bucket",
+    "delete_unconditionally",
+    "lease_layout",
 ];
 
 /// A store that records which of its methods were called.
@@ -82,6 +84,14 @@ impl CasStore for Probe {
         self.saw("create_bucket");
         Ok(())
     }
+    async fn delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
+        self.saw("delete_unconditionally");
+        self.store.delete_unconditionally(key).await
+    }
+    fn lease_layout(&self) -> Option<casaas_core::layout::LeaseLayout> {
+        self.saw("lease_layout");
+        None
+    }
 }
 
 /// A wrapper that changes nothing but its description.
@@ -116,6 +126,9 @@ async fn call_everything(store: &dyn CasStore) {
         store.identity()
     );
     store.create_bucket().await.unwrap();
+    store.create("u", Bytes::from_static(b"u")).await.unwrap();
+    store.delete_unconditionally("u").await.unwrap();
+    store.lease_layout();
 }
 
 async fn check(name: &str, wrap: impl FnOnce(Arc<Probe>) -> Box<dyn CasStore>) {
@@ -152,4 +165,84 @@ async fn pointers_keep_the_inner_identity_and_wrappers_make_their_own() {
     assert_ne!(renamed.identity(), "probe-identity");
     let counting = CountingStore::new(probe);
     assert_ne!(counting.identity(), "probe-identity");
+}
+
+/// The stores that implement `CasStore` by hand, outside tests: the
+/// backends and the epoch view. A wrapper of another store is a
+/// `ForwardingStore`, which cannot drop a method; a new hand-written
+/// `impl CasStore` fails here until it is one, or is a backend added to
+/// this list.
+#[test]
+fn only_backends_implement_the_contract_by_hand() {
+    const BACKENDS: [&str; 8] = [
+        "MemoryStore",
+        "FileStore",
+        "EpochStore",
+        "S3Store",
+        "GcsStore",
+        "AzureBlobStore",
+        "ObjectStoreCas",
+        "OpendalCas",
+    ];
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut found = Vec::new();
+    let mut dirs: Vec<std::path::PathBuf> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path().join("src"))
+        .filter(|p| p.is_dir())
+        .collect();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for line in text.lines() {
+                    let line = line.trim_start();
+                    let Some(rest) = line
+                        .strip_prefix("impl CasStore for ")
+                        .or_else(|| line.strip_prefix("impl casaas_core::CasStore for "))
+                    else {
+                        continue;
+                    };
+                    let name = rest.trim_end_matches(" {").to_string();
+                    found.push((path.display().to_string(), name));
+                }
+            }
+        }
+    }
+    assert!(
+        found.len() >= BACKENDS.len(),
+        "the scan found too little: {found:?}"
+    );
+    let by_hand: Vec<_> = found
+        .iter()
+        .filter(|(_, name)| !BACKENDS.contains(&name.as_str()))
+        .collect();
+    assert!(
+        by_hand.is_empty(),
+        "these implement CasStore by hand; make them ForwardingStores: {by_hand:?}"
+    );
+}
+
+/// `METHODS` names every method of the trait, so a method added to the
+/// contract is checked above too.
+#[test]
+fn the_method_list_is_the_whole_contract() {
+    let source = include_str!("../src/store.rs");
+    let start = source.find("pub trait CasStore").unwrap();
+    let end = start + source[start..].find("\n}\n").unwrap();
+    let mut declared: Vec<&str> = source[start..end]
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let l = l.strip_prefix("async ").unwrap_or(l);
+            l.strip_prefix("fn ")?.split(['(', '<']).next()
+        })
+        .collect();
+    declared.sort_unstable();
+    let mut listed = METHODS.to_vec();
+    listed.sort_unstable();
+    assert_eq!(declared, listed);
 }

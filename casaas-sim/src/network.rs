@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use casaas_core::testkit::{FaultCounts, FaultyStore};
 use casaas_core::{
-    Capabilities, CasError, CasStore, ErrorKind, ListEntry, MemoryStore, StoredObject, Version,
+    CasError, CasStore, ErrorKind, ForwardingStore, ListEntry, MemoryStore, StoredObject, Version,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -51,18 +51,20 @@ impl Recorder {
 }
 
 #[async_trait]
-impl CasStore for Recorder {
-    async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
-        self.inner.get(key).await
+impl ForwardingStore for Recorder {
+    type Inner = MemoryStore;
+
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
     }
 
-    async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
+    async fn wrap_create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
         let v = self.inner.create(key, body.clone()).await?;
         (self.on_apply)(self.time.now(), key, &body);
         Ok(v)
     }
 
-    async fn replace(
+    async fn wrap_replace(
         &self,
         key: &str,
         expected: &Version,
@@ -73,27 +75,11 @@ impl CasStore for Recorder {
         Ok(v)
     }
 
-    async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
-        self.inner.delete(key, expected).await
-    }
-
-    async fn delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
-        self.inner.delete_unconditionally(key).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
-        self.inner.list(prefix).await
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    fn describe(&self) -> String {
+    fn wrap_describe(&self) -> String {
         format!("recorded({})", self.inner.describe())
     }
 
-    fn identity(&self) -> String {
+    fn wrap_identity(&self) -> String {
         // Each run's world is a store of its own: the once-per-store work
         // (the store guard) happens in every run, so a run is a function
         // of its seed whatever ran before it in the process.
@@ -351,20 +337,26 @@ impl Net {
 }
 
 #[async_trait]
-impl CasStore for Net {
-    async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
+impl ForwardingStore for Net {
+    type Inner = FaultyStore<Recorder>;
+
+    fn inner(&self) -> &FaultyStore<Recorder> {
+        &self.world.store
+    }
+
+    async fn wrap_get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
         let key = key.to_string();
         self.call(false, |s| async move { s.get(&key).await }).await
     }
 
-    async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
+    async fn wrap_create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
         self.sending(key, &body);
         let key = key.to_string();
         self.call(true, |s| async move { s.create(&key, body).await })
             .await
     }
 
-    async fn replace(
+    async fn wrap_replace(
         &self,
         key: &str,
         expected: &Version,
@@ -380,14 +372,14 @@ impl CasStore for Net {
         .await
     }
 
-    async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
+    async fn wrap_delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
         let key = key.to_string();
         let expected = expected.clone();
         self.call(true, |s| async move { s.delete(&key, &expected).await })
             .await
     }
 
-    async fn delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
+    async fn wrap_delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
         let key = key.to_string();
         self.call(
             true,
@@ -396,17 +388,13 @@ impl CasStore for Net {
         .await
     }
 
-    async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
+    async fn wrap_list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
         let prefix = prefix.to_string();
         self.call(false, |s| async move { s.list(&prefix).await })
             .await
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.world.store.capabilities()
-    }
-
-    fn describe(&self) -> String {
+    fn wrap_describe(&self) -> String {
         format!(
             "net(client {}) -> {}",
             self.client,
@@ -414,7 +402,7 @@ impl CasStore for Net {
         )
     }
 
-    fn identity(&self) -> String {
+    fn wrap_identity(&self) -> String {
         // Every client reaches the one store of its world.
         self.world.store.identity()
     }

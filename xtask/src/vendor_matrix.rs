@@ -83,9 +83,14 @@ pub fn vendor_matrix(
     keep_servers: bool,
     command_line: &str,
 ) -> Result<()> {
-    let binary = build_binary(&ctx.root)?;
+    let built = build_binary(&ctx.root)?;
     let out_dir = ctx.state.join("vendor-matrix");
     fs::create_dir_all(&out_dir)?;
+    // A copy, so that a build during the long run cannot swap the binary
+    // between two rows.
+    let binary = out_dir.join("casaas-conformance");
+    fs::copy(&built, &binary)
+        .with_context(|| format!("copying {} to {}", built.display(), binary.display()))?;
     let tool_version = binary_version(&binary);
 
     let mut names: Vec<String> = vec!["memory".into(), "file".into()];

@@ -10,7 +10,9 @@ use bytes::Bytes;
 use casaas_core::lease::{
     AcquireOutcome, FencedResource, Lease, LeaseConfig, LeaseError, LostReason,
 };
-use casaas_core::{Capabilities, CasError, CasStore, ErrorKind, ListEntry, StoredObject, Version};
+use casaas_core::{
+    CasError, CasStore, ErrorKind, ForwardingStore, ListEntry, StoredObject, Version,
+};
 use futures::StreamExt;
 
 use crate::model::{Outcome, StepError};
@@ -37,16 +39,22 @@ impl Partitionable {
 }
 
 #[async_trait]
-impl CasStore for Partitionable {
-    async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
+impl ForwardingStore for Partitionable {
+    type Inner = dyn CasStore;
+
+    fn inner(&self) -> &dyn CasStore {
+        self.inner.as_ref()
+    }
+
+    async fn wrap_get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
         self.check()?;
         self.inner.get(key).await
     }
-    async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
+    async fn wrap_create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
         self.check()?;
         self.inner.create(key, body).await
     }
-    async fn replace(
+    async fn wrap_replace(
         &self,
         key: &str,
         expected: &Version,
@@ -55,26 +63,17 @@ impl CasStore for Partitionable {
         self.check()?;
         self.inner.replace(key, expected, body).await
     }
-    async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
+    async fn wrap_delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
         self.check()?;
         self.inner.delete(key, expected).await
     }
-    async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
+    async fn wrap_list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
         self.check()?;
         self.inner.list(prefix).await
     }
-    async fn delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
+    async fn wrap_delete_unconditionally(&self, key: &str) -> Result<(), CasError> {
         self.check()?;
         self.inner.delete_unconditionally(key).await
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-    fn lease_layout(&self) -> Option<casaas_core::layout::LeaseLayout> {
-        self.inner.lease_layout()
     }
 }
 
