@@ -189,10 +189,20 @@ where
             _ => given.push((name, value.to_string())),
         }
     }
+    // The URL as the guard's message shows it: redacted, for a command to
+    // run on it (`casaas conformance URL`).
+    let shown;
     let store = match adapter_for(&url) {
-        Some((_, factory, inner)) => factory(inner, given).await?,
+        Some((name, factory, inner)) => {
+            shown = StoreUrl::parse(&inner).map_or_else(
+                |_| format!("{name}+{}", crate::url::replace_userinfo(&inner, "")),
+                |u| format!("{name}+{u}"),
+            );
+            factory(inner, given).await?
+        }
         None => {
             let mut parsed = StoreUrl::parse(&url)?.with_given_options(given)?;
+            shown = parsed.to_string();
             let explicit = profile.as_deref().filter(|p| *p != "none").map(Path::new);
             if profile.as_deref() != Some("none")
                 && let Some((path, found)) = CapabilityProfile::find(&parsed, explicit)?
@@ -208,6 +218,7 @@ where
             open_store_url(parsed).await?
         }
     };
+    crate::guard::remember_url(store.as_ref(), shown);
     if !verify {
         crate::guard::trust_store(store.as_ref(), "verify=false");
     }
