@@ -63,11 +63,29 @@ pub fn adapter_of(url: &str) -> Option<String> {
     adapter_for(url).map(|(name, _, _)| name)
 }
 
+/// `(NAME, URL)` of an adapter URL `NAME+URL`, whether or not an adapter
+/// `NAME` is registered: the one place such a URL is split. `NAME+` is
+/// before the scheme's colon (a URL scheme cannot contain `_`, so
+/// `object_store+s3:` is not one).
+///
+/// ```
+/// use casaas_core::provider::split_adapter;
+/// assert_eq!(
+///     split_adapter("object_store+s3://b/p?x=1"),
+///     Some(("object_store", "s3://b/p?x=1"))
+/// );
+/// assert_eq!(split_adapter("s3://b/p+q"), None);
+/// ```
+pub fn split_adapter(url: &str) -> Option<(&str, &str)> {
+    let scheme = &url[..url.find(':')?];
+    let (name, _) = scheme.split_once('+')?;
+    Some((name, &url[name.len() + 1..]))
+}
+
 /// The adapter's name, factory and inner URL of `NAME+URL`, if `NAME` is
 /// registered.
 fn adapter_for(url: &str) -> Option<(String, AdapterFactory, String)> {
-    let scheme = &url[..url.find(':')?];
-    let (name, _) = scheme.split_once('+')?;
+    let (name, _) = split_adapter(url)?;
     let name = name.to_ascii_lowercase();
     let factory = adapters()
         .read()
