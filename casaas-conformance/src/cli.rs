@@ -758,9 +758,12 @@ fn doctor_run(doctor: &DoctorCli) -> Result<u8, Usage> {
     runtime.block_on(async {
         let start = std::time::Instant::now();
         let (target, _, _tempdir) = open_target(&cli).await?;
+        // The guard checks what leases write through: the epoch layout's
+        // view on a store opened with `layout=epochs`.
+        let view = casaas_core::layout::lease_view(target.store.clone());
         let checked = casaas_core::guard::StoreGuard::new()
             .with_deadline(Duration::from_secs(doctor.guard_deadline))
-            .check(target.store.as_ref())
+            .check(view.as_ref())
             .await;
         let guard = match checked {
             Ok(guard) => guard,
