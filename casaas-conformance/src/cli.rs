@@ -678,6 +678,11 @@ struct DoctorCli {
     /// Output format.
     #[arg(long, value_enum, default_value_t = DoctorFormat::Table)]
     format: DoctorFormat,
+    /// How long the store guard keeps trying when the store's answers are
+    /// ambiguous or throttled, in seconds; a store still ambiguous then is
+    /// inconclusive (exit status 3).
+    #[arg(long, value_name = "SECONDS", default_value_t = casaas_core::guard::DEFAULT_GUARD_DEADLINE.as_secs())]
+    guard_deadline: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -710,6 +715,33 @@ where
     }
 }
 
+/// Prints the verdict of a store guard that found none (every answer
+/// ambiguous until its deadline) and returns the inconclusive exit status.
+fn doctor_inconclusive(doctor: &DoctorCli, err: &casaas_core::CasError, elapsed: Duration) -> u8 {
+    let code = crate::RunVerdict::Inconclusive.exit_code();
+    let verdict = format!("INCONCLUSIVE: the store guard found no verdict: {err}");
+    match doctor.format {
+        DoctorFormat::Table => println!(
+            "{} (all checks {:.1} s)",
+            redact_text(&verdict),
+            elapsed.as_secs_f64()
+        ),
+        DoctorFormat::Json => {
+            let out = serde_json::json!({
+                "verdict": verdict,
+                "exit_code": code,
+                "guard": { "passed": serde_json::Value::Null, "checks": [], "error": err.to_string() },
+                "elapsed_ms": elapsed.as_millis() as u64,
+            });
+            println!(
+                "{}",
+                redact_text(&serde_json::to_string_pretty(&out).unwrap_or_default())
+            );
+        }
+    }
+    code
+}
+
 fn doctor_run(doctor: &DoctorCli) -> Result<u8, Usage> {
     let only = DOCTOR_PROBES.join(",");
     let cli = Cli::parse_from([
@@ -727,10 +759,26 @@ fn doctor_run(doctor: &DoctorCli) -> Result<u8, Usage> {
     runtime.block_on(async {
         let start = std::time::Instant::now();
         let (target, _, _tempdir) = open_target(&cli).await?;
-        let guard = casaas_core::guard::StoreGuard::new()
-            .check(target.store.as_ref())
-            .await
-            .map_err(|e| Usage(anyhow::anyhow!(redact_text(&format!("store guard: {e}")))))?;
+        // The guard checks what leases write through: the epoch layout's
+        // view on a store opened with `layout=epochs`.
+        let view = casaas_core::layout::lease_view(target.store.clone());
+        let checked = casaas_core::guard::StoreGuard::new()
+            .with_deadline(Duration::from_secs(doctor.guard_deadline))
+            .check(view.as_ref())
+            .await;
+        let guard = match checked {
+            Ok(guard) => guard,
+            // Ambiguous (or throttled) until the deadline: no verdict, and
+            // no probe would find one sooner.
+            Err(e) if e.kind() == casaas_core::ErrorKind::Ambiguous => {
+                return Ok(doctor_inconclusive(doctor, &e, start.elapsed()));
+            }
+            Err(e) => {
+                return Err(Usage(anyhow::anyhow!(redact_text(&format!(
+                    "store guard: {e}"
+                )))));
+            }
+        };
         let report = probe(&cli, Settings::quick()).await?;
         let code = if guard.passed() {
             report.exit_code()

@@ -503,16 +503,21 @@ const CREATE_PROBES: [&str; 3] = [
 ];
 
 /// Is the store to be judged on the create-only layout? Every create probe
-/// must have passed, and either the store was opened with `layout=epochs`
+/// that ran must have passed, and either the store was opened with `layout=epochs`
 /// or it refuses conditional replace outright (unsupported, as a 501)
 /// without ever accepting a replace it should have refused: a store whose
 /// replace misbehaves is a store that lies, and is not given the benefit of
 /// another layout unless someone chose it knowingly.
 fn judged_on_create_only_layout(results: &[ProbeResult], target: &Target) -> bool {
     let verdict = |id: &str| results.iter().find(|r| r.id == id).map(|r| r.verdict);
-    let creates_hold = CREATE_PROBES
-        .iter()
-        .all(|id| verdict(id) == Some(Verdict::Pass));
+    // Every create probe that ran passed (a run without the race plan,
+    // `casaas doctor`'s, is judged on the probes it ran, as it is in the
+    // record layout), and create-if-absent itself did run.
+    let creates_hold = verdict(CREATE_PROBES[0]) == Some(Verdict::Pass)
+        && CREATE_PROBES
+            .iter()
+            .filter_map(|id| verdict(id))
+            .all(|v| v == Verdict::Pass);
     let replace = || REPLACE_PROBES.iter().map(|id| verdict(id));
     let refuses_replace = replace().any(|v| v == Some(Verdict::Unsupported))
         && !replace().any(|v| v == Some(Verdict::Fail));

@@ -494,8 +494,10 @@ impl StoreGuard {
         Ok(())
     }
 
-    /// Deletes a probe object of ours, where the store can do it
-    /// conditionally; records it as left behind otherwise.
+    /// Deletes a probe object of ours: conditionally where the store can;
+    /// where it cannot, or refuses, without a condition (the key is the
+    /// guard's own, fresh and random, so no one else's write is there);
+    /// records it as left behind when neither works.
     async fn cleanup(
         &self,
         report: &mut GuardReport,
@@ -503,12 +505,39 @@ impl StoreGuard {
         key: &str,
         v: &Version,
     ) {
-        if store.capabilities().conditional_delete
-            && self.send(report, key, store.delete(key, v)).await.is_ok()
-        {
-            return;
+        if store.capabilities().conditional_delete {
+            match self.send(report, key, store.delete(key, v)).await {
+                Ok(()) => return,
+                Err(e) => tracing::debug!(
+                    store = %store.describe(),
+                    error = %e,
+                    "the store guard's conditional delete failed; deleting without a condition"
+                ),
+            }
         }
-        report.left_behind.push(key.to_string());
+        let unconditional = crate::lease::timed(
+            self.clock.as_ref(),
+            self.request_timeout,
+            key,
+            store.delete_unconditionally(key),
+        )
+        .await;
+        match unconditional {
+            Ok(()) => report.requests += 1,
+            // The provided default answers without sending anything.
+            Err(e) if e.kind() == ErrorKind::Unsupported => {
+                report.left_behind.push(key.to_string());
+            }
+            Err(e) => {
+                report.requests += 1;
+                tracing::debug!(
+                    store = %store.describe(),
+                    error = %e,
+                    "the store guard could not delete its probe object"
+                );
+                report.left_behind.push(key.to_string());
+            }
+        }
     }
 
     async fn read(
@@ -547,13 +576,42 @@ fn classify(err: CasError) -> Interrupted {
     }
 }
 
-fn unsafe_store_message(store: &dyn CasStore, failed: &GuardCheck) -> String {
+/// The one-line message of a store that failed `failed`: what the store did
+/// and the command to run, on the store's URL as it was opened (redacted:
+/// no user info, no secret-looking option) or, for a store not opened from
+/// a URL, its description.
+pub(crate) fn unsafe_store_message(store: &dyn CasStore, failed: &GuardCheck) -> String {
+    let target = url_of(store).unwrap_or_else(|| store.describe());
     format!(
-        "{} is not safe for leases: {}. Run `casaas conformance URL` on it for the full \
-             report; `verify=false` turns this check off at your own risk",
+        "{} is not safe for leases: {}. Run `casaas conformance {target}` on it for the full \
+         report; `verify=false` turns this check off at your own risk",
         store.describe(),
         failed.detail
     )
+}
+
+fn urls() -> &'static Mutex<HashMap<String, String>> {
+    static URLS: OnceLock<Mutex<HashMap<String, String>>> = OnceLock::new();
+    URLS.get_or_init(Default::default)
+}
+
+/// Remembers the redacted URL `store` was opened from, for the command the
+/// guard's message names (called by [`open_store_with`](crate::open_store_with)).
+pub(crate) fn remember_url(store: &dyn CasStore, shown: String) {
+    urls()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(store.identity(), shown);
+}
+
+/// The redacted URL `store` (or the store under its epoch view) was opened
+/// from, if it was opened from one.
+fn url_of(store: &dyn CasStore) -> Option<String> {
+    let identity = store.identity();
+    let urls = urls().lock().unwrap_or_else(|p| p.into_inner());
+    urls.get(&identity)
+        .or_else(|| crate::layout::inner_identity(&identity).and_then(|inner| urls.get(inner)))
+        .cloned()
 }
 
 #[derive(Debug, Clone)]

@@ -188,8 +188,9 @@ pub fn layout_of(store: &dyn CasStore) -> LeaseLayout {
 }
 
 /// The store protocols write through: `store` itself in the record
-/// layout, an [`EpochStore`] over it in the epoch layout.
-pub(crate) fn lease_view(store: Arc<dyn CasStore>) -> Arc<dyn CasStore> {
+/// layout, an [`EpochStore`] over it in the epoch layout. The store guard
+/// checks this view (what `casaas doctor` checks too).
+pub fn lease_view(store: Arc<dyn CasStore>) -> Arc<dyn CasStore> {
     match layout_of(store.as_ref()) {
         LeaseLayout::Epochs => Arc::new(EpochStore::new(store)),
         LeaseLayout::Record => store,

@@ -100,7 +100,7 @@ pub mod provider {
     };
     pub use crate::registry::{
         AdapterFactory, StoreFactory, StoreFuture, adapter_of, open_store_url, register_adapter,
-        register_scheme, registered_schemes,
+        register_scheme, registered_schemes, split_adapter,
     };
     pub use crate::store::{MAX_KEY_LEN, validate_key, validate_prefix};
     pub use crate::url::{

@@ -64,11 +64,29 @@ pub fn adapter_of(url: &str) -> Option<String> {
     adapter_for(url).map(|(name, _, _)| name)
 }
 
+/// `(NAME, URL)` of an adapter URL `NAME+URL`, whether or not an adapter
+/// `NAME` is registered: the one place such a URL is split. `NAME+` is
+/// before the scheme's colon (a URL scheme cannot contain `_`, so
+/// `object_store+s3:` is not one).
+///
+/// ```
+/// use casaas_core::provider::split_adapter;
+/// assert_eq!(
+///     split_adapter("object_store+s3://b/p?x=1"),
+///     Some(("object_store", "s3://b/p?x=1"))
+/// );
+/// assert_eq!(split_adapter("s3://b/p+q"), None);
+/// ```
+pub fn split_adapter(url: &str) -> Option<(&str, &str)> {
+    let scheme = &url[..url.find(':')?];
+    let (name, _) = scheme.split_once('+')?;
+    Some((name, &url[name.len() + 1..]))
+}
+
 /// The adapter's name, factory and inner URL of `NAME+URL`, if `NAME` is
 /// registered.
 fn adapter_for(url: &str) -> Option<(String, AdapterFactory, String)> {
-    let scheme = &url[..url.find(':')?];
-    let (name, _) = scheme.split_once('+')?;
+    let (name, _) = split_adapter(url)?;
     let name = name.to_ascii_lowercase();
     let factory = adapters()
         .read()
@@ -190,18 +208,21 @@ where
             _ => given.push((name, value.to_string())),
         }
     }
+    // The URL as the guard's message shows it: redacted, for a command to
+    // run on it (`casaas conformance URL`).
+    let shown;
     let store = match adapter_for(&url) {
-        Some((_, factory, inner)) => {
+        Some((name, factory, inner)) => {
+            shown = StoreUrl::parse(&inner).map_or_else(
+                |_| format!("{name}+{}", crate::url::replace_userinfo(&inner, "")),
+                |u| format!("{name}+{u}"),
+            );
             // An adapter URL is parsed by its library, so its store has no
             // identity here: it takes a profile only by path, trusted to be
             // this store's.
             if let Some(path) = profile.as_deref().filter(|p| *p != "none") {
                 let path = Path::new(path);
                 let found = CapabilityProfile::load(path)?;
-                let shown = crate::url::replace_userinfo(
-                    url.split('?').next().unwrap_or(&url),
-                    crate::url::REDACTED,
-                );
                 found.judge(path, &shown)?;
                 let named = |(name, _): &(String, String)| name == LARGE_CONDITIONAL_WRITES_OPTION;
                 if found.proves_large_conditional_writes() && !given.iter().any(named) {
@@ -215,6 +236,7 @@ where
         }
         None => {
             let mut parsed = StoreUrl::parse(&url)?.with_given_options(given)?;
+            shown = parsed.to_string();
             let explicit = profile.as_deref().filter(|p| *p != "none").map(Path::new);
             if profile.as_deref() != Some("none")
                 && let Some((path, found)) = CapabilityProfile::find(&parsed, explicit)?
@@ -230,6 +252,7 @@ where
             open_store_url(parsed).await?
         }
     };
+    crate::guard::remember_url(store.as_ref(), shown);
     if !verify {
         crate::guard::trust_store(store.as_ref(), "verify=false");
     }

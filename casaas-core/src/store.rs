@@ -90,6 +90,27 @@ impl Capabilities {
         self.notes.push(note.into());
         self
     }
+
+    /// Every field in one line, for [`CasStore::identity`]: equal for two
+    /// stores that honour the same conditions with the same workarounds.
+    fn fingerprint(&self) -> String {
+        let flag = |on: bool, name: &str| {
+            if on {
+                name.to_string()
+            } else {
+                format!("!{name}")
+            }
+        };
+        let mut parts = vec![
+            flag(self.create_if_absent, "create"),
+            flag(self.replace_if_match, "replace"),
+            flag(self.conditional_delete, "delete"),
+            flag(self.list, "list"),
+            format!("{:?}", self.min_write_interval),
+        ];
+        parts.extend(self.notes.iter().cloned());
+        parts.join(";")
+    }
 }
 
 /// A store of versioned objects with conditional writes: the one contract
@@ -158,17 +179,28 @@ pub trait CasStore: std::any::Any + Send + Sync + fmt::Debug + 'static {
     /// contains credentials.
     fn describe(&self) -> String;
 
-    /// Names the place this store writes to, for work done once per store
-    /// per process (the [store guard](crate::guard)): two handles with equal
-    /// identities write the same objects. Defaults to [`describe`]; a
-    /// wrapper that changes what a store does (fault injection, a test
-    /// store that lies) must return an identity of its own, and a backend
-    /// whose description does not tell instances apart (the private
-    /// [`MemoryStore`](crate::MemoryStore)) must make one that does.
+    /// Names the place this store writes to and how it writes there, for
+    /// work done once per store per process (the [store guard](crate::guard)
+    /// and its `verify=false` trust): two handles with equal identities
+    /// write the same objects with the same requests. Defaults to the type,
+    /// [`describe`] and the [`capabilities`] (so two openings of one bucket
+    /// with options that change the requests, such as S3's
+    /// `etag_unquoted`, which the capabilities' notes name, get verdicts of
+    /// their own); a wrapper that changes what a store does (fault
+    /// injection, a test store that lies) must return an identity of its
+    /// own, and a backend whose description does not tell instances apart
+    /// (the private [`MemoryStore`](crate::MemoryStore)) must make one that
+    /// does.
     ///
     /// [`describe`]: CasStore::describe
+    /// [`capabilities`]: CasStore::capabilities
     fn identity(&self) -> String {
-        format!("{}#{}", std::any::type_name_of_val(self), self.describe())
+        format!(
+            "{}#{}#{}",
+            std::any::type_name_of_val(self),
+            self.describe(),
+            self.capabilities().fingerprint()
+        )
     }
 
     /// Creates the bucket or container the store lives in, if it is absent;

@@ -137,6 +137,47 @@ impl StoreUrl {
         self.url.to_file_path().ok()
     }
 
+    /// The URL of the directory that holds the object the path names, and
+    /// that object's name (the last path segment, decoded once):
+    /// (`s3://b/locks?o=1`, `x`) of `s3://b/locks/x?o=1#f`. The fragment is
+    /// dropped; options and options given beside the URL are kept. The
+    /// name is empty when the path ends in `/`; `Ok(None)` for a URL
+    /// without a path hierarchy (`mailto:x`).
+    ///
+    /// ```
+    /// use casaas_core::StoreUrl;
+    /// let url = StoreUrl::parse("s3://b/locks/my%20lock?region=x").unwrap();
+    /// let (dir, name) = url.parent_and_name().unwrap().unwrap();
+    /// assert_eq!((dir.as_unredacted_str(), name.as_str()), ("s3://b/locks?region=x", "my lock"));
+    /// ```
+    pub fn parent_and_name(&self) -> Result<Option<(StoreUrl, String)>, CasError> {
+        if self.url.cannot_be_a_base() {
+            return Ok(None);
+        }
+        let raw = self.url.path();
+        let (dir, name) = raw.rsplit_once('/').unwrap_or(("", raw));
+        let name = decode(name, "object name")?;
+        let mut url = self.url.clone();
+        url.set_path(if dir.is_empty() { "/" } else { dir });
+        url.set_fragment(None);
+        let mut parent = Self::from_url(url)?;
+        parent.given = self.given.clone();
+        Ok(Some((parent, name)))
+    }
+
+    /// The same URL without user name and password (where the scheme can
+    /// carry them), for showing it whole: unlike `Display`, which marks
+    /// where they were, this leaves no trace of them.
+    pub fn without_credentials(&self) -> StoreUrl {
+        let mut url = self.url.clone();
+        // File URLs cannot carry user info: nothing to remove there.
+        let _ = url.set_username("");
+        let _ = url.set_password(None);
+        let mut bare = self.clone();
+        bare.url = url;
+        bare
+    }
+
     /// The checks every provider makes before reading its URL: the scheme
     /// is `scheme`, and the URL carries no credentials (`advice` says where
     /// they come from instead), no port (a store URL names a bucket or an

@@ -401,3 +401,286 @@ async fn a_not_safe_profile_refuses_the_store_before_any_request() {
         .await
         .unwrap();
 }
+
+/// A store that refuses conditional delete, as Ceph RGW with xtask's
+/// options and fake-gcs do: declared (`refused`) or not (`declared`).
+#[derive(Debug)]
+struct NoConditionalDelete {
+    inner: MemoryStore,
+    declared: bool,
+}
+
+#[async_trait]
+impl casaas_core::ForwardingStore for NoConditionalDelete {
+    type Inner = MemoryStore;
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
+    }
+    async fn wrap_delete(&self, key: &str, _expected: &Version) -> Result<(), CasError> {
+        Err(CasError::unsupported("refused: 501 on DeleteObject with If-Match").with_key(key))
+    }
+    fn wrap_capabilities(&self) -> Capabilities {
+        if self.declared {
+            Capabilities::full().without_conditional_delete()
+        } else {
+            Capabilities::full()
+        }
+    }
+}
+
+#[tokio::test]
+async fn where_conditional_delete_is_refused_the_guard_deletes_its_own_key_unconditionally() {
+    // (declared without conditional delete, requests): 8 when the refused
+    // conditional delete was sent first, 7 + 1 when it was not.
+    for (declared, requests) in [(false, 9), (true, 8)] {
+        let store = NoConditionalDelete {
+            inner: MemoryStore::new(),
+            declared,
+        };
+        let report = guard().check(&store).await.unwrap();
+        assert!(report.passed(), "{report:?}");
+        assert!(
+            report.left_behind().is_empty(),
+            "declared={declared}: {:?}",
+            report.left_behind()
+        );
+        assert!(
+            store.list("").await.unwrap().is_empty(),
+            "declared={declared}: the guard left its objects"
+        );
+        assert_eq!(report.requests(), requests, "declared={declared}");
+    }
+}
+
+/// A lying store opened from a URL, to see the URL in the guard's message.
+fn open_lying(_url: casaas_core::StoreUrl) -> casaas_core::provider::StoreFuture {
+    Box::pin(async move {
+        let store: Arc<dyn CasStore> = Lying::new(Lie::CreateOverwrites);
+        Ok(store)
+    })
+}
+
+#[tokio::test]
+async fn the_unsafe_store_message_names_the_command_on_the_redacted_url() {
+    casaas_core::provider::register_scheme("lying-guard", open_lying);
+    let store = casaas_core::open_store(
+        "lying-guard://someone:hunter2hunter2@bucket/locks?endpoint=http://127.0.0.1:1&sig=abcdef123456",
+    )
+    .await
+    .unwrap();
+    let err = guard().ensure(store.as_ref()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::UnsafeStore);
+    let message = err.to_string();
+    assert!(
+        message.contains(
+            "Run `casaas conformance lying-guard://[redacted]@bucket/locks?endpoint=http://127.0.0.1:1&sig=[redacted]` on it"
+        ),
+        "{message}"
+    );
+    for secret in ["someone", "hunter2", "abcdef123456"] {
+        assert!(!message.contains(secret), "{message}");
+    }
+    // A store not opened from a URL is named by its description.
+    let unopened = Lying::new(Lie::CreateOverwrites);
+    let message = guard()
+        .ensure(unopened.as_ref())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("Run `casaas conformance lying store (CreateOverwrites)` on it"),
+        "{message}"
+    );
+}
+
+/// One bucket opened two ways, as S3 with and without `etag_unquoted`: the
+/// capabilities name the option; the wrong opening cannot match its own
+/// versions (Ceph RGW 16.2 with quoted ETags).
+#[derive(Debug)]
+struct Quirky {
+    inner: Arc<MemoryStore>,
+    place: &'static str,
+    unquoted: bool,
+}
+
+#[async_trait]
+impl CasStore for Quirky {
+    async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
+        self.inner.get(key).await
+    }
+    async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
+        self.inner.create(key, body).await
+    }
+    async fn replace(
+        &self,
+        key: &str,
+        expected: &Version,
+        body: Bytes,
+    ) -> Result<Version, CasError> {
+        if !self.unquoted {
+            return Err(precondition());
+        }
+        self.inner.replace(key, expected, body).await
+    }
+    async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
+        self.inner.delete(key, expected).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
+        self.inner.list(prefix).await
+    }
+    fn capabilities(&self) -> Capabilities {
+        let caps = Capabilities::full();
+        if self.unquoted {
+            caps.with_note("If-Match ETags are sent without quotes (etag_unquoted=true)")
+        } else {
+            caps
+        }
+    }
+    fn describe(&self) -> String {
+        // The same place, whatever the option: as S3's description.
+        format!("quirky://{}/p", self.place)
+    }
+    // `identity` is the provided one, as S3's.
+}
+
+#[tokio::test]
+async fn a_wrong_opening_does_not_decide_the_verdict_of_a_right_one() {
+    let bucket = Arc::new(MemoryStore::new());
+    let open = |unquoted| Quirky {
+        inner: bucket.clone(),
+        place: "verdicts",
+        unquoted,
+    };
+    let err = guard().ensure(&open(false)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::UnsafeStore, "{err}");
+    assert!(
+        err.to_string()
+            .contains("a replace from the current version was refused"),
+        "{err}"
+    );
+    // The same bucket opened with the option that makes it work.
+    guard().ensure(&open(true)).await.unwrap();
+    // And each verdict stays with its opening.
+    assert_eq!(
+        guard().ensure(&open(false)).await.unwrap_err().kind(),
+        ErrorKind::UnsafeStore
+    );
+}
+
+#[tokio::test]
+async fn trusting_one_opening_does_not_trust_another_with_other_options() {
+    let bucket = Arc::new(MemoryStore::new());
+    let right = Quirky {
+        inner: bucket.clone(),
+        place: "trust",
+        unquoted: true,
+    };
+    let wrong = Quirky {
+        inner: bucket,
+        place: "trust",
+        unquoted: false,
+    };
+    casaas_core::guard::trust_store(&right, "a test");
+    assert!(casaas_core::guard::is_trusted(&right));
+    assert!(!casaas_core::guard::is_trusted(&wrong));
+    let err = guard().ensure(&wrong).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::UnsafeStore, "{err}");
+}
+
+/// Captures what is logged on this thread while `f` runs.
+async fn logged<F: std::future::Future>(f: F) -> (F::Output, String) {
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buffer {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(data);
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let out = f.await;
+    let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    (out, text)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn turned_off_every_primitive_behaves_as_before_and_warns() {
+    let store: Arc<dyn CasStore> = Lying::new(Lie::CreateOverwrites);
+    let mut unchecked = config();
+    unchecked.verify_store = false;
+    let ((), logs) = logged(async {
+        // Lease::acquire (the blocking one) takes the lease as on a sound
+        // store.
+        let lease = Lease::new(store.clone(), "locks/acq", "a", unchecked.clone()).unwrap();
+        let held = lease.acquire(AcquireOptions::default()).await.unwrap();
+        assert_eq!(held.token(), 1);
+        held.release().await.unwrap();
+        // An election's campaign wins.
+        let election = Election::new(
+            Lease::new(store.clone(), "locks/elect", "a", unchecked.clone()).unwrap(),
+        );
+        let leader = election
+            .campaign(&tokio_util::sync::CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(leader.token(), 1);
+        leader.resign().await.unwrap();
+        // A fenced log appends.
+        let log = FencedLog::<u64>::new(store.clone(), "fenced/log-off")
+            .unwrap()
+            .verify_store(false);
+        assert_eq!(log.append(1, 9).await.unwrap().seq, 1);
+    })
+    .await;
+    // One warning per handle built with the guard off: the lease, the
+    // election's lease, the log.
+    let warnings: Vec<_> = logs.lines().filter(|l| l.contains(" WARN ")).collect();
+    assert_eq!(warnings.len(), 3, "{logs}");
+    for (line, what) in warnings.iter().zip(["a lease", "a lease", "a FencedLog"]) {
+        assert!(
+            line.contains(&format!("{what} was built with the store guard off")),
+            "{what}: {logs}"
+        );
+    }
+    // Nothing of the guard ran: no probe object.
+    assert!(
+        store.list(GUARD_PREFIX).await.unwrap().is_empty(),
+        "the guard ran"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn acquire_on_an_unsafe_store_is_the_typed_error_and_verify_false_in_a_url_warns() {
+    casaas_core::provider::register_scheme("lying-acquire", open_lying);
+    let store = casaas_core::open_store("lying-acquire://b/p")
+        .await
+        .unwrap();
+    let lease = Lease::new(store, "locks/a", "a", config()).unwrap();
+    let err = lease.acquire(AcquireOptions::default()).await.unwrap_err();
+    assert!(matches!(err, LeaseError::UnsafeStore(_)), "{err}");
+    assert!(
+        err.to_string()
+            .contains("casaas conformance lying-acquire://b/p"),
+        "{err}"
+    );
+
+    let (store, logs) = logged(casaas_core::open_store("lying-acquire://b/p?verify=false")).await;
+    let store = store.unwrap();
+    assert!(
+        logs.contains("WARN") && logs.contains("the store guard is off (verify=false)"),
+        "{logs}"
+    );
+    let lease = Lease::new(store, "locks/a", "a", config()).unwrap();
+    let held = lease.acquire(AcquireOptions::default()).await.unwrap();
+    assert_eq!(held.token(), 1);
+}

@@ -10,8 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use casaas_core::guard::{GUARD_PREFIX, StoreGuard};
+use casaas_core::layout::{LeaseLayout, layout_of, lease_view};
 use casaas_core::lease::{
-    AcquireOutcome, Election, FencedLog, FencedResource, Lease, LeaseConfig, LeaseError,
+    AcquireOptions, AcquireOutcome, Election, FencedLog, FencedResource, Lease, LeaseConfig,
+    LeaseError,
 };
 use casaas_core::testkit::{test_server, unique_prefix};
 use casaas_core::{CasStore, ErrorKind, StoreUrl};
@@ -19,8 +21,13 @@ use casaas_testkit::chaos_proxy::rewrite_store_url;
 
 /// The server's store under a fresh prefix, with `options` set in its URL.
 async fn open(server: &str, options: &[&str]) -> Arc<dyn CasStore> {
+    open_at(server, &unique_prefix("guard"), options).await
+}
+
+/// The server's store under `prefix`, with `options` set in its URL.
+async fn open_at(server: &str, prefix: &str, options: &[&str]) -> Arc<dyn CasStore> {
     let server = test_server(server);
-    let url = rewrite_store_url(&server.url, None, None, &unique_prefix("guard")).unwrap();
+    let url = rewrite_store_url(&server.url, None, None, prefix).unwrap();
     let url = StoreUrl::parse(&url)
         .unwrap()
         .with_options(options)
@@ -34,25 +41,48 @@ fn config() -> LeaseConfig {
     LeaseConfig::with_ttl(Duration::from_secs(10))
 }
 
-async fn assert_passes(store: &dyn CasStore) {
-    let report = StoreGuard::new().check(store).await.unwrap();
+async fn assert_passes(store: &Arc<dyn CasStore>) {
+    let view = lease_view(store.clone());
+    let report = StoreGuard::new().check(view.as_ref()).await.unwrap();
     assert!(report.passed(), "{}: {report:?}", store.describe());
     assert_eq!(report.attempts(), 1, "{}", store.describe());
-    // It removes what it wrote where the store can delete conditionally.
+    // It removes what it wrote where the store can delete (conditionally,
+    // or its own key without a condition); what is left is what it says.
     let left = store.list(GUARD_PREFIX).await.unwrap();
-    assert_eq!(
-        left.len(),
-        report.left_behind().len(),
-        "{}: {left:?}",
-        store.describe()
-    );
+    for entry in &left {
+        assert!(
+            report
+                .left_behind()
+                .iter()
+                .any(|key| entry.key.starts_with(key.as_str())),
+            "{}: {} left but not reported: {:?}",
+            store.describe(),
+            entry.key,
+            report.left_behind()
+        );
+    }
+    if layout_of(store.as_ref()) == LeaseLayout::Record {
+        assert_eq!(
+            left.len(),
+            report.left_behind().len(),
+            "{}: {left:?}",
+            store.describe()
+        );
+    }
 }
 
 #[tokio::test]
 async fn sound_servers_pass() {
-    for server in ["moto", "ceph", "azurite", "fake-gcs"] {
-        let store = open(server, &[]).await;
-        assert_passes(store.as_ref()).await;
+    for (server, options) in [
+        ("moto", &[][..]),
+        ("ceph", &[]),
+        ("azurite", &[]),
+        ("fake-gcs", &[]),
+        ("seaweedfs", &[]),
+        ("createonly", &["layout=epochs"]),
+    ] {
+        let store = open(server, options).await;
+        assert_passes(&store).await;
         // And a lease then works as before.
         let lease = Lease::new(store, "locks/guarded", "a", config()).unwrap();
         let AcquireOutcome::Acquired(guard) = lease.try_acquire().await.unwrap() else {
@@ -62,17 +92,47 @@ async fn sound_servers_pass() {
     }
 }
 
+/// Ceph RGW refuses conditional delete (xtask opens it with
+/// `conditional_delete=false`): the guard deletes its own key without a
+/// condition, and leaves nothing.
+#[tokio::test]
+async fn on_ceph_the_guard_leaves_nothing_behind() {
+    let store = open("ceph", &[]).await;
+    assert!(!store.capabilities().conditional_delete);
+    let report = StoreGuard::new().check(store.as_ref()).await.unwrap();
+    assert!(report.passed(), "{report:?}");
+    assert!(report.left_behind().is_empty(), "{report:?}");
+    assert!(store.list(GUARD_PREFIX).await.unwrap().is_empty());
+}
+
+/// One process opens Ceph without `etag_unquoted` first, then with it: the
+/// first opening's verdict does not decide the second's.
+#[tokio::test]
+async fn ceph_opened_wrongly_first_and_rightly_later_gets_two_verdicts() {
+    let prefix = unique_prefix("guard-two-openings");
+    let wrong = open_at("ceph", &prefix, &["etag_unquoted=false"]).await;
+    let err = StoreGuard::new().ensure(wrong.as_ref()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::UnsafeStore, "{err}");
+    let right = open_at("ceph", &prefix, &[]).await;
+    StoreGuard::new().ensure(right.as_ref()).await.unwrap();
+    let lease = Lease::new(right, "locks/l", "a", config()).unwrap();
+    let AcquireOutcome::Acquired(guard) = lease.try_acquire().await.unwrap() else {
+        panic!("not acquired");
+    };
+    guard.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn embedded_backends_pass() {
     let memory = casaas_core::open_store("memory://guard-servers/p")
         .await
         .unwrap();
-    assert_passes(memory.as_ref()).await;
+    assert_passes(&memory).await;
     let dir = tempfile::tempdir().unwrap();
     let file = casaas_core::open_store(&format!("file://{}", dir.path().display()))
         .await
         .unwrap();
-    assert_passes(file.as_ref()).await;
+    assert_passes(&file).await;
 }
 
 /// Ceph RGW without the `etag_unquoted` option xtask's URL carries cannot
@@ -113,6 +173,9 @@ async fn servers_that_ignore_conditions_are_refused_by_every_primitive() {
         assert!(message.contains("casaas conformance"), "{message}");
         assert!(!message.contains('\n'), "{message}");
         assert_eq!(err.store_kind(), Some(ErrorKind::UnsafeStore));
+        // The blocking acquire too.
+        let err = lease.acquire(AcquireOptions::default()).await.unwrap_err();
+        assert!(matches!(err, LeaseError::UnsafeStore(_)), "{server}: {err}");
 
         let election = Election::new(Lease::new(store.clone(), "locks/e", "a", config()).unwrap());
         let err = election
@@ -134,18 +197,60 @@ async fn servers_that_ignore_conditions_are_refused_by_every_primitive() {
     }
 }
 
-#[tokio::test]
-async fn verify_false_behaves_as_before_the_guard() {
+/// Captures what is logged on this thread while `f` runs.
+async fn logged<F: std::future::Future>(f: F) -> (F::Output, String) {
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buffer {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(data);
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let out = f.await;
+    let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    (out, text)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn verify_false_behaves_as_before_the_guard_and_warns() {
     for server in ["s3rver", "gcs-liar"] {
-        let store = open(server, &["verify=false"]).await;
+        let (store, logs) = logged(open(server, &["verify=false"])).await;
+        assert!(
+            logs.contains(" WARN ") && logs.contains("the store guard is off (verify=false)"),
+            "{server}: {logs}"
+        );
         assert!(casaas_core::guard::is_trusted(store.as_ref()), "{server}");
         let lease = Lease::new(store.clone(), "locks/unguarded", "a", config()).unwrap();
-        let AcquireOutcome::Acquired(guard) = lease.try_acquire().await.unwrap() else {
-            panic!("{server}: not acquired");
-        };
+        let guard = lease.acquire(AcquireOptions::default()).await.unwrap();
         assert_eq!(guard.token(), 1);
         guard.release().await.unwrap();
+        let election = Election::new(Lease::new(store.clone(), "locks/e", "a", config()).unwrap());
+        let leader = election
+            .campaign(&tokio_util::sync::CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(leader.token(), 1, "{server}");
+        leader.resign().await.unwrap();
         let resource = FencedResource::<u64>::new(store.clone(), "fenced/r").unwrap();
         assert_eq!(resource.update(1, |_| 5).await.unwrap().value, 5);
+        let log = FencedLog::<u64>::new(store.clone(), "fenced/log").unwrap();
+        assert_eq!(log.append(1, 3).await.unwrap().seq, 1, "{server}");
+        // The guard wrote nothing.
+        assert!(
+            store.list(GUARD_PREFIX).await.unwrap().is_empty(),
+            "{server}"
+        );
     }
 }

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use casaas_core::CasStore;
-use url::Url;
+use casaas_core::provider::split_adapter;
+use casaas_core::{CasStore, StoreUrl};
 
 use crate::exit::Failure;
 use crate::logging;
@@ -29,7 +29,7 @@ pub fn parse(url: &str) -> Result<LockTarget, Failure> {
     register_userinfo(url);
     // `object_store+s3://…`, `opendal+gs://…`: the adapter's prefix is kept
     // as is; the URL after it names the lock object like any other.
-    if let Some((adapter, inner)) = adapter_prefix(url) {
+    if let Some((adapter, inner)) = split_adapter(url) {
         let inner = parse(inner)?;
         return Ok(LockTarget {
             store_url: format!("{adapter}+{}", inner.store_url),
@@ -38,38 +38,21 @@ pub fn parse(url: &str) -> Result<LockTarget, Failure> {
         });
     }
     let shown = logging::redact(&strip_userinfo_text(url));
-    let parsed = Url::parse(url).map_err(|e| {
-        Failure::usage(format!(
-            "{shown:?} is not a valid lock URL ({e}); {EXAMPLES}"
-        ))
-    })?;
-    if parsed.cannot_be_a_base() {
-        return Err(Failure::usage(format!(
-            "{shown:?} is not a valid lock URL; {EXAMPLES}"
-        )));
-    }
-    let path = parsed.path().to_string();
-    let (dir, name) = path.rsplit_once('/').unwrap_or(("", path.as_str()));
-    let key = percent_encoding::percent_decode_str(name)
-        .decode_utf8()
+    let invalid = || Failure::usage(format!("{shown:?} is not a valid lock URL; {EXAMPLES}"));
+    let parsed = StoreUrl::parse(url).map_err(|_| invalid())?;
+    let (store, key) = parsed
+        .parent_and_name()
         .map_err(|_| Failure::usage(format!("the lock name in {shown:?} is not valid UTF-8")))?
-        .to_string();
+        .ok_or_else(invalid)?;
     if key.is_empty() {
         return Err(Failure::usage(format!(
             "{shown:?} names a directory, not a lock object: add the lock's name to the path; {EXAMPLES}"
         )));
     }
-    let mut store = parsed.clone();
-    store.set_path(if dir.is_empty() { "/" } else { dir });
-    store.set_fragment(None);
-    let mut display = parsed;
-    // File URLs cannot carry user-info; the other schemes lose it here.
-    let _ = display.set_username("");
-    let _ = display.set_password(None);
     Ok(LockTarget {
-        store_url: store.to_string(),
+        store_url: store.as_unredacted_str().to_string(),
         key,
-        display: logging::redact(display.as_str()),
+        display: logging::redact(parsed.without_credentials().as_unredacted_str()),
     })
 }
 
@@ -77,7 +60,7 @@ pub fn parse(url: &str) -> Result<LockTarget, Failure> {
 /// `ls`; its `key` is empty.
 pub fn parse_prefix(url: &str) -> Result<LockTarget, Failure> {
     register_userinfo(url);
-    if let Some((adapter, inner)) = adapter_prefix(url) {
+    if let Some((adapter, inner)) = split_adapter(url) {
         let inner = parse_prefix(inner)?;
         return Ok(LockTarget {
             store_url: format!("{adapter}+{}", inner.store_url),
@@ -86,17 +69,15 @@ pub fn parse_prefix(url: &str) -> Result<LockTarget, Failure> {
         });
     }
     let shown = logging::redact(&strip_userinfo_text(url));
-    let mut parsed = Url::parse(url).map_err(|e| {
+    let parsed = StoreUrl::parse(url).map_err(|_| {
         Failure::usage(format!(
-            "{shown:?} is not a valid prefix URL ({e}); expected e.g. s3://bucket/locks or file:///var/lib/app/locks"
+            "{shown:?} is not a valid prefix URL; expected e.g. s3://bucket/locks or file:///var/lib/app/locks"
         ))
     })?;
-    let _ = parsed.set_username("");
-    let _ = parsed.set_password(None);
     Ok(LockTarget {
         store_url: url.to_string(),
         key: String::new(),
-        display: logging::redact(parsed.as_str()),
+        display: logging::redact(parsed.without_credentials().as_unredacted_str()),
     })
 }
 
@@ -140,23 +121,18 @@ fn explain_open_error(e: &casaas_core::CasError) -> String {
 
 /// `url` without a `create_dirs` option (file URLs only have that one).
 fn without_create_dirs(url: &str) -> String {
-    let Ok(mut parsed) = Url::parse(url) else {
-        return url.to_string();
-    };
-    if parsed.scheme() != "file" {
+    if split_adapter(url).is_some() {
         return url.to_string();
     }
-    let kept: Vec<(String, String)> = parsed
-        .query_pairs()
-        .filter(|(k, _)| k != "create_dirs")
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect();
-    if kept.is_empty() {
-        parsed.set_query(None);
-    } else {
-        parsed.query_pairs_mut().clear().extend_pairs(kept);
+    match StoreUrl::parse(url) {
+        Ok(parsed) if parsed.scheme() == "file" => {
+            parsed.without_option("create_dirs").map_or_else(
+                |_| url.to_string(),
+                |(kept, _)| kept.as_unredacted_str().to_string(),
+            )
+        }
+        _ => url.to_string(),
     }
-    parsed.to_string()
 }
 
 /// Registers the secrets of `url` with the log writer: its user-info (as
@@ -170,20 +146,12 @@ pub fn register_userinfo(url: &str) {
             logging::add_secret(part);
         }
     }
-    let inner = adapter_prefix(url).map_or(url, |(_, rest)| rest);
-    if let Ok(parsed) = casaas_core::StoreUrl::parse(inner) {
+    let inner = split_adapter(url).map_or(url, |(_, rest)| rest);
+    if let Ok(parsed) = StoreUrl::parse(inner) {
         for secret in parsed.secrets() {
             logging::add_secret(&secret);
         }
     }
-}
-
-/// `(NAME, REST)` of `NAME+REST`, where `NAME+` is before the scheme's
-/// colon (a URL scheme cannot contain `_`, so `object_store+s3:` is not one).
-fn adapter_prefix(url: &str) -> Option<(&str, &str)> {
-    let scheme = &url[..url.find(':')?];
-    let (name, _) = scheme.split_once('+')?;
-    Some((name, &url[name.len() + 1..]))
 }
 
 fn strip_userinfo_text(url: &str) -> String {

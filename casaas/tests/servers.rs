@@ -453,16 +453,23 @@ fn a_store_that_ignores_conditions_runs_no_command() {
 /// is not something a deploy gate can see: `casaas conformance` says so).
 #[test]
 fn doctor_gives_each_servers_verdict() {
-    for (name, expected) in [
-        ("moto", 0),
-        ("ceph", 0),
-        ("azurite", 0),
-        ("fake-gcs", 0),
-        ("s3rver", 1),
-        ("gcs-liar", 1),
+    for (name, options, expected) in [
+        ("moto", "", 0),
+        ("ceph", "", 0),
+        ("azurite", "", 0),
+        ("fake-gcs", "", 0),
+        ("seaweedfs", "", 0),
+        // Create-if-absent only: safe in the create-only layout.
+        ("createonly", "layout=epochs", 0),
+        ("s3rver", "", 1),
+        ("gcs-liar", "", 1),
     ] {
         let server = test_server(name);
-        let url = lock_url(&server, "doctor");
+        let mut url = url::Url::parse(&lock_url(&server, "doctor")).unwrap();
+        if let Some((option, value)) = options.split_once('=') {
+            url.query_pairs_mut().append_pair(option, value);
+        }
+        let url = url.to_string();
         let out = with_env(&server, casaas())
             .args(["doctor", &url, "--format", "json"])
             .output()

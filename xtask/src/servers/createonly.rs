@@ -69,9 +69,26 @@ impl Server for CreateOnly {
 
 /// The bucket of an `s3://BUCKET/...` URL.
 fn bucket_of(url: &str) -> Result<String> {
-    url.strip_prefix("s3://")
-        .and_then(|rest| rest.split(['/', '?']).next())
-        .filter(|b| !b.is_empty())
+    let parsed = casaas_core::StoreUrl::parse(url)?;
+    Some(parsed.authority())
+        .filter(|b| parsed.scheme() == "s3" && !b.is_empty())
         .map(str::to_string)
-        .with_context(|| format!("no bucket in the upstream's store URL {url}"))
+        .with_context(|| format!("no bucket in the upstream's store URL {parsed}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_of_reads_the_authority() {
+        assert_eq!(
+            bucket_of("s3://casaas-test/?endpoint=http://127.0.0.1:1&path_style=true").unwrap(),
+            "casaas-test"
+        );
+        assert_eq!(bucket_of("s3://b%2Dx/p").unwrap(), "b-x");
+        assert!(bucket_of("gs://b/p").is_err());
+        assert!(bucket_of("s3:///p").is_err());
+        assert!(bucket_of("not a url").is_err());
+    }
 }
