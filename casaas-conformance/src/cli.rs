@@ -137,10 +137,61 @@ impl std::io::Write for RedactingStderr {
     }
 }
 
+/// How log lines are written on standard error: text for people, or one
+/// JSON object a line for services (as `casaas --log-format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The variable the log format comes from when no flag gives it.
+pub const LOG_FORMAT_VAR: &str = "CASAAS_LOG_FORMAT";
+
+impl LogFormat {
+    /// `text` or `json`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!("invalid log format {other:?}: use text or json")),
+        }
+    }
+
+    /// From `$CASAAS_LOG_FORMAT`: text when it is unset or empty.
+    pub fn from_env() -> Result<Self, String> {
+        match std::env::var(LOG_FORMAT_VAR) {
+            Ok(value) if !value.is_empty() => {
+                Self::parse(&value).map_err(|e| format!("{LOG_FORMAT_VAR}: {e}"))
+            }
+            _ => Ok(LogFormat::Text),
+        }
+    }
+}
+
 /// Runs the command line `args` (the first item is the program name) and
-/// returns the exit status. Installs a global `tracing` subscriber if none
-/// is set yet.
+/// returns the exit status, with logs in the format `$CASAAS_LOG_FORMAT`
+/// names. Installs a global `tracing` subscriber if none is set yet.
 pub fn run_cli<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    match LogFormat::from_env() {
+        Ok(format) => run_cli_logging(args, format),
+        Err(e) => {
+            eprintln!("casaas-conformance: error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// [`run_cli`] with logs in `log_format` (for `casaas --log-format json
+/// conformance …`, whose flag wins over the variable).
+pub fn run_cli_logging<I, T>(args: I, log_format: LogFormat) -> ExitCode
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
@@ -155,32 +206,45 @@ where
     for url in &cli.gateways {
         register_url_secrets(url);
     }
-    init_logging_and_providers();
+    init_logging_and_providers(log_format);
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(Usage(e)) => {
-            eprintln!(
-                "{}",
-                redact_text(&format!("casaas-conformance: error: {e:#}"))
+            report_error(
+                log_format,
+                &redact_text(&format!("casaas-conformance: error: {e:#}")),
             );
             ExitCode::from(2)
         }
     }
 }
 
+/// An error that ends the run: a plain line, or a JSON log line with JSON
+/// logs.
+fn report_error(log_format: LogFormat, message: &str) {
+    match log_format {
+        LogFormat::Text => eprintln!("{message}"),
+        LogFormat::Json => tracing::error!("{message}"),
+    }
+}
+
 /// Logs to standard error with every secret redacted (unless a subscriber
 /// is already installed), and the providers this build has.
-fn init_logging_and_providers() {
-    tracing_subscriber::fmt()
+fn init_logging_and_providers(log_format: LogFormat) {
+    let builder = tracing_subscriber::fmt()
         .with_writer(|| RedactingStderr)
         .with_ansi(false)
         .with_env_filter(sdk_capped(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
                 tracing_subscriber::EnvFilter::new("warn,casaas_core::lease=error")
             }),
-        ))
-        .try_init()
-        .ok();
+        ));
+    let installed = match log_format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+    // Already installed (a program embedding this command line): keep it.
+    drop(installed);
     register_providers();
 }
 
@@ -696,8 +760,23 @@ enum DoctorFormat {
 /// Runs `casaas doctor URL` (the first item of `args` is the program name)
 /// and returns the exit status: the store guard, then the quick probes
 /// ([`DOCTOR_PROBES`]); 0 safe, 1 not safe, 2 usage or connection error,
-/// 3 inconclusive.
+/// 3 inconclusive. Logs in the format `$CASAAS_LOG_FORMAT` names.
 pub fn run_doctor_cli<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    match LogFormat::from_env() {
+        Ok(format) => run_doctor_cli_logging(args, format),
+        Err(e) => {
+            eprintln!("casaas doctor: error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// [`run_doctor_cli`] with logs in `log_format`.
+pub fn run_doctor_cli_logging<I, T>(args: I, log_format: LogFormat) -> ExitCode
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
@@ -705,11 +784,15 @@ where
     register_secrets_from_env();
     let doctor = DoctorCli::parse_from(args);
     register_url_secrets(&doctor.url);
-    init_logging_and_providers();
+    init_logging_and_providers(log_format);
     match doctor_run(&doctor) {
         Ok(code) => ExitCode::from(code),
         Err(Usage(e)) => {
-            eprintln!("{}", redact_text(&format!("casaas doctor: error: {e:#}")));
+            let message = format!("casaas doctor: error: {e:#}").replace(
+                "; create it or add ?create_dirs=true",
+                "; create it (the doctor creates no directory, whatever the URL says)",
+            );
+            report_error(log_format, &redact_text(&message));
             ExitCode::from(2)
         }
     }
@@ -742,15 +825,48 @@ fn doctor_inconclusive(doctor: &DoctorCli, err: &casaas_core::CasError, elapsed:
     code
 }
 
+/// The URL the doctor opens for `url`: nothing may create a directory, so
+/// a `file://` URL loses `create_dirs`, and an adapter URL on a local
+/// directory (`object_store+file://`, `opendal+fs://`, whose libraries
+/// create a missing directory on their first write) is refused when its
+/// directory does not exist.
+fn doctor_url(url: &str) -> Result<String, Usage> {
+    let (adapter, inner) = match casaas_core::provider::split_adapter(url) {
+        Some((name, inner)) => (Some(name), inner),
+        None => (None, url),
+    };
+    let Ok(parsed) = StoreUrl::parse(inner) else {
+        // Not a URL: opening it says why.
+        return Ok(url.to_string());
+    };
+    match (adapter, parsed.scheme()) {
+        (None, "file") => {
+            let (without, _) = parsed
+                .without_option("create_dirs")
+                .map_err(|e| Usage(e.into()))?;
+            Ok(without.as_unredacted_str().to_string())
+        }
+        (Some(name), "file" | "fs") => {
+            let dir = parsed
+                .file_path()
+                .unwrap_or_else(|| PathBuf::from("/").join(parsed.path()));
+            if dir.is_dir() {
+                Ok(url.to_string())
+            } else {
+                Err(Usage(anyhow::anyhow!(
+                    "cannot open {name}+{inner}: directory {} does not exist; create it (the doctor creates no directory)",
+                    dir.display()
+                )))
+            }
+        }
+        _ => Ok(url.to_string()),
+    }
+}
+
 fn doctor_run(doctor: &DoctorCli) -> Result<u8, Usage> {
     let only = DOCTOR_PROBES.join(",");
-    let cli = Cli::parse_from([
-        "casaas doctor",
-        doctor.url.as_str(),
-        "--quick",
-        "--only",
-        &only,
-    ]);
+    let url = doctor_url(&doctor.url)?;
+    let cli = Cli::parse_from(["casaas doctor", url.as_str(), "--quick", "--only", &only]);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -799,10 +915,19 @@ fn doctor_run(doctor: &DoctorCli) -> Result<u8, Usage> {
                     println!("guard   {check}");
                 }
                 for probe in &report.probes {
+                    // A warning's failure does not make the store unsafe:
+                    // shown as `warn`, and named after the verdict.
+                    let verdict = if probe.severity == crate::Severity::Warning
+                        && probe.verdict == crate::Verdict::Fail
+                    {
+                        "warn"
+                    } else {
+                        probe.verdict.as_str()
+                    };
                     println!(
                         "{:<7} {:<5}  {:<30} {}",
                         "probe",
-                        probe.verdict.as_str(),
+                        verdict,
                         probe.id,
                         redact_text(&probe.detail)
                     );

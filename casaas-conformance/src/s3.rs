@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::model::{Outcome, Recommendation, Severity, StepError};
 use crate::probe::{Probe, ProbeContext, ServerClock};
-use crate::probes::payload;
+use crate::probes::{VERSIONED_BUCKET, payload};
 use crate::suite::{Reopen, Reopened};
 
 /// The server clock of an S3 store: the `Date` header of its last response.
@@ -452,19 +452,58 @@ struct VersionedBucket {
     store: S3Store,
 }
 
+/// Where docs/cli.md explains the lifecycle rule for a versioned bucket.
+pub(crate) const VERSIONED_BUCKET_DOCS: &str = "docs/cli.md#versioned-buckets";
+
+/// The finding of [`VersionedBucket`] for the state `GetBucketVersioning`
+/// answered (`None`: versioning was never enabled).
+fn versioning_outcome(status: Option<&str>) -> Outcome {
+    match status {
+        Some("Enabled") => Outcome::fail(format!(
+            "bucket versioning is Enabled: every renewal of a lock keeps the previous record as a noncurrent version, \
+             so a held lock piles up one noncurrent version per renewal (about 17,000 a day with a 15s TTL); \
+             expire them with a lifecycle rule on the locks prefix ({VERSIONED_BUCKET_DOCS})"
+        ))
+        .with("versioning", "Enabled"),
+        Some(other) => Outcome::pass(format!(
+            "bucket versioning is {other}: renewals replace the record in place and keep no noncurrent version"
+        ))
+        .with("versioning", other),
+        None => Outcome::pass(
+            "bucket versioning was never enabled: renewals replace the record in place and keep no noncurrent version",
+        )
+        .with("versioning", "never enabled"),
+    }
+}
+
+/// The versioning state in a `GetBucketVersioning` answer whose root
+/// element the SDK does not accept: `Some(None)` for a versioning document
+/// without a status (never enabled), `None` when it is no versioning
+/// document at all.
+fn lenient_versioning_status(body: &str) -> Option<Option<String>> {
+    if !body.contains("Versioning") {
+        return None;
+    }
+    let status = body
+        .split_once("<Status>")
+        .and_then(|(_, rest)| rest.split_once("</Status>"))
+        .map(|(status, _)| status.trim().to_string());
+    Some(status)
+}
+
 #[async_trait]
 impl Probe for VersionedBucket {
     fn id(&self) -> &'static str {
         "s3_versioned_bucket"
     }
     fn title(&self) -> &'static str {
-        "Conditional writes on a versioned bucket"
+        VERSIONED_BUCKET.1
     }
     fn severity(&self) -> Severity {
-        Severity::Info
+        Severity::Warning
     }
     fn explanation(&self) -> &'static str {
-        "On a versioned bucket a store that ignores conditions for new versions would let two holders write; run this probe on the bucket you deploy on."
+        VERSIONED_BUCKET.2
     }
 
     async fn run(&self, cx: &ProbeContext) -> Result<Outcome, StepError> {
@@ -477,18 +516,22 @@ impl Probe for VersionedBucket {
             .send()
             .await;
         match result {
-            Ok(v) => {
-                let status = v
-                    .status()
-                    .map_or_else(|| "never enabled".to_string(), |s| s.as_str().to_string());
-                Ok(Outcome::pass(format!(
-                    "bucket versioning is {status}; the other probes ran on this bucket in that state"
-                ))
-                .with("versioning", status))
-            }
+            Ok(v) => Ok(versioning_outcome(v.status().map(|s| s.as_str()))),
             Err(e) => {
                 let (s, c) = sdk_answer(&e);
                 if matches!(s, Some(200)) {
+                    // Some servers (moto) name the document's root
+                    // differently; its Status element is still plain.
+                    let body = e
+                        .raw_response()
+                        .and_then(|r| r.body().bytes())
+                        .map(|b| String::from_utf8_lossy(b).into_owned())
+                        .unwrap_or_default();
+                    if let Some(status) = lenient_versioning_status(&body) {
+                        return Ok(
+                            versioning_outcome(status.as_deref()).with("nonstandard_answer", true)
+                        );
+                    }
                     return Ok(Outcome::unsupported(
                         "the store's answer to GetBucketVersioning could not be understood",
                     )
@@ -1229,4 +1272,42 @@ async fn forbid_overwrite_put(
         .await
         .map(|_| ())
         .map_err(|e| answer_json(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versioning_enabled_is_a_warning_pointing_to_the_lifecycle_rule() {
+        let enabled = versioning_outcome(Some("Enabled"));
+        assert_eq!(enabled.verdict, crate::Verdict::Fail);
+        assert!(
+            enabled
+                .detail
+                .contains("one noncurrent version per renewal")
+        );
+        assert!(enabled.detail.contains(VERSIONED_BUCKET_DOCS));
+        for off in [Some("Suspended"), None] {
+            assert_eq!(
+                versioning_outcome(off).verdict,
+                crate::Verdict::Pass,
+                "{off:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_versioning_answer_with_another_root_is_read() {
+        let moto = r#"<?xml version="1.0" encoding="utf-8"?>
+<GetBucketVersioningResponse xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Status>Enabled</Status></GetBucketVersioningResponse>"#;
+        assert_eq!(
+            lenient_versioning_status(moto),
+            Some(Some("Enabled".to_string()))
+        );
+        let never =
+            r#"<GetBucketVersioningResponse xmlns="http://s3.amazonaws.com/doc/2006-03-01/"/>"#;
+        assert_eq!(lenient_versioning_status(never), Some(None));
+        assert_eq!(lenient_versioning_status("<Error>odd</Error>"), None);
+    }
 }

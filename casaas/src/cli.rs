@@ -110,15 +110,18 @@ pub struct LockArgs {
     #[command(flatten)]
     pub lease: LeaseArgs,
     /// Wait for the lock: forever (--wait, the default) or at most DURATION
-    /// (--wait=5m; --wait=0 makes one attempt, as -n).
+    /// (--wait=5m; --wait=0 makes one attempt, as -n). Also from
+    /// CASAAS_WAIT (0, 10m, forever); -n, -w and --wait win over it.
+    // CASAAS_WAIT is read by `wait_limit`, not by clap: clap counts a value
+    // from the environment as given for `conflicts_with`, so the variable
+    // would make `-n` and `-w` errors instead of losing to them.
     #[arg(
         long,
         num_args = 0..=1,
         require_equals = true,
         default_missing_value = "forever",
         value_parser = parse_wait,
-        value_name = "DURATION",
-        env = "CASAAS_WAIT"
+        value_name = "DURATION"
     )]
     pub wait: Option<Wait>,
     /// Wait at most SECONDS (as flock -w; fractions allowed, 0 makes one attempt).
@@ -159,20 +162,31 @@ impl LockArgs {
         }
     }
 
-    /// How long to wait: `-w`, then `--wait`; `None` is one attempt.
-    pub fn wait_limit(&self) -> Option<Wait> {
+    /// How long to wait: `-n`, `-w`, then `--wait`, then `$CASAAS_WAIT`
+    /// (flags win over the environment); `None` is one attempt.
+    pub fn wait_limit(&self) -> Result<Option<Wait>, String> {
+        let env = std::env::var(WAIT_VAR).ok().filter(|v| !v.is_empty());
+        self.wait_limit_with(env.as_deref())
+    }
+
+    /// [`wait_limit`](Self::wait_limit) with `env` as the value of
+    /// `$CASAAS_WAIT`.
+    pub fn wait_limit_with(&self, env: Option<&str>) -> Result<Option<Wait>, String> {
         if self.no_wait {
-            return None;
+            return Ok(None);
         }
-        let wait = self
-            .wait_seconds
-            .map(Wait::AtMost)
-            .or(self.wait)
-            .unwrap_or(Wait::Forever);
-        match wait {
+        let from_flags = self.wait_seconds.map(Wait::AtMost).or(self.wait);
+        let wait = match (from_flags, env) {
+            (Some(wait), _) => wait,
+            (None, Some(text)) => {
+                parse_wait(text).map_err(|e| format!("{WAIT_VAR}={text:?}: {e}"))?
+            }
+            (None, None) => Wait::Forever,
+        };
+        Ok(match wait {
             Wait::AtMost(limit) if limit.is_zero() => None,
             other => Some(other),
-        }
+        })
     }
 }
 
@@ -305,6 +319,9 @@ fn parse_ttl(text: &str) -> Result<Duration, String> {
     }
     Ok(ttl)
 }
+
+/// The variable `--wait`'s value may come from.
+pub const WAIT_VAR: &str = "CASAAS_WAIT";
 
 /// The shortest TTL accepted.
 pub const MIN_TTL: Duration = Duration::from_secs(1);

@@ -164,6 +164,21 @@ mod tests {
     }
 
     #[test]
+    fn casaas_renews_at_the_librarys_cadence_of_a_third_of_the_ttl() {
+        for ms in [1_000, 15_000, 30_000, 600_000] {
+            let ttl = Duration::from_millis(ms);
+            let config = lease_config(ttl);
+            assert_eq!(config.renew_interval, ttl / 3, "{ttl:?}");
+            assert_eq!(
+                config.renew_interval,
+                LeaseConfig::with_ttl(ttl).renew_interval,
+                "{ttl:?}: the README's cost per lease-month assumes the library's cadence"
+            );
+            assert_eq!(config.renew_deadline, ttl / 2, "{ttl:?}");
+        }
+    }
+
+    #[test]
     fn grace_must_fit_in_the_budget() {
         let config = lease_config(Duration::from_secs(15));
         let args = |grace| LeaseArgs {

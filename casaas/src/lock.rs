@@ -19,6 +19,7 @@ use crate::{holding, target};
 pub async fn run(args: LockArgs) -> Result<u8, Failure> {
     let mut signals = Signals::catch()?;
     misread_wait(&args)?;
+    let wait = args.wait_limit().map_err(Failure::usage)?;
     let target = target::parse(&args.url)?;
     let config = holding::lease_config(args.lease.ttl);
     let grace = holding::grace(&args.lease, &config)?;
@@ -30,7 +31,7 @@ pub async fn run(args: LockArgs) -> Result<u8, Failure> {
     let lease = holding::lease(store, &target, &owner, config)?;
 
     let cancel = CancellationToken::new();
-    let acquiring = acquire(&lease, &args, &target.display, cancel.clone());
+    let acquiring = acquire(&lease, &args, wait, &target.display, cancel.clone());
     tokio::pin!(acquiring);
     let acquired = tokio::select! {
         acquired = &mut acquiring => acquired?,
@@ -108,11 +109,11 @@ enum Acquired {
 async fn acquire(
     lease: &Lease,
     args: &LockArgs,
+    wait: Option<Wait>,
     display: &str,
     cancel: CancellationToken,
 ) -> Result<Acquired, Failure> {
     let explain = |e: LeaseError| Failure::usage(format!("{display}: {e}"));
-    let wait = args.wait_limit();
     // The first attempt tells who holds it (and costs no extra request:
     // a waiting acquisition would start with the same read).
     let held = match lease.try_acquire().await {

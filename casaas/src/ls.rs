@@ -40,8 +40,9 @@ struct Entry {
     renewed_at: Option<String>,
     version: String,
     /// How the lock is laid out: `record` (one object replaced in place) or
-    /// `epochs` (the create-only layout; `version` is then its epoch).
-    layout: &'static str,
+    /// `epochs` (the create-only layout; `version` is then its epoch);
+    /// none for a foreign object, which is no lock.
+    layout: Option<&'static str>,
     /// What a foreign object starts with.
     #[serde(skip_serializing_if = "Option::is_none")]
     found: Option<String>,
@@ -86,7 +87,9 @@ pub async fn run(args: LsArgs) -> Result<u8, Failure> {
             continue;
         };
         let mut entry = entry(key, &object.body, object.version.to_string(), now);
-        entry.layout = layout;
+        if entry.layout.is_some() {
+            entry.layout = Some(layout);
+        }
         entries.push(entry);
     }
     if args.json {
@@ -117,7 +120,7 @@ fn entry(key: String, body: &[u8], version: String, now: SystemTime) -> Entry {
                 acquired_at: None,
                 renewed_at: None,
                 version,
-                layout: "record",
+                layout: None,
                 found: Some(found),
             };
         }
@@ -138,7 +141,7 @@ fn entry(key: String, body: &[u8], version: String, now: SystemTime) -> Entry {
         acquired_at: Some(rfc3339(record.acquired_at_ms)),
         renewed_at: Some(rfc3339(record.renewed_at_ms)),
         version,
-        layout: "record",
+        layout: Some("record"),
         found: None,
     }
 }

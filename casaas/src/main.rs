@@ -28,6 +28,8 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
 
+use casaas_conformance::cli::LogFormat as ConformanceLogFormat;
+
 use crate::cli::{Cli, Command};
 use crate::exit::Failure;
 
@@ -41,12 +43,28 @@ fn main() -> ExitCode {
     // `casaas conformance …` hands its arguments, untouched, to the
     // conformance command line (which parses its own --help).
     // So does `casaas doctor …`, the conformance crate's deploy gate.
-    if let Some((position, name)) = forwarded_position(&args) {
+    // Their logs follow --log-format before the subcommand, else
+    // CASAAS_LOG_FORMAT, as every other command's.
+    if let Some(forward) = forwarded_position(&args) {
+        let name = forward.name;
         let forwarded = std::iter::once(std::ffi::OsString::from(format!("casaas {name}")))
-            .chain(args[position + 1..].iter().cloned());
+            .chain(args[forward.position + 1..].iter().cloned());
+        let log_format = match forward.log_format {
+            Some(flag) => {
+                ConformanceLogFormat::parse(&flag).map_err(|e| format!("--log-format: {e}"))
+            }
+            None => ConformanceLogFormat::from_env(),
+        };
+        let log_format = match log_format {
+            Ok(format) => format,
+            Err(e) => {
+                logging::report_error(&format!("{e} (see casaas --help)"));
+                return ExitCode::from(exit::USAGE);
+            }
+        };
         return match name {
-            "doctor" => casaas_conformance::cli::run_doctor_cli(forwarded),
-            _ => casaas_conformance::cli::run_cli(forwarded),
+            "doctor" => casaas_conformance::cli::run_doctor_cli_logging(forwarded, log_format),
+            _ => casaas_conformance::cli::run_cli_logging(forwarded, log_format),
         };
     }
     // Secrets in any URL argument are masked from the first message on.
@@ -114,18 +132,44 @@ fn usage_error(err: &clap::Error) -> ExitCode {
     ExitCode::from(exit::USAGE)
 }
 
+/// A subcommand handed to the conformance command line.
+struct Forwarded {
+    /// Where it is in the arguments.
+    position: usize,
+    /// `conformance` or `doctor`.
+    name: &'static str,
+    /// The value of a `--log-format` before it.
+    log_format: Option<String>,
+}
+
 /// Where `conformance` or `doctor` is, if it is the subcommand (only global
-/// options may precede it), and which.
-fn forwarded_position(args: &[std::ffi::OsString]) -> Option<(usize, &'static str)> {
+/// options may precede it), which, and the log format given before it.
+fn forwarded_position(args: &[std::ffi::OsString]) -> Option<Forwarded> {
     let mut index = 1;
+    let mut log_format = None;
     while let Some(arg) = args.get(index) {
         let text = arg.to_string_lossy();
+        let found = |name| {
+            Some(Forwarded {
+                position: index,
+                name,
+                log_format: log_format.clone(),
+            })
+        };
         match text.as_ref() {
-            "conformance" => return Some((index, "conformance")),
-            "doctor" => return Some((index, "doctor")),
-            "--log-format" => index += 2,
+            "conformance" => return found("conformance"),
+            "doctor" => return found("doctor"),
+            "--log-format" => {
+                log_format = args
+                    .get(index + 1)
+                    .map(|v| v.to_string_lossy().into_owned());
+                index += 2;
+            }
             "-v" | "--verbose" | "-vv" => index += 1,
-            t if t.starts_with("--log-format=") => index += 1,
+            t if t.starts_with("--log-format=") => {
+                log_format = t.strip_prefix("--log-format=").map(str::to_string);
+                index += 1;
+            }
             _ => return None,
         }
     }

@@ -85,13 +85,51 @@ pub fn parse_prefix(url: &str) -> Result<LockTarget, Failure> {
 /// `elect`, `release`): a missing `file://` directory is created only with
 /// `create_dirs=true`.
 pub async fn open(target: &LockTarget) -> Result<Arc<dyn CasStore>, Failure> {
+    refuse_missing_adapter_directory(target, "; create it first")?;
     open_url(&target.store_url, &target.display).await
+}
+
+/// An adapter URL on a local directory (`object_store+file://`,
+/// `opendal+fs://`) whose directory does not exist is refused: those
+/// libraries would create it on the first write, so a typo in the path
+/// would be a different, empty lock. They have no `create_dirs` option.
+fn refuse_missing_adapter_directory(target: &LockTarget, advice: &str) -> Result<(), Failure> {
+    match adapter_directory(&target.store_url) {
+        Some(dir) if !dir.is_dir() => Err(Failure::usage(format!(
+            "cannot open {}: directory {} does not exist{advice}",
+            target.display,
+            dir.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The local directory of an `object_store+file://` or `opendal+fs://`
+/// (`opendal+file://`) store URL.
+fn adapter_directory(store_url: &str) -> Option<std::path::PathBuf> {
+    let (name, inner) = adapter_prefix(store_url)?;
+    if !matches!(name, "object_store" | "opendal") {
+        return None;
+    }
+    let parsed = Url::parse(inner).ok()?;
+    match parsed.scheme() {
+        "file" => parsed.to_file_path().ok(),
+        "fs" => {
+            let path = percent_encoding::percent_decode_str(parsed.path()).decode_utf8_lossy();
+            Some(std::path::PathBuf::from(format!(
+                "/{}",
+                path.trim_start_matches('/')
+            )))
+        }
+        _ => None,
+    }
 }
 
 /// Opens the store of `target` for reading only (`status`, `ls`): nothing
 /// is created, whatever the URL says, and a missing `file://` directory is
 /// an error (a typo in the path would otherwise read as "free").
 pub async fn open_read_only(target: &LockTarget) -> Result<Arc<dyn CasStore>, Failure> {
+    refuse_missing_adapter_directory(target, " (status and ls create nothing: check the path)")?;
     let url = without_create_dirs(&target.store_url);
     open_url(&url, &target.display).await.map_err(|failure| {
         let message = failure.message().replace(
@@ -199,6 +237,21 @@ mod tests {
                 "opendal+file:///var/lib/locks/y"
             )
         );
+    }
+
+    #[test]
+    fn adapter_urls_on_local_directories_name_them() {
+        let dir = |url: &str| adapter_directory(url).map(|p| p.display().to_string());
+        assert_eq!(
+            dir("object_store+file:///var/lib/locks?x=1").as_deref(),
+            Some("/var/lib/locks")
+        );
+        assert_eq!(
+            dir("opendal+fs:///var/lib/my%20locks").as_deref(),
+            Some("/var/lib/my locks")
+        );
+        assert_eq!(dir("opendal+s3://bucket/locks"), None);
+        assert_eq!(dir("file:///var/lib/locks"), None);
     }
 
     #[test]

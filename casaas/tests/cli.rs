@@ -916,3 +916,116 @@ fn a_credential_in_a_url_is_refused_and_never_echoed() {
         assert!(!text(&out.stdout).contains(secret));
     }
 }
+
+/// Every command through the adapters' local-directory URLs, no server
+/// needed: `object_store+file://DIR/KEY` and `opendal+fs://DIR/KEY`. A
+/// held lock reads as held (exit 0), `-n` on it gives the conflict code,
+/// `ls` lists it, `release --force` breaks it (its holder exits 76), and a
+/// missing directory is refused by every command, creating nothing.
+#[test]
+fn adapter_file_urls_work_for_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    for (adapter, scheme) in [("object_store", "file"), ("opendal", "fs")] {
+        let root = dir.path().join(adapter);
+        std::fs::create_dir(&root).unwrap();
+        let prefix = format!("{adapter}+{scheme}://{}", root.display());
+        let lock = format!("{prefix}/job");
+        let out = run(&[
+            "lock",
+            "-n",
+            "--ttl",
+            "3s",
+            &lock,
+            "--",
+            "sh",
+            "-c",
+            "echo $CASAAS_FENCING_TOKEN",
+        ]);
+        assert!(out.status.success(), "{adapter}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout).trim(), "1", "{adapter}");
+        assert_eq!(status_code(&lock), 3, "{adapter}: released is free");
+
+        let mut holder = spawn(&[
+            "lock", "--ttl", "3s", "--owner", "holder", &lock, "--", "sleep", "30",
+        ]);
+        wait_held(&lock);
+        let out = run(&["status", "--json", &lock]);
+        assert_eq!(out.status.code(), Some(0), "{adapter}: held");
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            (report["state"].as_str(), report["holder"].as_str()),
+            (Some("held"), Some("holder")),
+            "{adapter}: {report}"
+        );
+        assert_eq!(report["token"].as_u64(), Some(2), "{adapter}: {report}");
+        let out = run(&["lock", "-n", &lock, "--", "true"]);
+        assert_eq!(
+            out.status.code(),
+            Some(75),
+            "{adapter}: {}",
+            text(&out.stderr)
+        );
+        let out = run(&["ls", "--json", &prefix]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{adapter}: {}",
+            text(&out.stderr)
+        );
+        let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let listed = listed.as_array().unwrap();
+        assert_eq!(listed.len(), 1, "{adapter}: {listed:?}");
+        assert_eq!(
+            (listed[0]["key"].as_str(), listed[0]["state"].as_str()),
+            (Some("job"), Some("held")),
+            "{adapter}: {listed:?}"
+        );
+        let out = run(&["release", "--force", "--yes", &lock]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{adapter}: {}",
+            text(&out.stderr)
+        );
+        let status = wait_with_limit(&mut holder, Duration::from_secs(10));
+        assert_eq!(status.code(), Some(76), "{adapter}: the holder lost it");
+        let (code, report) = status_json(&lock);
+        assert_eq!(
+            (code, report["state"].as_str(), report["token"].as_u64()),
+            (3, Some("released"), Some(2)),
+            "{adapter}: {report}"
+        );
+
+        let leader = format!("{prefix}/leader");
+        let out = run(&[
+            "elect",
+            &leader,
+            "--id",
+            "node-a",
+            "--ttl",
+            "3s",
+            "--",
+            "sh",
+            "-c",
+            "echo $CASAAS_FENCING_TOKEN",
+        ]);
+        assert!(out.status.success(), "{adapter}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout).trim(), "1", "{adapter}");
+
+        // A typo in the directory: refused, nothing created.
+        let typo = dir.path().join(format!("{adapter}-typo"));
+        let missing = format!("{adapter}+{scheme}://{}/job", typo.display());
+        for args in [
+            vec!["lock", missing.as_str(), "--", "true"],
+            vec!["elect", missing.as_str(), "--id", "a", "--", "true"],
+            vec!["release", "--force", "--yes", missing.as_str()],
+            vec!["status", missing.as_str()],
+        ] {
+            let out = run(&args);
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+            assert!(stderr.contains("does not exist"), "{args:?}: {stderr}");
+            assert!(!typo.exists(), "{args:?} created {}", typo.display());
+        }
+    }
+}

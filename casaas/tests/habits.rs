@@ -397,7 +397,282 @@ fn every_exit_code_in_the_docs_table_happens_as_documented() {
     assert_eq!(release_answering(&url, "y\n").code(), Some(0));
     let status = wait_with_limit(&mut holder, Duration::from_secs(10));
     assert_eq!(status.code(), Some(76));
+    // The same row for `elect`: a leader whose term is broken by force.
+    let term = lock_url(dir.path(), "term");
+    let mut leader = spawn(&[
+        "elect", &term, "--id", "node-a", "--ttl", "3s", "--", "sleep", "30",
+    ]);
+    wait_held(&term);
+    let out = run(&["release", "--force", "--yes", &term]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let status = wait_with_limit(&mut leader, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(76), "elect");
     seen.insert("76".to_string());
 
     assert_eq!(seen, documented_codes(), "the table and the cases differ");
+}
+
+/// `CASAAS_WAIT` is the lowest setting: `-n`, `-w` and `--wait=` on the
+/// command line each win over it (clap would count the variable as given
+/// and call them conflicting), and a bad value is named.
+#[test]
+fn the_wait_from_the_environment_loses_to_every_wait_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = lock_url(dir.path(), "wait-env");
+    let mut holder = spawn(&["lock", &url, "--", "sleep", "30"]);
+    wait_held(&url);
+    let timed = |env: &str, flags: &[&str]| {
+        let start = Instant::now();
+        let out = casaas()
+            .env("CASAAS_WAIT", env)
+            .arg("lock")
+            .args(flags)
+            .args([url.as_str(), "true"])
+            .output()
+            .unwrap();
+        (out, start.elapsed())
+    };
+    for flags in [
+        vec!["-n"],
+        vec!["-w", "0.3"],
+        vec!["--wait=0"],
+        vec!["-w", "0"],
+    ] {
+        let (out, took) = timed("10m", &flags);
+        assert_eq!(
+            out.status.code(),
+            Some(75),
+            "CASAAS_WAIT=10m {flags:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(took < Duration::from_secs(3), "{flags:?}: {took:?}");
+    }
+    // The variable alone is read: one attempt.
+    let (out, took) = timed("0", &[]);
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    // A flag's longer wait wins over the variable's single attempt.
+    let (out, took) = timed("0", &["--wait=2s"]);
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
+    assert!(took >= Duration::from_millis(1900), "{took:?}");
+    assert!(
+        text(&out.stderr).contains("the wait ran out"),
+        "{}",
+        text(&out.stderr)
+    );
+    let (out, _) = timed("soon", &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("CASAAS_WAIT=\"soon\""),
+        "{}",
+        text(&out.stderr)
+    );
+    // Flags still conflict with each other.
+    let out = run(&["lock", "-n", "--wait=5s", &url, "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    signal(holder.id(), Signal::SIGTERM);
+    wait_with_limit(&mut holder, Duration::from_secs(5));
+}
+
+/// `CASAAS_GRACE` and `CASAAS_ID` are read, and `--grace` / `--id` win.
+#[test]
+fn grace_and_id_come_from_the_environment_and_flags_win() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = lock_url(dir.path(), "grace-env");
+    // A grace too long for the default 15s TTL is refused: the variable
+    // was read; the flag's shorter one is taken instead.
+    for command in [
+        vec!["lock", url.as_str(), "true"],
+        vec!["elect", url.as_str(), "--id", "a", "--", "true"],
+    ] {
+        let out = casaas()
+            .env("CASAAS_GRACE", "10s")
+            .args(&command)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{command:?}");
+        assert!(
+            text(&out.stderr).contains("--grace 10s is not shorter"),
+            "{}",
+            text(&out.stderr)
+        );
+        let mut with_flag = command.clone();
+        with_flag.insert(1, "--grace=1s");
+        let out = casaas()
+            .env("CASAAS_GRACE", "10s")
+            .args(&with_flag)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{with_flag:?}: {}", text(&out.stderr));
+    }
+
+    let elect = |flags: &[&str]| {
+        let mut cmd = casaas();
+        cmd.env("CASAAS_ID", "node-from-env")
+            .args(["elect", "--json", &url])
+            .args(flags)
+            .args(["--", "true"]);
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{flags:?}: {}", text(&out.stderr));
+        json_of(&run(&["status", "--json", &url]))["holder"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(elect(&[]), "node-from-env");
+    assert_eq!(elect(&["--id", "node-from-flag"]), "node-from-flag");
+}
+
+/// `casaas conformance` and `casaas doctor` write their logs in the format
+/// `--log-format` (before the subcommand) or `CASAAS_LOG_FORMAT` names.
+#[test]
+fn conformance_and_doctor_follow_the_log_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let logs = |env: Option<&str>, global: &[&str], command: &[&str]| {
+        let mut cmd = casaas();
+        // The lease probe's library logs at info: enough lines to look at.
+        cmd.env("RUST_LOG", "info");
+        if let Some(format) = env {
+            cmd.env("CASAAS_LOG_FORMAT", format);
+        }
+        let out = cmd.args(global).args(command).output().unwrap();
+        let lines: Vec<String> = text(&out.stderr)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_string)
+            .collect();
+        (out.status.code(), lines)
+    };
+    let is_json = |line: &str| serde_json::from_str::<serde_json::Value>(line).is_ok();
+    let doctor = ["doctor", store.as_str()];
+    let conformance = [
+        "conformance",
+        store.as_str(),
+        "--quick",
+        "--only",
+        "lease_protocol",
+        "--format",
+        "json",
+    ];
+    for command in [&doctor[..], &conformance[..]] {
+        for (env, global, json) in [
+            (Some("json"), &[][..], true),
+            (None, &["--log-format", "json"][..], true),
+            (None, &["--log-format=json"][..], true),
+            (Some("json"), &["--log-format", "text"][..], false),
+            (None, &[][..], false),
+        ] {
+            let (code, lines) = logs(env, global, command);
+            assert_eq!(code, Some(0), "{command:?} {env:?} {global:?}: {lines:?}");
+            // Log lines, not the verdict `conformance` prints on stderr:
+            // a JSON object, or a text line that starts with its time.
+            let log_lines: Vec<&String> = lines
+                .iter()
+                .filter(|l| is_json(l) || (l.starts_with("20") && l.contains(" WARN ")))
+                .collect();
+            assert!(!log_lines.is_empty(), "{command:?}: no log line: {lines:?}");
+            assert!(
+                log_lines.iter().all(|l| is_json(l) == json),
+                "{command:?} {env:?} {global:?}: {lines:?}"
+            );
+        }
+        let (code, lines) = logs(Some("xml"), &[], command);
+        assert_eq!(code, Some(2), "{lines:?}");
+        assert!(
+            lines.iter().any(|l| l.contains("CASAAS_LOG_FORMAT")),
+            "{lines:?}"
+        );
+    }
+    // An error of the doctor is a JSON line too.
+    let missing = format!("{store}/missing");
+    let (code, lines) = logs(Some("json"), &[], &["doctor", &missing]);
+    assert_eq!(code, Some(2));
+    assert!(lines.iter().all(|l| is_json(l)), "{lines:?}");
+    let line: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    assert_eq!(line["level"], "ERROR", "{line}");
+    assert!(
+        line["fields"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not exist"),
+        "{line}"
+    );
+}
+
+/// The doctor creates no directory: not for a missing `file://` one, not
+/// with `?create_dirs=true`, and not for the adapters' local directories.
+#[test]
+fn doctor_creates_no_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing").join("dir");
+    for url in [
+        format!("file://{}", missing.display()),
+        format!("file://{}?create_dirs=true", missing.display()),
+        format!("object_store+file://{}", missing.display()),
+        format!("opendal+fs://{}", missing.display()),
+    ] {
+        for format in ["table", "json"] {
+            let out = run(&["doctor", &url, "--format", format]);
+            assert_eq!(out.status.code(), Some(2), "{url}: {}", text(&out.stdout));
+            let stderr = text(&out.stderr);
+            assert!(
+                stderr.contains("does not exist") && stderr.contains("creates no directory"),
+                "{url}: {stderr}"
+            );
+            assert!(!stderr.contains("add ?create_dirs=true"), "{url}: {stderr}");
+            assert_eq!(
+                std::fs::read_dir(dir.path()).unwrap().count(),
+                0,
+                "{url}: something was created"
+            );
+        }
+    }
+    // On a directory that exists the same URL is checked.
+    std::fs::create_dir_all(&missing).unwrap();
+    let out = run(&[
+        "doctor",
+        &format!("file://{}?create_dirs=true", missing.display()),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+/// `casaas lock` renews every TTL/3, the library's cadence (the cost in
+/// the README assumes it): the holder's renewal times, read from outside,
+/// are a third of the TTL apart.
+#[test]
+fn lock_renews_every_third_of_its_ttl() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = lock_url(dir.path(), "cadence");
+    let mut holder = spawn(&["lock", "--ttl", "3s", &url, "--", "sleep", "30"]);
+    wait_held(&url);
+    let mut renewals: Vec<String> = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(4500) {
+        let report = json_of(&run(&["status", "--json", &url]));
+        let at = report["renewed_at"].as_str().unwrap().to_string();
+        if renewals.last() != Some(&at) {
+            renewals.push(at);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    signal(holder.id(), Signal::SIGTERM);
+    wait_with_limit(&mut holder, Duration::from_secs(5));
+    let millis = |at: &str| {
+        // 2026-11-24T03:21:54.020Z: the time of day, in milliseconds.
+        let time = at.split('T').nth(1).unwrap().trim_end_matches('Z');
+        let parts: Vec<f64> = time.split(':').map(|p| p.parse().unwrap()).collect();
+        ((parts[0] * 3600.0 + parts[1] * 60.0 + parts[2]) * 1000.0) as i64
+    };
+    let gaps: Vec<i64> = renewals
+        .windows(2)
+        .map(|w| millis(&w[1]) - millis(&w[0]))
+        .collect();
+    assert!(gaps.len() >= 3, "{renewals:?}");
+    let shortest = *gaps.iter().min().unwrap();
+    // 1s apart (TTL/3), plus the write itself; TTL/5 would be 600 ms.
+    assert!(
+        (950..1400).contains(&shortest),
+        "renewals {gaps:?} ms apart: {renewals:?}"
+    );
 }

@@ -127,6 +127,14 @@ fn ls_lists_held_expired_released_and_foreign_and_writes_nothing() {
     let json = run(&["ls", "--json", &prefix]);
     assert_eq!(json.status.code(), Some(0), "{}", text(&json.stderr));
     let value: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    // A foreign object is no lock: it has no layout.
+    for entry in value.as_array().unwrap() {
+        let layout = &entry["layout"];
+        match entry["state"].as_str().unwrap() {
+            "foreign" => assert!(layout.is_null(), "{entry}"),
+            _ => assert_eq!(layout, "record", "{entry}"),
+        }
+    }
     insta::assert_json_snapshot!("ls_json", value, {
         "[].acquired_at" => "[time]",
         "[].renewed_at" => "[time]",

@@ -668,3 +668,124 @@ fn four_lockers_never_overlap_on_a_create_only_store() {
         last_token = token;
     }
 }
+
+/// A plain HTTP request to moto (which checks no signature): the status.
+fn moto_request(endpoint: &str, method: &str, path: &str, body: &str) -> u16 {
+    use std::io::{Read, Write};
+    let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = std::net::TcpStream::connect(host).unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {answer}"))
+}
+
+/// On a bucket with versioning enabled, `casaas doctor` and `casaas
+/// conformance` warn that renewals pile up noncurrent versions and point
+/// to the lifecycle rule; the store stays safe (a warning changes no
+/// verdict). The server's own bucket, never versioned, passes the check.
+#[test]
+fn doctor_and_conformance_warn_on_a_versioned_bucket() {
+    let server = test_server("moto");
+    let endpoint = server.var("AWS_ENDPOINT_URL").to_string();
+    let bucket = format!(
+        "casaas-versioned-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos()
+    );
+    assert_eq!(
+        moto_request(&endpoint, "PUT", &format!("/{bucket}"), ""),
+        200
+    );
+    let enable = "<VersioningConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
+                  <Status>Enabled</Status></VersioningConfiguration>";
+    assert_eq!(
+        moto_request(&endpoint, "PUT", &format!("/{bucket}?versioning"), enable),
+        200
+    );
+    let mut versioned = url::Url::parse(&server.url).unwrap();
+    versioned.set_host(Some(&bucket)).unwrap();
+    versioned.set_path(&format!("/{}", unique_prefix("versioned")));
+    let versioned = versioned.to_string();
+    let plain = lock_url(&server, "unversioned");
+    let run = |args: &[&str]| with_env(&server, casaas()).args(args).output().unwrap();
+
+    let out = run(&["doctor", &versioned]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("s3_versioned_bucket"))
+        .unwrap_or_else(|| panic!("the doctor does not check versioning: {stdout}"));
+    assert!(line.starts_with("probe   warn "), "{line}");
+    for words in [
+        "versioning is Enabled",
+        "one noncurrent version per renewal",
+        "lifecycle rule",
+        "docs/cli.md#versioned-buckets",
+    ] {
+        assert!(line.contains(words), "{words:?} not in {line}");
+    }
+    let last = stdout.lines().last().unwrap();
+    assert!(
+        last.starts_with("SAFE FOR LEASES (warnings: s3_versioned_bucket)"),
+        "{last}"
+    );
+
+    let versioning_probe = |url: &str| {
+        let out = run(&[
+            "conformance",
+            url,
+            "--quick",
+            "--only",
+            "s3_versioned_bucket",
+            "--format",
+            "json",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        report["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["id"] == "s3_versioned_bucket")
+            .cloned()
+            .unwrap()
+    };
+    let probe = versioning_probe(&versioned);
+    assert_eq!(
+        (probe["severity"].as_str(), probe["verdict"].as_str()),
+        (Some("warning"), Some("fail")),
+        "{probe}"
+    );
+    assert!(
+        probe["detail"].as_str().unwrap().contains("noncurrent"),
+        "{probe}"
+    );
+    let probe = versioning_probe(&plain);
+    assert_eq!(
+        (probe["severity"].as_str(), probe["verdict"].as_str()),
+        (Some("warning"), Some("pass")),
+        "{probe}"
+    );
+    let out = run(&["doctor", &plain]);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("probe   pass ") && l.contains("s3_versioned_bucket")),
+        "{stdout}"
+    );
+}

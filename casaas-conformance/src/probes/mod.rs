@@ -136,6 +136,13 @@ pub const S3_ONLY_PROBES: [&str; 6] = [
     "s3_versioning_states",
 ];
 
+/// Id, title and explanation of the S3-only bucket versioning probe.
+pub(crate) const VERSIONED_BUCKET: (&str, &str, &str) = (
+    "s3_versioned_bucket",
+    "Bucket versioning is off (renewals keep no noncurrent versions)",
+    "On a bucket with versioning enabled every renewal of a lock keeps the previous record as a noncurrent version (one per renewal, billed as stored data, slowing listings); a lifecycle rule on the locks prefix expires them (docs/cli.md, Versioned buckets).",
+);
+
 /// Id, title and explanation of the Azure-only Put Block List probe.
 pub(crate) const AZURE_BLOCK_LIST: (&str, &str, &str) = (
     "azure_block_list_conditional",
@@ -168,10 +175,10 @@ fn s3_placeholders() -> Vec<Box<dyn Probe>> {
             reason: reason.clone(),
         }),
         Box::new(UnavailableProbe {
-            id: "s3_versioned_bucket",
-            title: "Conditional writes on a versioned bucket",
-            severity: Severity::Info,
-            explanation: "On a versioned bucket a store that ignores conditions for new versions would let two holders write; run this probe on the bucket you deploy on.",
+            id: VERSIONED_BUCKET.0,
+            title: VERSIONED_BUCKET.1,
+            severity: Severity::Warning,
+            explanation: VERSIONED_BUCKET.2,
             reason: reason.clone(),
         }),
         Box::new(UnavailableProbe {
