@@ -846,10 +846,7 @@ fn doctor_url(url: &str) -> Result<String, Usage> {
                 .map_err(|e| Usage(e.into()))?;
             Ok(without.as_unredacted_str().to_string())
         }
-        (Some(name), "file" | "fs") => {
-            let dir = parsed
-                .file_path()
-                .unwrap_or_else(|| PathBuf::from("/").join(parsed.path()));
+        (Some(name), _) if let Some(dir) = parsed.local_path() => {
             if dir.is_dir() {
                 Ok(url.to_string())
             } else {

@@ -137,6 +137,16 @@ impl StoreUrl {
         self.url.to_file_path().ok()
     }
 
+    /// The local directory a `file://` URL, or an `fs://` one (OpenDAL's
+    /// local service, inside `opendal+`), names; `None` for a remote store.
+    pub fn local_path(&self) -> Option<PathBuf> {
+        match self.scheme() {
+            "file" => self.file_path(),
+            "fs" => Some(PathBuf::from("/").join(self.path())),
+            _ => None,
+        }
+    }
+
     /// The URL of the directory that holds the object the path names, and
     /// that object's name (the last path segment, decoded once):
     /// (`s3://b/locks?o=1`, `x`) of `s3://b/locks/x?o=1#f`. The fragment is

@@ -107,22 +107,8 @@ fn refuse_missing_adapter_directory(target: &LockTarget, advice: &str) -> Result
 /// The local directory of an `object_store+file://` or `opendal+fs://`
 /// (`opendal+file://`) store URL.
 fn adapter_directory(store_url: &str) -> Option<std::path::PathBuf> {
-    let (name, inner) = adapter_prefix(store_url)?;
-    if !matches!(name, "object_store" | "opendal") {
-        return None;
-    }
-    let parsed = Url::parse(inner).ok()?;
-    match parsed.scheme() {
-        "file" => parsed.to_file_path().ok(),
-        "fs" => {
-            let path = percent_encoding::percent_decode_str(parsed.path()).decode_utf8_lossy();
-            Some(std::path::PathBuf::from(format!(
-                "/{}",
-                path.trim_start_matches('/')
-            )))
-        }
-        _ => None,
-    }
+    let (_, inner) = split_adapter(store_url)?;
+    StoreUrl::parse(inner).ok()?.local_path()
 }
 
 /// Opens the store of `target` for reading only (`status`, `ls`): nothing
