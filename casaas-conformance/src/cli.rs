@@ -97,26 +97,18 @@ enum Format {
     Markdown,
 }
 
-/// `1s`, `500ms`, `1.5s`, `2m`, or plain seconds (`1.5`).
+/// A duration in the one grammar of durations (`1s`, `500ms`, `1.5s`,
+/// `2m`, or plain seconds), at most an hour.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, scale) = if let Some(n) = text.strip_suffix("ms") {
-        (n, 0.001)
-    } else if let Some(n) = text.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = text.strip_suffix('m') {
-        (n, 60.0)
-    } else {
-        (text, 1.0)
-    };
-    match number.trim().parse::<f64>() {
-        Ok(n) if n.is_finite() && n >= 0.0 && n * scale <= 3600.0 => {
-            Ok(Duration::from_secs_f64(n * scale))
-        }
-        _ => Err(format!(
-            "'{text}' is not a duration: write e.g. 1s, 500ms or 1.5 (seconds, at most an hour)"
-        )),
-    }
+    casaas_core::provider::parse_duration(text)
+        .ok()
+        .filter(|d| *d <= Duration::from_secs(3600))
+        .ok_or_else(|| {
+            format!(
+                "'{}' is not a duration: write e.g. 1s, 500ms or 1.5 (seconds, at most an hour)",
+                text.trim()
+            )
+        })
 }
 
 /// Failures that end the run with exit status 2.

@@ -61,6 +61,11 @@ pub fn register_url_secrets(url: &str) {
     // covers its user part wherever it is printed.
     if let Ok(url) = StoreUrl::parse(url) {
         for secret in url.secrets() {
+            // As typed, and decoded (`p%40ss` is printed as `p@ss` too).
+            let decoded = percent_encoding::percent_decode_str(&secret)
+                .decode_utf8_lossy()
+                .into_owned();
+            register_any_length(&decoded);
             register_any_length(&secret);
         }
     }

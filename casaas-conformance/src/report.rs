@@ -5,7 +5,7 @@
 //! `docs/conformance.md`.
 
 use std::fmt::Write as _;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use casaas_core::Capabilities;
 use casaas_core::layout::{LAYOUT_OPTION, LeaseLayout};
@@ -573,27 +573,7 @@ pub fn judge(probes: &[ProbeResult], options_applied: &[String]) -> Judgement {
 
 /// Formats a time as RFC 3339 UTC with seconds, e.g. `2026-01-02T03:04:05Z`.
 pub fn rfc3339(at: SystemTime) -> String {
-    let secs = at
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    humantime::format_rfc3339_seconds(at).to_string()
 }
 
 /// The result of one store in a comparison: its URL (without credentials)
@@ -728,7 +708,7 @@ fn proves_large_conditional_writes(probes: &[ProbeResult]) -> bool {
 mod tests {
     use super::*;
     use crate::model::Evidence;
-    use std::time::Duration;
+    use std::time::{Duration, UNIX_EPOCH};
 
     fn result(id: &str, severity: Severity, verdict: Verdict) -> ProbeResult {
         ProbeResult {

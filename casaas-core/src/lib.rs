@@ -104,8 +104,8 @@ pub mod provider {
     };
     pub use crate::store::{MAX_KEY_LEN, validate_key, validate_prefix};
     pub use crate::url::{
-        REDACTED, UrlOptions, is_secret_name, is_secret_option, parse_bool, replace_userinfo,
-        take_bool_option, userinfo,
+        REDACTED, UrlOptions, is_secret_name, is_secret_option, parse_bool, parse_duration,
+        replace_userinfo, take_bool_option, userinfo,
     };
     pub use crate::version::VersionPair;
 }

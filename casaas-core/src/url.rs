@@ -618,18 +618,57 @@ impl UrlOptions {
     pub fn get_seconds(&self, name: &str) -> Result<Option<Duration>, CasError> {
         match self.get(name) {
             None => Ok(None),
-            Some(text) => text
-                .parse::<f64>()
+            Some(text) => parse_duration(text)
                 .ok()
-                .filter(|s| s.is_finite() && *s > 0.0)
-                .map(|s| Some(Duration::from_secs_f64(s)))
+                .filter(|d| !d.is_zero())
+                .map(Some)
                 .ok_or_else(|| {
                     CasError::misconfigured(format!(
-                        "option '{name}' must be a positive number of seconds, not {text:?}"
+                        "option '{name}' must be a positive duration (seconds, or with a unit: \
+                         500ms, 1.5s, 2m), not {text:?}"
                     ))
                 }),
         }
     }
+}
+
+/// The one reading of a duration, on command lines and in options alike: a
+/// number (fractions allowed) with a unit `ms`, `s`, `m` or `h`, or a bare
+/// number of seconds: `500ms`, `1.5s`, `2m`, `15`. Zero is a duration; a
+/// caller that needs a positive one says so.
+///
+/// ```
+/// use std::time::Duration;
+/// use casaas_core::provider::parse_duration;
+/// assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+/// assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+/// assert_eq!(parse_duration("15"), Ok(Duration::from_secs(15)));
+/// assert!(parse_duration("5 parsecs").unwrap_err().contains("use ms, s, m or h"));
+/// ```
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let scale = match unit.trim() {
+        "ms" => 0.001,
+        "" | "s" | "sec" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?}; use ms, s, m or h (e.g. 500ms, 15s, 2m)"
+            ));
+        }
+    };
+    number
+        .parse::<f64>()
+        .ok()
+        .map(|n| n * scale)
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| format!("{text:?} is not a duration (e.g. 500ms, 15s, 2m)"))
 }
 
 /// The one reading of a boolean option: `true`/`1`/`yes` or

@@ -11,32 +11,18 @@ pub enum Wait {
     AtMost(Duration),
 }
 
-/// Parses a positive duration: a number with a unit `ms`, `s`, `m` or `h`
-/// (a bare number means seconds).
+/// Parses a positive duration in the one grammar of durations
+/// ([`casaas_core::provider::parse_duration`]: `500ms`, `15s`, `1.5s`, `2m`,
+/// `1h`, or a bare number of seconds).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let scale = match unit.trim() {
-        "ms" => 0.001,
-        "" | "s" | "sec" => 1.0,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?}; use ms, s, m or h (e.g. 500ms, 15s, 2m)"
-            ));
-        }
-    };
-    number
-        .parse::<f64>()
-        .ok()
-        .map(|n| n * scale)
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .and_then(|s| Duration::try_from_secs_f64(s).ok())
-        .ok_or_else(|| format!("{text:?} is not a positive duration (e.g. 500ms, 15s, 2m)"))
+    let d = casaas_core::provider::parse_duration(text)?;
+    if d.is_zero() {
+        return Err(format!(
+            "{:?} is not a positive duration (e.g. 500ms, 15s, 2m)",
+            text.trim()
+        ));
+    }
+    Ok(d)
 }
 
 /// Parses `--wait`'s value: `forever`, or a duration where zero (`0`,

@@ -3,67 +3,22 @@
 //! Secrets are the values of the credential variables of every provider and
 //! the user-info part of any URL given on the command line; whatever
 //! prints them (an SDK at trace level, an error message quoting a URL),
-//! they are replaced by `***` before reaching stderr.
+//! they are replaced by `[redacted]` before reaching stderr, by the same
+//! rules as every report and message of the conformance suite.
 
 use std::io::Write;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
 
 use crate::cli::LogFormat;
 
-/// Variables whose values are secrets.
-const SECRET_VARIABLES: &[&str] = &[
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_SECURITY_TOKEN",
-    "AZURE_STORAGE_KEY",
-    "AZURE_STORAGE_SAS_TOKEN",
-    "AZURE_STORAGE_CONNECTION_STRING",
-    "AZURE_CLIENT_SECRET",
-    "GOOGLE_OAUTH_ACCESS_TOKEN",
-];
-
-/// Shorter values are not masked (they would mangle ordinary words).
-const MIN_SECRET_LEN: usize = 6;
-
-fn secrets() -> &'static Mutex<Vec<String>> {
-    static SECRETS: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
-    SECRETS.get_or_init(|| {
-        let mut found = Vec::new();
-        for name in SECRET_VARIABLES {
-            if let Ok(value) = std::env::var(name) {
-                found.push(value);
-            }
-        }
-        Mutex::new(found)
-    })
-}
-
-/// Adds `secret` to the values masked in all output.
-pub fn add_secret(secret: &str) {
-    let decoded = percent_encoding::percent_decode_str(secret)
-        .decode_utf8_lossy()
-        .to_string();
-    let mut list = secrets().lock().unwrap_or_else(|p| p.into_inner());
-    for value in [secret.to_string(), decoded] {
-        if !list.contains(&value) {
-            list.push(value);
-        }
-    }
-}
-
-/// `text` with every known secret replaced by `***`.
+/// `text` with every secret masked: URL user parts, credential-looking
+/// `name=value` pairs and every registered secret value, by the one set of
+/// redaction rules (`casaas_conformance::redact_text`, `[redacted]`).
 pub fn redact(text: &str) -> String {
-    let list = secrets().lock().unwrap_or_else(|p| p.into_inner());
-    let mut out = text.to_string();
-    for secret in list.iter().filter(|s| s.len() >= MIN_SECRET_LEN) {
-        if out.contains(secret.as_str()) {
-            out = out.replace(secret.as_str(), "***");
-        }
-    }
-    out
+    casaas_conformance::redact_text(text)
 }
 
 static FORMAT: OnceLock<LogFormat> = OnceLock::new();
@@ -73,7 +28,7 @@ static FORMAT: OnceLock<LogFormat> = OnceLock::new();
 pub fn init(format: LogFormat, verbose: u8) {
     let _ = FORMAT.set(format);
     // Read the secret variables now, before anything could print them.
-    drop(secrets().lock());
+    casaas_conformance::register_secrets_from_env();
     let default = match verbose {
         // The library warns when a lease is lost; casaas reports that
         // itself, once, with what it did about it.
@@ -174,9 +129,13 @@ mod tests {
 
     #[test]
     fn secrets_are_masked_also_when_percent_encoded() {
-        add_secret("p%40ss-w0rd");
-        assert_eq!(redact("url s3://u:p%40ss-w0rd@b/x"), "url s3://u:***@b/x");
-        assert_eq!(redact("said p@ss-w0rd"), "said ***");
+        crate::target::register_userinfo("s3://u:p%40ss-w0rd@b/x");
+        assert_eq!(
+            redact("url s3://u:p%40ss-w0rd@b/x"),
+            "url s3://[redacted]@b/x"
+        );
+        assert_eq!(redact("said p@ss-w0rd"), "said [redacted]");
+        assert_eq!(redact("and p%40ss-w0rd"), "and [redacted]");
         assert_eq!(redact("nothing here"), "nothing here");
     }
 }

@@ -165,17 +165,13 @@ fn without_create_dirs(url: &str) -> String {
 /// store is opened, but typed all the same and echoed in that refusal).
 pub fn register_userinfo(url: &str) {
     if let Some(userinfo) = casaas_core::provider::userinfo(url) {
-        logging::add_secret(userinfo);
+        casaas_conformance::register_secret(userinfo);
         for part in userinfo.split(':') {
-            logging::add_secret(part);
+            casaas_conformance::register_secret(part);
         }
     }
     let inner = split_adapter(url).map_or(url, |(_, rest)| rest);
-    if let Ok(parsed) = StoreUrl::parse(inner) {
-        for secret in parsed.secrets() {
-            logging::add_secret(&secret);
-        }
-    }
+    casaas_conformance::register_url_secrets(inner);
 }
 
 fn strip_userinfo_text(url: &str) -> String {
