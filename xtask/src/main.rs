@@ -18,6 +18,8 @@
 mod bench;
 mod createonly_proxy;
 mod servers;
+#[cfg(test)]
+mod tidy;
 mod vendor_matrix;
 
 use std::path::PathBuf;
