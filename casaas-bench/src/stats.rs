@@ -13,16 +13,7 @@ pub struct Summary {
     pub max: f64,
 }
 
-/// The `p`-th percentile (0–100) by nearest rank of unsorted `samples`.
-pub fn percentile(samples: &[f64], p: f64) -> f64 {
-    if samples.is_empty() {
-        return f64::NAN;
-    }
-    let mut sorted = samples.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
+pub use casaas_core::provider::percentile;
 
 /// p50, p99, max and mean of `samples`.
 pub fn summarize(samples: &[f64]) -> Summary {

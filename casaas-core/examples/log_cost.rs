@@ -13,6 +13,7 @@
 //! The maximum includes the new handle's first append, which finds the end
 //! of the log: it must not grow with the log's length.
 
+use casaas_core::provider::percentile;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,11 +52,6 @@ fn parse() -> Result<Args, String> {
         return Err("--appends must be at least 1".to_string());
     }
     Ok(args)
-}
-
-fn percentile<T: Copy + Ord>(sorted: &[T], p: f64) -> T {
-    let index = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[index]
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -117,15 +113,15 @@ async fn run<S: CasStore + 'static>(
         requests.push(counting.counts().total() - before);
     }
     let first = requests[0];
-    requests.sort_unstable();
-    times.sort_unstable();
-    let (p50, max) = (percentile(&requests, 0.5), percentile(&requests, 1.0));
-    let time = |p| -> Duration { percentile(&times, p) };
+    let requests: Vec<f64> = requests.iter().map(|&r| r as f64).collect();
+    let times: Vec<f64> = times.iter().map(Duration::as_secs_f64).collect();
+    let (p50, max) = (percentile(&requests, 50.0), percentile(&requests, 100.0));
+    let time = |p| Duration::from_secs_f64(percentile(&times, p));
     println!(
         "backend={} first_append_requests={first} wall_per_append_p50_us={} wall_per_append_p99_us={}",
         args.backend,
-        time(0.5).as_micros(),
-        time(0.99).as_micros()
+        time(50.0).as_micros(),
+        time(99.0).as_micros()
     );
     println!(
         "entries={} requests_per_append_p50={p50} requests_per_append_max={max}",

@@ -45,6 +45,7 @@ pub mod lease;
 mod memory;
 pub mod profile;
 mod registry;
+mod stats;
 mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -102,6 +103,7 @@ pub mod provider {
         AdapterFactory, StoreFactory, StoreFuture, adapter_of, open_store_url, register_adapter,
         register_scheme, registered_schemes, split_adapter,
     };
+    pub use crate::stats::percentile;
     pub use crate::store::{MAX_KEY_LEN, validate_key, validate_prefix};
     pub use crate::url::{
         REDACTED, UrlOptions, is_secret_name, is_secret_option, parse_bool, parse_duration,

@@ -26,10 +26,9 @@ use url::Url;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-fn percentile(samples: &mut [Duration], p: f64) -> Duration {
-    samples.sort();
-    let index = ((samples.len() as f64 - 1.0) * p).round() as usize;
-    samples.get(index).copied().unwrap_or_default()
+fn percentile(samples: &[Duration], p: f64) -> Duration {
+    let seconds: Vec<f64> = samples.iter().map(Duration::as_secs_f64).collect();
+    Duration::from_secs_f64(casaas_core::provider::percentile(&seconds, p).max(0.0))
 }
 
 /// A plain client with the same settings casaas uses (retries off,
@@ -140,8 +139,8 @@ async fn main() -> Result<()> {
         ("create", &mut c_create, &mut r_create),
         ("replace", &mut c_replace, &mut r_replace),
     ] {
-        let (c50, r50) = (percentile(c, 0.5), percentile(r, 0.5));
-        let (c90, r90) = (percentile(c, 0.9), percentile(r, 0.9));
+        let (c50, r50) = (percentile(c, 50.0), percentile(r, 50.0));
+        let (c90, r90) = (percentile(c, 90.0), percentile(r, 90.0));
         println!(
             "{name:<10} {:>12.3?} {:>12.3?} {:>12.3?} {:>12.3?} {:>8.3}",
             c50,

@@ -94,3 +94,41 @@ fn the_crate_graph_here_is_cargos() {
         "ARCHITECTURE.md's crate graph differs from cargo metadata"
     );
 }
+
+/// The protocol's time comes from its injected clock (`lease/clock.rs`),
+/// so that the simulation controls every instant and every wait: no other
+/// file of the protocol reads the system's clocks or sleeps on its own.
+#[test]
+fn the_protocol_reads_time_only_through_its_clock() {
+    const FORBIDDEN: [&str; 6] = [
+        "Instant::now(",
+        "SystemTime::now(",
+        "time::sleep(",
+        "thread::sleep(",
+        "sleep_until(",
+        "time::timeout(",
+    ];
+    let core = Path::new(env!("CARGO_MANIFEST_DIR")).join("../casaas-core/src");
+    let mut files = vec![core.join("guard.rs"), core.join("layout.rs")];
+    for entry in std::fs::read_dir(core.join("lease")).expect("casaas-core/src/lease") {
+        let path = entry.expect("a directory entry").path();
+        if path.file_name().is_some_and(|n| n != "clock.rs") {
+            files.push(path);
+        }
+    }
+    assert!(files.len() >= 10, "too few protocol files found: {files:?}");
+    let mut found = Vec::new();
+    for path in &files {
+        let text = std::fs::read_to_string(path).expect("a protocol file");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if let Some(call) = FORBIDDEN.iter().find(|f| code.contains(*f)) {
+                found.push(format!("{}:{}: {call}", path.display(), n + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the protocol reads time or sleeps past its clock (use the injected Clock): {found:#?}"
+    );
+}

@@ -258,22 +258,18 @@ pub(super) async fn throttle(cx: &ProbeContext) -> Result<Outcome, StepError> {
 }
 
 /// p50 / p90 / p99 / max / mean of `samples` (milliseconds).
-pub(super) fn percentiles(mut samples: Vec<f64>) -> serde_json::Value {
+pub(super) fn percentiles(samples: Vec<f64>) -> serde_json::Value {
     if samples.is_empty() {
         return json!(null);
     }
-    samples.sort_by(f64::total_cmp);
-    let at = |q: f64| {
-        let index = ((samples.len() as f64 - 1.0) * q).round() as usize;
-        (samples[index.min(samples.len() - 1)] * 100.0).round() / 100.0
-    };
+    let at = |p: f64| (casaas_core::provider::percentile(&samples, p) * 100.0).round() / 100.0;
     let mean = samples.iter().sum::<f64>() / samples.len() as f64;
     json!({
         "samples": samples.len(),
-        "p50_ms": at(0.5),
-        "p90_ms": at(0.9),
-        "p99_ms": at(0.99),
-        "max_ms": at(1.0),
+        "p50_ms": at(50.0),
+        "p90_ms": at(90.0),
+        "p99_ms": at(99.0),
+        "max_ms": at(100.0),
         "mean_ms": (mean * 100.0).round() / 100.0,
     })
 }
@@ -393,7 +389,7 @@ mod tests {
     #[test]
     fn percentiles_of_a_range() {
         let p = percentiles((1..=100).map(f64::from).collect());
-        assert_eq!(p["p50_ms"], json!(51.0));
+        assert_eq!(p["p50_ms"], json!(50.0));
         assert_eq!(p["p99_ms"], json!(99.0));
         assert_eq!(p["max_ms"], json!(100.0));
         assert_eq!(percentiles(Vec::new()), json!(null));
