@@ -222,10 +222,10 @@ impl AzureBlobStore {
             body.extend_from_slice(&data);
         }
         match etag {
-            Some(etag) => Ok(Some(StoredObject {
-                body: Bytes::from(body),
-                version: Version::etag(etag),
-            })),
+            Some(etag) => Ok(Some(StoredObject::new(
+                Bytes::from(body),
+                Version::etag(etag),
+            ))),
             None => Err(Some(
                 CasError::new(ErrorKind::Ambiguous, "the service sent no answer to a read")
                     .with_key(key),
@@ -236,10 +236,10 @@ impl AzureBlobStore {
     /// The blob's properties, when a ranged read said it is empty.
     async fn read_empty(&self, key: &str) -> Result<Option<StoredObject>, Option<CasError>> {
         match self.blob(key).get_properties().await {
-            Ok(props) if props.blob.properties.content_length == 0 => Ok(Some(StoredObject {
-                body: Bytes::new(),
-                version: Version::etag(normalize_etag(props.blob.properties.etag.as_ref())),
-            })),
+            Ok(props) if props.blob.properties.content_length == 0 => Ok(Some(StoredObject::new(
+                Bytes::new(),
+                Version::etag(normalize_etag(props.blob.properties.etag.as_ref())),
+            ))),
             // Rewritten with content since: read again.
             Ok(_) => Err(None),
             Err(e) => {
@@ -361,10 +361,10 @@ impl CasStore for AzureBlobStore {
             let page = page.map_err(|e| self.error(Operation::List, prefix, &e))?;
             for blob in page.blobs.blobs() {
                 if let Some(key) = blob.name.strip_prefix(&self.prefix) {
-                    entries.push(ListEntry {
-                        key: key.to_string(),
-                        version: Version::etag(normalize_etag(blob.properties.etag.as_ref())),
-                    });
+                    entries.push(ListEntry::new(
+                        key,
+                        Version::etag(normalize_etag(blob.properties.etag.as_ref())),
+                    ));
                 }
             }
         }

@@ -189,10 +189,10 @@ impl CasStore for GcsStore {
     async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
         validate_key(key)?;
         match tokio::time::timeout(self.config.timeout, self.read(key)).await {
-            Ok(Ok((generation, body))) => Ok(Some(StoredObject {
+            Ok(Ok((generation, body))) => Ok(Some(StoredObject::new(
                 body,
-                version: Version::Generation(generation),
-            })),
+                Version::Generation(generation),
+            ))),
             Ok(Err(e)) => {
                 let err = map_failure(Operation::Get, &self.config.bucket, key, from_sdk(&e));
                 if err.kind() == ErrorKind::NotFound {

@@ -228,13 +228,9 @@ where
     // Only an error answer's status and code say what happened; a 2xx that
     // could not be read is evidence, not a verdict.
     let answered = stage == Stage::Answered;
-    let failure = Failure {
-        stage,
-        status: status.filter(|_| answered),
-        code: code.clone().filter(|_| answered),
-        message: String::new(),
-        retry_after,
-    };
+    let mut failure = Failure::at(stage, String::new()).with_retry_after(retry_after);
+    failure.status = status.filter(|_| answered);
+    failure.code = code.clone().filter(|_| answered);
     let kind = failure.kind(ctx.op, &code_table);
     let mut message = message(kind, ctx, code.as_deref().unwrap_or(""));
     if status.is_none() {

@@ -241,10 +241,7 @@ impl CasStore for S3Store {
             )
             .with_key(key)
         })?;
-        Ok(Some(StoredObject {
-            body: body.into_bytes(),
-            version: Version::etag(etag),
-        }))
+        Ok(Some(StoredObject::new(body.into_bytes(), Version::etag(etag))))
     }
 
     async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
@@ -326,10 +323,7 @@ impl CasStore for S3Store {
                         None => continue,
                     },
                 };
-                entries.push(ListEntry {
-                    key: key.to_string(),
-                    version,
-                });
+                entries.push(ListEntry::new(key, version));
             }
             match page.next_continuation_token() {
                 Some(next) if page.is_truncated() == Some(true) => token = Some(next.to_string()),
