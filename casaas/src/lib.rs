@@ -41,13 +41,26 @@
 //! # }
 //! ```
 //!
-//! A dropped acquisition is refused at compile time under
-//! `deny(unused_must_use)`: the guard is the lease.
+//! A dropped guard is refused at compile time under
+//! `deny(unused_must_use)`: the guard is the lease, and dropping it gives
+//! the lease up at once. The guard type's own `#[must_use]` decides here,
+//! after `?` or `unwrap()` have taken the `Result` apart:
 //!
 //! ```compile_fail
 //! #![deny(unused_must_use)]
 //! # async fn f(lease: casaas::Lease) {
-//! lease.try_acquire().await;
+//! lease.acquire(casaas::AcquireOptions::default()).await.unwrap();
+//! # }
+//! # fn main() {}
+//! ```
+//!
+//! while the same call, bound to a name, compiles:
+//!
+//! ```no_run
+//! #![deny(unused_must_use)]
+//! # async fn f(lease: casaas::Lease) {
+//! let held = lease.acquire(casaas::AcquireOptions::default()).await.unwrap();
+//! held.release().await.unwrap();
 //! # }
 //! # fn main() {}
 //! ```
