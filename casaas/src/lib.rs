@@ -237,6 +237,8 @@ fn missing_feature(url: &str, enabled: &[&str]) -> Option<&'static str> {
 mod docs {
     #[doc = include_str!("../../README.md")]
     struct Readme;
+    #[doc = include_str!("../README.md")]
+    struct CrateReadme;
     #[doc = include_str!("../../docs/README.md")]
     struct DocsIndex;
     #[doc = include_str!("../../docs/adapters.md")]
@@ -281,7 +283,7 @@ mod tests {
     fn every_docs_page_is_compiled() {
         let lib = include_str!("lib.rs");
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let mut pages = vec!["README.md".to_string()];
+        let mut pages = vec!["README.md".to_string(), "casaas/README.md".to_string()];
         for dir in ["docs", "docs/providers"] {
             for entry in std::fs::read_dir(root.join(dir)).unwrap() {
                 let name = entry.unwrap().file_name().into_string().unwrap();
@@ -291,7 +293,10 @@ mod tests {
             }
         }
         for page in pages {
-            let include = format!("include_str!(\"../../{page}\")");
+            let include = match page.strip_prefix("casaas/") {
+                Some(own) => format!("include_str!(\"../{own}\")"),
+                None => format!("include_str!(\"../../{page}\")"),
+            };
             assert!(
                 lib.contains(&include),
                 "{page} is not compiled by the docs module"
