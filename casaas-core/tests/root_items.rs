@@ -63,7 +63,9 @@ fn root_items(source: &str) -> Vec<(String, bool)> {
             while !statement.trim_end().ends_with(';') {
                 statement.push_str(lines.next().unwrap());
             }
-            let body = statement.trim_start_matches("pub use ").trim_end_matches(';');
+            let body = statement
+                .trim_start_matches("pub use ")
+                .trim_end_matches(';');
             let names = match body.split_once('{') {
                 Some((_, list)) => list.trim_end_matches('}').to_string(),
                 None => body.to_string(),

@@ -448,10 +448,11 @@ impl CasStore for OpendalCas {
         }
         let completed: Vec<Option<ListEntry>> = futures::stream::iter(incomplete)
             .map(|key| async move {
-                Ok::<_, CasError>(self
-                    .read_current(&key)
-                    .await?
-                    .map(|stored| ListEntry::new(key, stored.version)))
+                Ok::<_, CasError>(
+                    self.read_current(&key)
+                        .await?
+                        .map(|stored| ListEntry::new(key, stored.version)),
+                )
             })
             .buffer_unordered(LIST_CONCURRENCY)
             .try_collect()

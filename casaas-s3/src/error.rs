@@ -1,11 +1,11 @@
 //! How S3 answers become [`casaas_core::ErrorKind`]s.
 //!
 //! S3 supplies only its table of error codes ([`code_table`]); the kind
-//! comes from the one policy of [`casaas_core::provider::classify`], a pure function
-//! of the operation, whether the request may have been sent, the HTTP
-//! status and the S3 error code, so that each case is unit-tested on its
-//! own. The crate-private `from_sdk_error` is the glue that extracts those facts from an
-//! `aws-sdk-s3` error.
+//! comes from the one policy of [`casaas_core::provider::classify`], a pure
+//! function of the operation, whether the request may have been sent, the
+//! HTTP status and the S3 error code, so that each case is unit-tested on
+//! its own. The crate-private `from_sdk_error` is the glue that extracts
+//! those facts from an `aws-sdk-s3` error.
 
 use std::error::Error as StdError;
 use std::time::{Duration, SystemTime};

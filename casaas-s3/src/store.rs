@@ -267,7 +267,10 @@ impl CasStore for S3Store {
             )
             .with_key(key)
         })?;
-        Ok(Some(StoredObject::new(body.into_bytes(), Version::etag(etag))))
+        Ok(Some(StoredObject::new(
+            body.into_bytes(),
+            Version::etag(etag),
+        )))
     }
 
     async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {

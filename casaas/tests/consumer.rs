@@ -54,7 +54,9 @@ fn run(mut cmd: Command) -> String {
 
 #[test]
 fn the_library_alone_has_no_command_line_dependencies() {
-    let tree = run(cargo(&["tree", "--quiet", "-e", "normal", "--prefix", "none"]));
+    let tree = run(cargo(&[
+        "tree", "--quiet", "-e", "normal", "--prefix", "none",
+    ]));
     assert!(tree.contains("casaas-s3"), "{tree}");
     for crate_name in [
         "casaas-conformance",
@@ -67,7 +69,9 @@ fn the_library_alone_has_no_command_line_dependencies() {
         "casaas-azure",
     ] {
         assert!(
-            !tree.lines().any(|l| l.starts_with(&format!("{crate_name} "))),
+            !tree
+                .lines()
+                .any(|l| l.starts_with(&format!("{crate_name} "))),
             "{crate_name} is in the library's graph:\n{tree}"
         );
     }

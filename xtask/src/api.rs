@@ -122,8 +122,8 @@ fn listing(doc: &Path) -> Result<String> {
                 modules.insert(prefix.clone());
             }
         }
-        let page = std::fs::read_to_string(doc.join(&href))
-            .with_context(|| format!("reading {href}"))?;
+        let page =
+            std::fs::read_to_string(doc.join(&href)).with_context(|| format!("reading {href}"))?;
         out.push_str(&format!("{kind} {name}\n"));
         for line in item_lines(&page) {
             out.push_str(&format!("    {line}\n"));

@@ -250,7 +250,14 @@ fn ci(root: &PathBuf, sim_ops: u64, keep_servers: bool) -> Result<()> {
     // and the command with every feature.
     cargo(
         root,
-        &["check", "-p", "casaas", "--no-default-features", "--features", "s3"],
+        &[
+            "check",
+            "-p",
+            "casaas",
+            "--no-default-features",
+            "--features",
+            "s3",
+        ],
     )?;
     cargo(root, &["build", "-p", "casaas", "--bins", "--all-features"])?;
     let ctx = servers::Ctx::new(root.clone());
