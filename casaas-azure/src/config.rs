@@ -25,9 +25,9 @@ pub const CREDENTIAL_VARIABLES: [&str; 3] = [
     "AZURE_STORAGE_SAS_TOKEN",
 ];
 
-/// Options an `az://` URL may carry; the credentials (the lowercase names
-/// of [`CREDENTIAL_VARIABLES`]) only beside it, never in it.
-const URL_OPTIONS: [&str; 7] = [
+/// The query options an `az://` URL accepts; the credentials (the
+/// lowercase names of [`CREDENTIAL_VARIABLES`]) only beside it, never in it.
+pub const URL_OPTIONS: &[&str] = &[
     "endpoint",
     "timeout",
     "connect_timeout",
@@ -243,28 +243,106 @@ impl ConnectionString {
 /// ```
 #[derive(Clone)]
 pub struct AzureBlobStoreBuilder {
-    pub(crate) account: String,
-    pub(crate) container: String,
-    pub(crate) prefix: String,
-    pub(crate) endpoint: Option<String>,
+    pub(crate) config: AzureConfig,
     pub(crate) credentials: Option<AzureCredentials>,
-    pub(crate) timeout: Duration,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) create_container: bool,
 }
 
 impl fmt::Debug for AzureBlobStoreBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AzureBlobStoreBuilder")
-            .field("account", &self.account)
-            .field("container", &self.container)
-            .field("prefix", &self.prefix)
-            .field("endpoint", &self.endpoint)
+            .field("config", &self.config)
             .field("credentials", &self.credentials)
-            .field("timeout", &self.timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("create_container", &self.create_container)
             .finish()
+    }
+}
+
+/// The settings of one Azure store: where it is and how it talks. Holds no
+/// secrets (credentials are the builder's, [`AzureCredentials`]).
+///
+/// ```
+/// use casaas_azure::AzureConfig;
+/// use casaas_core::StoreUrl;
+///
+/// let url = StoreUrl::parse("az://myaccount/locks/app1?timeout=5&create_container=true").unwrap();
+/// let config = AzureConfig::from_url(&url).unwrap();
+/// assert_eq!((config.account.as_str(), config.container.as_str()), ("myaccount", "locks"));
+/// assert_eq!(config.prefix, "app1");
+/// assert_eq!(config.timeout, std::time::Duration::from_secs(5));
+/// assert!(config.create_container);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AzureConfig {
+    /// The storage account.
+    pub account: String,
+    /// The container.
+    pub container: String,
+    /// The prefix keys live under, without a trailing `/` (may be empty).
+    pub prefix: String,
+    /// The account's blob endpoint (`https://ACCOUNT.blob.core.windows.net`
+    /// when `None`).
+    pub endpoint: Option<String>,
+    /// The total time one request may take.
+    pub timeout: Duration,
+    /// The time a connection attempt may take.
+    pub connect_timeout: Duration,
+    /// Whether building the store creates the container if it is missing.
+    pub create_container: bool,
+}
+
+impl AzureConfig {
+    /// The defaults for container `container` of account `account`: the
+    /// public endpoint, [`DEFAULT_TIMEOUT`], [`DEFAULT_CONNECT_TIMEOUT`],
+    /// no container creation.
+    pub fn new(account: impl Into<String>, container: impl Into<String>) -> Self {
+        AzureConfig {
+            account: account.into(),
+            container: container.into(),
+            prefix: String::new(),
+            endpoint: None,
+            timeout: DEFAULT_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            create_container: false,
+        }
+    }
+
+    /// Reads `az://account/container/prefix?options` ([`URL_OPTIONS`]);
+    /// credentials given beside the URL are the builder's business, not the
+    /// config's. Unknown or repeated options and malformed values are
+    /// rejected with a message that says what to fix.
+    pub fn from_url(url: &StoreUrl) -> Result<Self, CasError> {
+        url.check_provider(
+            "az",
+            "set AZURE_STORAGE_KEY, AZURE_STORAGE_SAS_TOKEN or AZURE_STORAGE_CONNECTION_STRING",
+        )?;
+        let account = Some(url.authority())
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| {
+                CasError::misconfigured(
+                    "the URL names no storage account: az://ACCOUNT/CONTAINER/PREFIX",
+                )
+            })?
+            .to_string();
+        let (container, prefix) = url.first_segment()?;
+        if container.is_empty() {
+            return Err(CasError::misconfigured(
+                "the URL names no container: az://ACCOUNT/CONTAINER/PREFIX",
+            ));
+        }
+        let options = url.options(URL_OPTIONS)?;
+        let mut config = AzureConfig::new(account, container);
+        config.prefix = prefix.to_string();
+        if let Some(endpoint) = options.get("endpoint") {
+            config.endpoint = Some(endpoint.to_string());
+        }
+        if let Some(timeout) = options.get_seconds("timeout")? {
+            config.timeout = timeout;
+        }
+        if let Some(timeout) = options.get_seconds("connect_timeout")? {
+            config.connect_timeout = timeout;
+        }
+        config.create_container = options.get_bool("create_container", false)?;
+        Ok(config)
     }
 }
 
@@ -278,16 +356,20 @@ impl AzureBlobStoreBuilder {
     /// on the public Azure endpoint unless [`endpoint`](Self::endpoint) says
     /// otherwise.
     pub fn new(account: impl Into<String>, container: impl Into<String>) -> Self {
+        AzureBlobStoreBuilder::from_config(AzureConfig::new(account, container))
+    }
+
+    /// A builder with `config`'s settings and no credentials yet.
+    pub fn from_config(config: AzureConfig) -> Self {
         AzureBlobStoreBuilder {
-            account: account.into(),
-            container: container.into(),
-            prefix: String::new(),
-            endpoint: None,
+            config,
             credentials: None,
-            timeout: DEFAULT_TIMEOUT,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            create_container: false,
         }
+    }
+
+    /// The settings so far.
+    pub fn config(&self) -> &AzureConfig {
+        &self.config
     }
 
     /// A builder from a connection string (account, key or SAS, endpoint),
@@ -313,7 +395,7 @@ impl AzureBlobStoreBuilder {
             )
         })?;
         let mut builder = AzureBlobStoreBuilder::new(account, container).credentials(credentials);
-        builder.endpoint = parsed.blob_endpoint;
+        builder.config.endpoint = parsed.blob_endpoint;
         Ok(builder)
     }
 
@@ -358,26 +440,9 @@ impl AzureBlobStoreBuilder {
         url: &StoreUrl,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, CasError> {
-        url.check_provider(
-            "az",
-            "set AZURE_STORAGE_KEY, AZURE_STORAGE_SAS_TOKEN or AZURE_STORAGE_CONNECTION_STRING",
-        )?;
-        let account = Some(url.authority())
-            .filter(|h| !h.is_empty())
-            .ok_or_else(|| {
-                CasError::misconfigured(
-                    "the URL names no storage account: az://ACCOUNT/CONTAINER/PREFIX",
-                )
-            })?
-            .to_string();
-        let (container, prefix) = url.first_segment()?;
-        if container.is_empty() {
-            return Err(CasError::misconfigured(
-                "the URL names no container: az://ACCOUNT/CONTAINER/PREFIX",
-            ));
-        }
-        let options = url.options(&URL_OPTIONS)?;
-        let mut builder = AzureBlobStoreBuilder::new(account.clone(), container).prefix(prefix);
+        let config = AzureConfig::from_url(url)?;
+        let account = config.account.clone();
+        let mut builder = AzureBlobStoreBuilder::from_config(config);
 
         if let Some(text) = env("AZURE_STORAGE_CONNECTION_STRING").filter(|s| !s.is_empty()) {
             let parsed = ConnectionString::parse(&text)
@@ -396,7 +461,7 @@ impl AzureBlobStoreBuilder {
                      SharedAccessSignature",
                 )
             })?);
-            builder.endpoint = parsed.blob_endpoint;
+            builder.config.endpoint = parsed.blob_endpoint;
         } else if let Some(key) = env("AZURE_STORAGE_KEY").filter(|s| !s.is_empty()) {
             builder.credentials = Some(AzureCredentials::SharedKey(key));
         } else if let Some(sas) = env("AZURE_STORAGE_SAS_TOKEN").filter(|s| !s.is_empty()) {
@@ -407,30 +472,23 @@ impl AzureBlobStoreBuilder {
                 CREDENTIAL_VARIABLES.join(", ")
             )));
         }
-        if let Some(endpoint) = options.get("endpoint") {
-            builder.endpoint = Some(endpoint.to_string());
+        if let Some(endpoint) = url.options(URL_OPTIONS)?.get("endpoint") {
+            builder.config.endpoint = Some(endpoint.to_string());
         }
-        if let Some(timeout) = options.get_seconds("timeout")? {
-            builder.timeout = timeout;
-        }
-        if let Some(timeout) = options.get_seconds("connect_timeout")? {
-            builder.connect_timeout = timeout;
-        }
-        builder.create_container = options.get_bool("create_container", false)?;
         builder.check()?;
         Ok(builder)
     }
 
     /// Keys are stored under `prefix/` in the container.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
+        self.config.prefix = prefix.into();
         self
     }
 
     /// The account's blob endpoint, e.g. `http://127.0.0.1:10000/devstoreaccount1`
     /// for Azurite or `https://ACCOUNT.blob.core.windows.net` (the default).
     pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
-        self.endpoint = Some(endpoint.into());
+        self.config.endpoint = Some(endpoint.into());
         self
     }
 
@@ -443,14 +501,14 @@ impl AzureBlobStoreBuilder {
     /// The total time one request may take (default 30 s). A write that
     /// times out is reported as ambiguous.
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
+        self.config.timeout = timeout;
         self
     }
 
     /// The time a connection attempt may take (default 10 s). A connect
     /// failure is reported as "not sent".
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.config.connect_timeout = timeout;
         self
     }
 
@@ -458,16 +516,16 @@ impl AzureBlobStoreBuilder {
     /// missing (default false: a missing container is a configuration
     /// error).
     pub fn create_container(mut self, create: bool) -> Self {
-        self.create_container = create;
+        self.config.create_container = create;
         self
     }
 
     /// The endpoint requests go to: the configured one without a trailing
     /// `/`, or the public Azure one.
     pub(crate) fn endpoint_url(&self) -> Result<Url, CasError> {
-        let text = match &self.endpoint {
+        let text = match &self.config.endpoint {
             Some(e) => e.trim_end_matches('/').to_string(),
-            None => format!("https://{}.blob.core.windows.net", self.account),
+            None => format!("https://{}.blob.core.windows.net", self.config.account),
         };
         let url = Url::parse(&text).map_err(|e| {
             CasError::misconfigured(format!(
@@ -491,13 +549,13 @@ impl AzureBlobStoreBuilder {
 
     /// Checks names and the endpoint before any request.
     pub(crate) fn check(&self) -> Result<(), CasError> {
-        check_account(&self.account)?;
-        check_container(&self.container)?;
-        if !self.prefix.is_empty() {
-            validate_key(&self.prefix)
+        check_account(&self.config.account)?;
+        check_container(&self.config.container)?;
+        if !self.config.prefix.is_empty() {
+            validate_key(&self.config.prefix)
                 .map_err(|e| CasError::misconfigured(format!("bad prefix: {}", e.message())))?;
         }
-        if self.timeout.is_zero() || self.connect_timeout.is_zero() {
+        if self.config.timeout.is_zero() || self.config.connect_timeout.is_zero() {
             return Err(CasError::misconfigured("timeouts must be positive"));
         }
         self.endpoint_url().map(|_| ())

@@ -32,6 +32,7 @@ use crate::error::{Failure, map_failure};
 
 /// How long a native lease lasts unless renewed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum NativeLeaseDuration {
     /// 15 to 60 seconds (the service's bounds).
     Seconds(u8),

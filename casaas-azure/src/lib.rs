@@ -37,7 +37,7 @@
 //! ```
 
 mod config;
-mod error;
+pub mod error;
 mod lease;
 mod store;
 mod transport;
@@ -48,8 +48,9 @@ use casaas_core::provider::StoreFuture;
 use casaas_core::{CasStore, StoreUrl};
 
 pub use config::{
-    AzureBlobStoreBuilder, AzureCredentials, CREDENTIAL_VARIABLES, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_TIMEOUT, DEV_ACCOUNT, DEV_ACCOUNT_KEY, DEV_BLOB_ENDPOINT, TokenCredential,
+    AzureBlobStoreBuilder, AzureConfig, AzureCredentials, CREDENTIAL_VARIABLES,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, DEV_ACCOUNT, DEV_ACCOUNT_KEY, DEV_BLOB_ENDPOINT,
+    TokenCredential, URL_OPTIONS,
 };
 pub use error::{Failure, code_table, map_failure};
 pub use lease::{

@@ -17,7 +17,7 @@ use casaas_core::{
 };
 use futures::StreamExt;
 
-use crate::config::AzureBlobStoreBuilder;
+use crate::config::{AzureBlobStoreBuilder, AzureConfig};
 use casaas_core::provider::Operation;
 
 use crate::error::{Failure, map_failure};
@@ -61,6 +61,7 @@ pub struct AzureBlobStore {
     /// The endpoint, which never carries credentials (checked at build).
     endpoint: String,
     credential_kind: &'static str,
+    config: AzureConfig,
 }
 
 impl fmt::Debug for AzureBlobStore {
@@ -97,6 +98,31 @@ impl AzureBlobStore {
         Self::open_url(&StoreUrl::parse(url)?).await
     }
 
+    /// Opens the store an `az://` URL names, with `options` given beside
+    /// the URL: credentials under the lowercase names of
+    /// [`CREDENTIAL_VARIABLES`](crate::CREDENTIAL_VARIABLES) (the
+    /// environment decides when none is given) and any option the URL's
+    /// query takes.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), casaas_core::CasError> {
+    /// let store = casaas_azure::AzureBlobStore::open_with(
+    ///     "az://devstoreaccount1/locks/app1?endpoint=http://127.0.0.1:10000/devstoreaccount1",
+    ///     [("azure_storage_key", casaas_azure::DEV_ACCOUNT_KEY)],
+    /// )
+    /// .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn open_with<I, K, V>(url: &str, options: I) -> Result<Self, CasError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: Into<String>,
+    {
+        Self::open_url(&StoreUrl::parse(url)?.with_given_options(options)?).await
+    }
+
     /// Opens the store a parsed `az://` URL names, with the credentials
     /// given beside it ([`StoreUrl::with_given_options`]: the lowercase
     /// names of [`CREDENTIAL_VARIABLES`](crate::CREDENTIAL_VARIABLES)), else
@@ -115,27 +141,29 @@ impl AzureBlobStore {
                  AzureCredentials::Anonymous for public containers",
             )
         })?;
-        let sdk_credentials = credentials.to_sdk(&builder.account)?;
+        let sdk_credentials = credentials.to_sdk(&builder.config.account)?;
         let endpoint = builder.endpoint_url()?;
-        let transport = Transport::new(builder.timeout, builder.connect_timeout)
-            .map_err(|f| map_failure(Operation::Get, &f, &builder.container))?;
+        let transport = Transport::new(builder.config.timeout, builder.config.connect_timeout)
+            .map_err(|f| map_failure(Operation::Get, &f, &builder.config.container))?;
         let location = CloudLocation::Custom {
-            account: builder.account.clone(),
+            account: builder.config.account.clone(),
             uri: endpoint.as_str().trim_end_matches('/').to_string(),
         };
         let container = ClientBuilder::with_location(location, sdk_credentials)
             .retry(RetryOptions::none())
             .transport(TransportOptions::new(Arc::new(transport)))
-            .container_client(builder.container.clone());
-        let prefix = if builder.prefix.is_empty() {
+            .container_client(builder.config.container.clone());
+        let prefix = if builder.config.prefix.is_empty() {
             String::new()
         } else {
-            format!("{}/", builder.prefix.trim_end_matches('/'))
+            format!("{}/", builder.config.prefix.trim_end_matches('/'))
         };
+        let config = builder.config.clone();
         Ok(AzureBlobStore {
+            config,
             container,
-            container_name: builder.container,
-            account: builder.account,
+            container_name: builder.config.container,
+            account: builder.config.account,
             prefix,
             endpoint: endpoint.as_str().trim_end_matches('/').to_string(),
             credential_kind: credentials.kind(),
@@ -162,6 +190,11 @@ impl AzureBlobStore {
                 }
             }
         }
+    }
+
+    /// The settings the store was built with (no secrets).
+    pub fn config(&self) -> &AzureConfig {
+        &self.config
     }
 
     /// The storage account.
@@ -283,10 +316,10 @@ impl AzureBlobStore {
             body.extend_from_slice(&data);
         }
         match etag {
-            Some(etag) => Ok(Some(StoredObject {
-                body: Bytes::from(body),
-                version: Version::etag(etag),
-            })),
+            Some(etag) => Ok(Some(StoredObject::new(
+                Bytes::from(body),
+                Version::etag(etag),
+            ))),
             None => Err(Some(
                 CasError::new(ErrorKind::Ambiguous, "the service sent no answer to a read")
                     .with_key(key),
@@ -297,10 +330,10 @@ impl AzureBlobStore {
     /// The blob's properties, when a ranged read said it is empty.
     async fn read_empty(&self, key: &str) -> Result<Option<StoredObject>, Option<CasError>> {
         match self.blob(key).get_properties().await {
-            Ok(props) if props.blob.properties.content_length == 0 => Ok(Some(StoredObject {
-                body: Bytes::new(),
-                version: Version::etag(normalize_etag(props.blob.properties.etag.as_ref())),
-            })),
+            Ok(props) if props.blob.properties.content_length == 0 => Ok(Some(StoredObject::new(
+                Bytes::new(),
+                Version::etag(normalize_etag(props.blob.properties.etag.as_ref())),
+            ))),
             // Rewritten with content since: read again.
             Ok(_) => Err(None),
             Err(e) => {
@@ -422,10 +455,10 @@ impl CasStore for AzureBlobStore {
             let page = page.map_err(|e| self.error(Operation::List, prefix, &e))?;
             for blob in page.blobs.blobs() {
                 if let Some(key) = blob.name.strip_prefix(&self.prefix) {
-                    entries.push(ListEntry {
-                        key: key.to_string(),
-                        version: Version::etag(normalize_etag(blob.properties.etag.as_ref())),
-                    });
+                    entries.push(ListEntry::new(
+                        key,
+                        Version::etag(normalize_etag(blob.properties.etag.as_ref())),
+                    ));
                 }
             }
         }
@@ -456,7 +489,7 @@ impl AzureBlobStoreBuilder {
     /// Builds the store; with [`create_container(true)`](Self::create_container)
     /// also creates the container if missing (one request).
     pub async fn build(self) -> Result<AzureBlobStore, CasError> {
-        let create = self.create_container;
+        let create = self.config.create_container;
         let store = AzureBlobStore::from_builder(self)?;
         if create {
             store.ensure_container().await?;

@@ -286,3 +286,39 @@ async fn sas_token() {
         .unwrap();
     assert!(!format!("{err} {err:?}").contains(sig), "{err:?}");
 }
+
+/// The typed config read from a URL, kept by the builder and the store;
+/// `open_with` takes the credentials beside the URL, like the other
+/// providers.
+#[tokio::test]
+async fn config_from_url_and_open_with() {
+    use casaas_azure::AzureConfig;
+    use casaas_core::StoreUrl;
+    let url = StoreUrl::parse(
+        "az://devstoreaccount1/locks/app1?endpoint=http://127.0.0.1:9/devstoreaccount1&timeout=7",
+    )
+    .unwrap();
+    let config = AzureConfig::from_url(&url).unwrap();
+    assert_eq!(config.account, "devstoreaccount1");
+    assert_eq!(config.container, "locks");
+    assert_eq!(config.prefix, "app1");
+    assert_eq!(config.timeout, std::time::Duration::from_secs(7));
+    assert!(!config.create_container);
+    assert!(casaas_azure::URL_OPTIONS.contains(&"create_container"));
+    assert!(AzureConfig::from_url(&StoreUrl::parse("az://acct/cont?bogus=1").unwrap()).is_err());
+
+    let store = AzureBlobStore::open_with(
+        "az://devstoreaccount1/locks/app1?endpoint=http://127.0.0.1:9/devstoreaccount1",
+        [("azure_storage_key", DEV_ACCOUNT_KEY)],
+    )
+    .await
+    .unwrap();
+    assert_eq!(store.config().prefix, "app1");
+    assert_eq!(
+        store.config().endpoint.as_deref(),
+        Some("http://127.0.0.1:9/devstoreaccount1")
+    );
+    assert!(!format!("{store:?}").contains(DEV_ACCOUNT_KEY));
+    let builder = AzureBlobStoreBuilder::from_config(config.clone());
+    assert_eq!(builder.config(), &config);
+}

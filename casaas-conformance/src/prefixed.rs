@@ -113,10 +113,9 @@ impl ForwardingStore for PrefixedStore {
         Ok(entries
             .into_iter()
             .filter_map(|e| {
-                e.key.strip_prefix(&self.prefix).map(|k| ListEntry {
-                    key: k.to_string(),
-                    version: e.version.clone(),
-                })
+                e.key
+                    .strip_prefix(&self.prefix)
+                    .map(|k| ListEntry::new(k, e.version.clone()))
             })
             .collect())
     }

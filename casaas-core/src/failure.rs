@@ -17,6 +17,7 @@ use crate::{CasError, CasStore, Delivery, ErrorKind, Operation, classify};
 
 /// How far a failed request got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Stage {
     /// It was never sent: connection refused, DNS failure, TLS handshake.
     NotSent,
@@ -49,6 +50,7 @@ impl Stage {
 
 /// The facts of one failed request.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Failure {
     /// How far the request got.
     pub stage: Stage,

@@ -66,7 +66,8 @@ pub(crate) use url::parse_bool;
 
 // Kept at the root, hidden, only until the provider crates' error
 // modules import them from `provider`; not part of the root's API (the
-// root-listing test names them as the only hidden exceptions).
+// root-listing test, `tests/root_items.rs`, names them as the only hidden
+// exceptions).
 #[doc(hidden)]
 pub use error::{Delivery, Operation, classify};
 #[doc(hidden)]

@@ -65,6 +65,7 @@ pub const TOOL_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// What the conformance run concluded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ProfileVerdict {
     /// Safe for leases (with the proven options).
     Safe,
@@ -77,6 +78,7 @@ pub enum ProfileVerdict {
 /// Which store a profile is about: enough to tell stores apart, nothing
 /// secret (no credential, no user info, no prefix).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct StoreIdentity {
     /// The URL scheme (`s3`, `gs`, `az`, `file`, `memory`).
     pub scheme: String,

@@ -13,12 +13,43 @@ use crate::{CasError, Version};
 pub const MAX_KEY_LEN: usize = 1024;
 
 /// An object read from a store: its body and the version naming that write.
+///
+/// It may gain fields, so a backend outside this crate builds one with
+/// [`StoredObject::new`]:
+///
+/// ```
+/// use bytes::Bytes;
+/// use casaas_core::{ListEntry, StoredObject, Version};
+///
+/// let object = StoredObject::new(Bytes::from_static(b"x"), Version::Generation(7));
+/// assert_eq!(object.version, Version::Generation(7));
+/// let entry = ListEntry::new("a/b", Version::Generation(7));
+/// assert_eq!((entry.key.as_str(), entry.version), ("a/b", object.version));
+/// ```
+///
+/// and not with a struct expression:
+///
+/// ```compile_fail,E0639
+/// let _ = casaas_core::StoredObject {
+///     body: bytes::Bytes::new(),
+///     version: casaas_core::Version::Generation(1),
+/// };
+/// ```
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StoredObject {
     /// The object's bytes.
     pub body: Bytes,
     /// The version of the write that produced these bytes.
     pub version: Version,
+}
+
+impl StoredObject {
+    /// An object read with its body and the version of the write that
+    /// produced it (for backends outside this crate).
+    pub fn new(body: Bytes, version: Version) -> Self {
+        StoredObject { body, version }
+    }
 }
 
 impl fmt::Debug for StoredObject {
@@ -32,11 +63,23 @@ impl fmt::Debug for StoredObject {
 
 /// One entry of a [`CasStore::list`] answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ListEntry {
     /// The key, relative to the store's prefix (as passed to the other methods).
     pub key: String,
     /// The version of the object's current write.
     pub version: Version,
+}
+
+impl ListEntry {
+    /// An entry of a list answer: the key relative to the store's prefix
+    /// and its current version.
+    pub fn new(key: impl Into<String>, version: Version) -> Self {
+        ListEntry {
+            key: key.into(),
+            version,
+        }
+    }
 }
 
 /// What a backend truly honours. Probes verify these claims; protocols

@@ -99,6 +99,7 @@ impl fmt::Debug for Version {
 /// assert_eq!(VersionPair::from_version(&version, "this store").unwrap(), pair);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct VersionPair {
     /// The entity tag, verbatim.
     pub e_tag: Option<String>,

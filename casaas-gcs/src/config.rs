@@ -19,6 +19,7 @@ pub const URL_OPTIONS: &[&str] = &["endpoint", "anonymous", "timeout", "conditio
 
 /// Which credentials the store sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Auth {
     /// Application Default Credentials (production).
     Default,
@@ -28,6 +29,7 @@ pub enum Auth {
 
 /// The settings of one store. Holds no secrets.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GcsConfig {
     /// The bucket name.
     pub bucket: String,

@@ -82,6 +82,7 @@ pub fn map_failure(op: Operation, bucket: &str, key: &str, failure: Failure) -> 
             format!("the answer to the {verb} request could not be read{detail}")
         }
         (Stage::Answered, kind) => answer_message(kind, verb, bucket, failure.status, &detail),
+        (_, _) => format!("the {verb} request failed{detail}"),
     };
     let missing_bucket = kind == ErrorKind::Misconfigured && failure.status == Some(404);
     let mut err = failure.into_error(kind, message, key);
@@ -196,10 +197,11 @@ pub(crate) fn from_sdk(err: &google_cloud_storage::Error) -> Failure {
         let reason = reason_of(status).or_else(|| Some(status.code.name().to_string()));
         return match http {
             Some(http) => Failure::answered(http, reason, status.message.clone()),
-            None => Failure {
-                code: reason,
-                ..Failure::at(Stage::TimedOut, status.message.clone())
-            },
+            None => {
+                let mut failure = Failure::at(Stage::TimedOut, status.message.clone());
+                failure.code = reason;
+                failure
+            }
         };
     }
     // Serialization errors of a streamed body and broken connections both

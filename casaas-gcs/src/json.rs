@@ -235,10 +235,7 @@ impl JsonApi {
                         Failure::at(Stage::Unreadable, format!("generation: {e}")),
                     )
                 })?;
-                entries.push(ListEntry {
-                    key: key.to_string(),
-                    version: Version::Generation(generation),
-                });
+                entries.push(ListEntry::new(key, Version::Generation(generation)));
             }
             match page.next_page_token.filter(|t| !t.is_empty()) {
                 Some(t) => token = Some(t),

@@ -49,6 +49,29 @@ impl GcsStore {
         Self::open_url(&StoreUrl::parse(url)?).await
     }
 
+    /// Opens a store from a `gs://` URL with `options` given beside it (any
+    /// option the URL's query takes; credentials are Application Default
+    /// Credentials, or none with `anonymous=true`).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), casaas_core::CasError> {
+    /// let store = casaas_gcs::GcsStore::open_with(
+    ///     "gs://locks/app1",
+    ///     [("endpoint", "http://127.0.0.1:4443"), ("anonymous", "true")],
+    /// )
+    /// .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn open_with<I, K, V>(url: &str, options: I) -> Result<Self, CasError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: Into<String>,
+    {
+        Self::open_url(&StoreUrl::parse(url)?.with_given_options(options)?).await
+    }
+
     /// Opens a store from a parsed `gs://` URL; `STORAGE_EMULATOR_HOST`
     /// names the endpoint when the URL gives none.
     pub async fn open_url(url: &StoreUrl) -> Result<Self, CasError> {
@@ -219,10 +242,10 @@ impl CasStore for GcsStore {
     async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
         validate_key(key)?;
         match tokio::time::timeout(self.config.timeout, self.read(key)).await {
-            Ok(Ok((generation, body))) => Ok(Some(StoredObject {
+            Ok(Ok((generation, body))) => Ok(Some(StoredObject::new(
                 body,
-                version: Version::Generation(generation),
-            })),
+                Version::Generation(generation),
+            ))),
             Ok(Err(e)) => {
                 let err = map_failure(Operation::Get, &self.config.bucket, key, from_sdk(&e));
                 if err.kind() == ErrorKind::NotFound {
@@ -304,6 +327,23 @@ impl CasStore for GcsStore {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[tokio::test]
+    async fn open_with_takes_options_beside_the_url() {
+        let store = GcsStore::open_with(
+            "gs://casaas-test/app",
+            [("endpoint", "http://127.0.0.1:9"), ("anonymous", "true")],
+        )
+        .await
+        .unwrap();
+        assert_eq!(store.config().endpoint, "http://127.0.0.1:9");
+        assert_eq!(store.config().auth, Auth::Anonymous);
+        assert_eq!(store.config().prefix, "app");
+        let err = GcsStore::open_with("gs://casaas-test/app", [("endpoitn", "x")])
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("unknown option"), "{err}");
+    }
 
     #[tokio::test]
     async fn builds_without_network_and_describes() {

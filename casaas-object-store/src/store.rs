@@ -295,7 +295,7 @@ impl CasStore for ObjectStoreCas {
             .bytes()
             .await
             .map_err(|err| map_error(err, Operation::Get, key))?;
-        Ok(Some(StoredObject { body, version }))
+        Ok(Some(StoredObject::new(body, version)))
     }
 
     async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
@@ -379,7 +379,7 @@ impl CasStore for ObjectStoreCas {
             } else {
                 let e_tag = meta.e_tag.map(|tag| self.header_form(tag));
                 let version = self.version_of(e_tag, meta.version, &key)?;
-                entries.push(ListEntry { key, version });
+                entries.push(ListEntry::new(key, version));
             }
         }
         let completed: Vec<Option<ListEntry>> = futures::stream::iter(incomplete)
@@ -387,7 +387,7 @@ impl CasStore for ObjectStoreCas {
                 match self.client.head(&self.path(&key)).await {
                     Ok(meta) => self
                         .version_of(meta.e_tag, meta.version, &key)
-                        .map(|version| Some(ListEntry { key, version })),
+                        .map(|version| Some(ListEntry::new(key, version))),
                     // Deleted between the listing and the head.
                     Err(os::Error::NotFound { .. }) => Ok(None),
                     Err(err) => Err(map_error(err, Operation::List, &key)),

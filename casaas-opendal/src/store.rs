@@ -227,7 +227,7 @@ impl OpendalCas {
                 Ok(buffer) => {
                     let body = buffer.to_bytes();
                     let version = Self::content_version(&body);
-                    Ok(Some(StoredObject { body, version }))
+                    Ok(Some(StoredObject::new(body, version)))
                 }
                 Err(e) if e.kind() == opendal::ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(map_error(e, Operation::Get, key)),
@@ -268,10 +268,7 @@ impl OpendalCas {
                     Err(e) => return Err(map_error(e, Operation::Get, key)),
                 }
             }
-            return Ok(Some(StoredObject {
-                body,
-                version: seen.to_version(),
-            }));
+            return Ok(Some(StoredObject::new(body, seen.to_version())));
         }
         Err(CasError::new(
             ErrorKind::ConcurrentRequest,
@@ -427,18 +424,16 @@ impl CasStore for OpendalCas {
                 incomplete.push(key.to_string());
             } else {
                 let version = self.version_of(meta, key)?.to_version();
-                listed.push(ListEntry {
-                    key: key.to_string(),
-                    version,
-                });
+                listed.push(ListEntry::new(key, version));
             }
         }
         let completed: Vec<Option<ListEntry>> = futures::stream::iter(incomplete)
             .map(|key| async move {
-                Ok::<_, CasError>(self.read_current(&key).await?.map(|stored| ListEntry {
-                    key,
-                    version: stored.version,
-                }))
+                Ok::<_, CasError>(
+                    self.read_current(&key)
+                        .await?
+                        .map(|stored| ListEntry::new(key, stored.version)),
+                )
             })
             .buffer_unordered(LIST_CONCURRENCY)
             .try_collect()

@@ -15,6 +15,7 @@ use crate::error::parse_http_date;
 /// `Date` has a resolution of one second, so a skew estimate from one
 /// sample is good to about a second plus the request's round trip.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ServerDate {
     /// The server's `Date` header.
     pub server: SystemTime,

@@ -85,6 +85,7 @@ impl ForbidOverwrite {
 /// How an S3-compatible store departs from AWS S3, each a URL option (see
 /// `docs/providers/s3.md`). The one place these options are named.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct S3Quirks {
     /// Send the `If-Match` ETag without its quotes (Ceph RGW 16.2 answers
     /// 412 to the quoted current ETag). Option `etag_unquoted`, default false.
@@ -186,7 +187,19 @@ impl Default for S3Quirks {
 }
 
 /// The settings of one S3 store. Holds no secrets.
+///
+/// It may gain settings: read it from a URL ([`S3Config::from_url`]), take
+/// it from a store ([`S3Store::config`]) or set it on [`S3StoreBuilder`];
+/// a struct expression does not compile outside this crate:
+///
+/// ```compile_fail,E0639
+/// let _ = casaas_s3::S3Config {
+///     bucket: "b".into(),
+///     ..Default::default()
+/// };
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct S3Config {
     /// The bucket.
     pub bucket: String,

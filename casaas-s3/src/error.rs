@@ -1,11 +1,11 @@
 //! How S3 answers become [`casaas_core::ErrorKind`]s.
 //!
 //! S3 supplies only its table of error codes ([`code_table`]); the kind
-//! comes from the one policy of [`casaas_core::classify`], a pure function
-//! of the operation, whether the request may have been sent, the HTTP
-//! status and the S3 error code, so that each case is unit-tested on its
-//! own. [`from_sdk_error`] is the glue that extracts those facts from an
-//! `aws-sdk-s3` error.
+//! comes from the one policy of [`casaas_core::provider::classify`], a pure
+//! function of the operation, whether the request may have been sent, the
+//! HTTP status and the S3 error code, so that each case is unit-tested on
+//! its own. The crate-private `from_sdk_error` is the glue that extracts
+//! those facts from an `aws-sdk-s3` error.
 
 use std::error::Error as StdError;
 use std::time::{Duration, SystemTime};
@@ -239,13 +239,9 @@ where
     // Only an error answer's status and code say what happened; a 2xx that
     // could not be read is evidence, not a verdict.
     let answered = stage == Stage::Answered;
-    let failure = Failure {
-        stage,
-        status: status.filter(|_| answered),
-        code: code.clone().filter(|_| answered),
-        message: String::new(),
-        retry_after,
-    };
+    let mut failure = Failure::at(stage, String::new()).with_retry_after(retry_after);
+    failure.status = status.filter(|_| answered);
+    failure.code = code.clone().filter(|_| answered);
     let kind = failure.kind(ctx.op, &code_table);
     let mut message = message(kind, ctx, code.as_deref().unwrap_or(""));
     if status.is_none() {

@@ -95,8 +95,34 @@ impl S3Store {
         S3Store::builder().url(url)?.build().await
     }
 
-    /// Opens the store a parsed `s3://` URL names, with the AWS credential
-    /// chain.
+    /// Opens the store an `s3://` URL names, with `options` given beside
+    /// the URL: static credentials (`aws_access_key_id` with
+    /// `aws_secret_access_key`, optionally `aws_session_token`; without
+    /// them the AWS credential chain decides) and any option the URL's
+    /// query takes.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), casaas_core::CasError> {
+    /// let store = casaas_s3::S3Store::open_with(
+    ///     "s3://locks/app1?endpoint=http://127.0.0.1:9000&path_style=true",
+    ///     [("aws_access_key_id", "KEY"), ("aws_secret_access_key", "SECRET"), ("region", "us-east-1")],
+    /// )
+    /// .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn open_with<I, K, V>(url: &str, options: I) -> Result<S3Store, CasError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: Into<String>,
+    {
+        S3Store::open_url(&StoreUrl::parse(url)?.with_given_options(options)?).await
+    }
+
+    /// Opens the store a parsed `s3://` URL names, with the static
+    /// credentials given beside it ([`StoreUrl::with_given_options`]), else
+    /// the AWS credential chain.
     pub async fn open_url(url: &StoreUrl) -> Result<S3Store, CasError> {
         S3Store::builder().store_url(url)?.build().await
     }
@@ -351,10 +377,7 @@ impl CasStore for S3Store {
             )
             .with_key(key)
         })?;
-        Ok(Some(StoredObject {
-            body: body.into_bytes(),
-            version,
-        }))
+        Ok(Some(StoredObject::new(body.into_bytes(), version)))
     }
 
     async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
@@ -473,10 +496,7 @@ impl CasStore for S3Store {
                         None => continue,
                     },
                 };
-                entries.push(ListEntry {
-                    key: key.to_string(),
-                    version,
-                });
+                entries.push(ListEntry::new(key, version));
             }
             match page.next_continuation_token() {
                 Some(next) if page.is_truncated() == Some(true) => token = Some(next.to_string()),

@@ -219,3 +219,29 @@ async fn register_opens_s3_urls() {
         .unwrap_err();
     assert!(err.to_string().contains("unknown option 'nope'"), "{err}");
 }
+
+/// `open_with`: options and static credentials given beside the URL, the
+/// same words as the other providers; a credential given alone is refused.
+#[tokio::test]
+async fn open_with_takes_options_and_credentials_beside_the_url() {
+    let store = S3Store::open_with(
+        "s3://bucket/app?endpoint=http://127.0.0.1:9&path_style=true",
+        [
+            ("region", "eu-west-3"),
+            ("aws_access_key_id", "AKIDEXAMPLE"),
+            ("aws_secret_access_key", "wJalrXUtnFEMI-very-secret"),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(store.config().region.as_deref(), Some("eu-west-3"));
+    assert_eq!(store.config().prefix, "app");
+    assert!(!format!("{store:?}").contains("very-secret"));
+    let err = S3Store::open_with(
+        "s3://bucket/app?endpoint=http://127.0.0.1:9",
+        [("aws_access_key_id", "AKIDEXAMPLE")],
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("together"), "{err}");
+}

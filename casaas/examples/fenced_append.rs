@@ -13,7 +13,7 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use casaas_core::lease::{FencedResource, LeaseError};
+use casaas::{FencedResource, LeaseError};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
@@ -31,7 +31,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let store = match casaas_core::open_store(store_url).await {
+    let store = match casaas::open_store(store_url).await {
         Ok(store) => store,
         Err(e) => {
             eprintln!("fenced_append: {e}");

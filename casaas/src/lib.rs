@@ -41,13 +41,26 @@
 //! # }
 //! ```
 //!
-//! A dropped acquisition is refused at compile time under
-//! `deny(unused_must_use)`: the guard is the lease.
+//! A dropped guard is refused at compile time under
+//! `deny(unused_must_use)`: the guard is the lease, and dropping it gives
+//! the lease up at once. The guard type's own `#[must_use]` decides here,
+//! after `?` or `unwrap()` have taken the `Result` apart:
 //!
 //! ```compile_fail
 //! #![deny(unused_must_use)]
 //! # async fn f(lease: casaas::Lease) {
-//! lease.try_acquire().await;
+//! lease.acquire(casaas::AcquireOptions::default()).await.unwrap();
+//! # }
+//! # fn main() {}
+//! ```
+//!
+//! while the same call, bound to a name, compiles:
+//!
+//! ```no_run
+//! #![deny(unused_must_use)]
+//! # async fn f(lease: casaas::Lease) {
+//! let held = lease.acquire(casaas::AcquireOptions::default()).await.unwrap();
+//! held.release().await.unwrap();
 //! # }
 //! # fn main() {}
 //! ```
@@ -225,6 +238,8 @@ fn missing_feature(url: &str, enabled: &[&str]) -> Option<&'static str> {
 mod docs {
     #[doc = include_str!("../../README.md")]
     struct Readme;
+    #[doc = include_str!("../README.md")]
+    struct CrateReadme;
     #[doc = include_str!("../../docs/README.md")]
     struct DocsIndex;
     #[doc = include_str!("../../docs/adapters.md")]
@@ -269,7 +284,7 @@ mod tests {
     fn every_docs_page_is_compiled() {
         let lib = include_str!("lib.rs");
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let mut pages = vec!["README.md".to_string()];
+        let mut pages = vec!["README.md".to_string(), "casaas/README.md".to_string()];
         for dir in ["docs", "docs/providers"] {
             for entry in std::fs::read_dir(root.join(dir)).unwrap() {
                 let name = entry.unwrap().file_name().into_string().unwrap();
@@ -279,7 +294,10 @@ mod tests {
             }
         }
         for page in pages {
-            let include = format!("include_str!(\"../../{page}\")");
+            let include = match page.strip_prefix("casaas/") {
+                Some(own) => format!("include_str!(\"../{own}\")"),
+                None => format!("include_str!(\"../../{page}\")"),
+            };
             assert!(
                 lib.contains(&include),
                 "{page} is not compiled by the docs module"

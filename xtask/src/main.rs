@@ -1,8 +1,12 @@
 //! `cargo xtask`: the project's development tasks, in plain Rust.
 //!
-//! - `cargo xtask ci` — everything CI checks: format, clippy, real servers
-//!   up, all tests, the deterministic simulation, servers down.
+//! - `cargo xtask ci` — everything CI checks: format, clippy, the docs and
+//!   the API listing, the library without the command, real servers up,
+//!   all tests, the deterministic simulation, servers down.
 //! - `cargo xtask servers up|down|status [NAME…]` — real servers on loopback.
+//! - `cargo xtask api [--accept]` — the docs built with warnings denied, and
+//!   each published crate's public API compared with (or, with `--accept`,
+//!   recorded in) `api/CRATE.txt`.
 //! - `cargo xtask sim --ops N --seed S [--primitive NAME]…` — the
 //!   deterministic simulation of every public primitive (lease,
 //!   shared_lease, election, fenced_resource, fenced_log).
@@ -15,6 +19,7 @@
 //!   processes under kills, pauses and proxy faults against a real server,
 //!   judged by an independent checker.
 
+mod api;
 mod bench;
 mod createonly_proxy;
 mod servers;
@@ -47,6 +52,13 @@ enum Task {
         /// Leave the servers running afterwards (for local debugging).
         #[arg(long)]
         keep_servers: bool,
+    },
+    /// Build the docs (warnings denied) and compare each published crate's
+    /// public API with the listing committed under `api/`.
+    Api {
+        /// Record the current API as the listing (an intended change).
+        #[arg(long)]
+        accept: bool,
     },
     /// Real servers on loopback for the tests.
     Servers {
@@ -290,6 +302,23 @@ fn ci(root: &PathBuf, sim_ops: u64, keep_servers: bool) -> Result<()> {
             "warnings",
         ],
     )?;
+    // The docs without warnings, and no unrecorded change of a published
+    // crate's public API.
+    api::api(root, false)?;
+    // The library alone, as a user depends on it (no command, one provider),
+    // and the command with every feature.
+    cargo(
+        root,
+        &[
+            "check",
+            "-p",
+            "casaas",
+            "--no-default-features",
+            "--features",
+            "s3",
+        ],
+    )?;
+    cargo(root, &["build", "-p", "casaas", "--bins", "--all-features"])?;
     let ctx = servers::Ctx::new(root.clone());
     let result = servers::up(&ctx, &[]).and_then(|()| {
         cargo(root, &["test", "--workspace", "--no-fail-fast"])?;
@@ -318,6 +347,7 @@ fn main() -> Result<()> {
             sim_ops,
             keep_servers,
         } => ci(&root, sim_ops, keep_servers),
+        Task::Api { accept } => api::api(&root, accept),
         Task::Servers { action } => match action {
             ServersAction::Up { names } => servers::up(&ctx, &names),
             ServersAction::Down { names } => servers::down(&ctx, &names),
