@@ -48,6 +48,7 @@ pub const URL_OPTIONS: &[&str] = &[
 /// A vendor's create-only header, sent instead of `If-None-Match: *` by
 /// stores that refuse the standard condition (option `forbid_overwrite`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ForbidOverwrite {
     /// Aliyun OSS: `x-oss-forbid-overwrite: true` (OSS answers 501 to
     /// `If-None-Match`); an existing key answers 409 `FileAlreadyExists`.
