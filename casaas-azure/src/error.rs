@@ -8,7 +8,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use casaas_core::{CasError, ErrorKind, Operation};
+use casaas_core::provider::Operation;
+use casaas_core::{CasError, ErrorKind};
 
 /// A failed request, reduced to what the error mapping needs. Never holds
 /// credentials: transport details are rendered without the request URL
@@ -86,10 +87,10 @@ impl Failure {
     }
 
     /// Core's record of this failure: how far the request got, the status
-    /// and code if the service answered. Its [`kind`](casaas_core::Failure::kind)
+    /// and code if the service answered. Its [`kind`](casaas_core::provider::Failure::kind)
     /// is the one error policy with Azure's [`code_table`].
-    pub fn record(&self) -> casaas_core::Failure {
-        use casaas_core::{Failure as Record, Stage};
+    pub fn record(&self) -> casaas_core::provider::Failure {
+        use casaas_core::provider::{Failure as Record, Stage};
         match self {
             Failure::Status {
                 status,
@@ -217,7 +218,8 @@ fn find_wire(error: &azure_core::Error) -> Option<&WireFailure> {
 ///
 /// ```
 /// use casaas_azure::{Failure, map_failure};
-/// use casaas_core::{ErrorKind, Operation};
+/// use casaas_core::ErrorKind;
+/// use casaas_core::provider::Operation;
 ///
 /// // Azurite answers a losing create with 409, Azure with 412: both mean
 /// // someone else's write is there.
@@ -298,7 +300,7 @@ impl Failure {
     }
 }
 
-/// Azure's table of error codes for [`casaas_core::classify`]; `None`
+/// Azure's table of error codes for [`casaas_core::provider::classify`]; `None`
 /// leaves the answer to the core policy.
 pub fn code_table(_op: Operation, status: Option<u16>, code: Option<&str>) -> Option<ErrorKind> {
     Some(match (status?, code) {
@@ -389,7 +391,7 @@ fn map_status(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use casaas_core::{Delivery, classify};
+    use casaas_core::provider::{Delivery, classify};
 
     fn kind(op: Operation, status: u16, code: Option<&str>) -> ErrorKind {
         map_failure(op, &Failure::status(status, code), "c").kind()

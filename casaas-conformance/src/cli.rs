@@ -486,7 +486,7 @@ async fn open_endpoint(
     cli: &Cli,
     url: &str,
 ) -> Result<(Arc<dyn CasStore>, Option<Arc<dyn Reopen>>), Usage> {
-    if casaas_core::adapter_of(url).is_some() {
+    if casaas_core::provider::adapter_of(url).is_some() {
         let store = open_as_given(url)
             .await
             .map_err(|e| open_error(url, &e, cli.create_bucket))?;
@@ -513,7 +513,7 @@ async fn open_main(cli: &Cli) -> Result<Opened, Usage> {
         let url = format!("file://{}", dir.path().display());
         return Ok((Target::new(store, url), Vec::new(), Some(dir)));
     };
-    if casaas_core::adapter_of(url).is_some() {
+    if casaas_core::provider::adapter_of(url).is_some() {
         // `object_store+…`, `opendal+…`: the adapter parses the rest with its
         // library's rules, and casaas options do not apply, so there is
         // nothing to reopen with.
@@ -581,7 +581,7 @@ fn save_profile(
 ) -> Result<PathBuf> {
     use casaas_core::profile::{CapabilityProfile, ProfileVerdict};
     let url = url.context("--save-profile needs the URL of the store to profile")?;
-    if casaas_core::adapter_of(url).is_some() {
+    if casaas_core::provider::adapter_of(url).is_some() {
         anyhow::bail!(
             "--save-profile: profiles are for s3://, gs://, az:// and file:// URLs; an adapter \
              URL is opened by its library's rules"

@@ -13,7 +13,8 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::error::CodeTable;
-use crate::{CasError, CasStore, Delivery, ErrorKind, Operation, classify};
+use crate::error::{Delivery, Operation, classify};
+use crate::{CasError, CasStore, ErrorKind};
 
 /// How far a failed request got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -64,17 +64,6 @@ pub use version::Version;
 pub(crate) use store::validate_key;
 pub(crate) use url::parse_bool;
 
-// Kept at the root, hidden, only until the provider crates' error
-// modules import them from `provider`; not part of the root's API (the
-// root-listing test, `tests/root_items.rs`, names them as the only hidden
-// exceptions).
-#[doc(hidden)]
-pub use error::{Delivery, Operation, classify};
-#[doc(hidden)]
-pub use failure::{Failure, Stage, confirm_refusal};
-#[doc(hidden)]
-pub use registry::adapter_of;
-
 pub mod provider {
     //! What a provider or adapter crate needs to plug a store into casaas,
     //! and nothing an application needs: the one error policy

@@ -21,6 +21,7 @@ const DOCUMENTED: &[&str] = &[
     "StoredObject",
     "Version",
     "guard",
+    "layout",
     "lease",
     "open_store",
     "open_store_with",
@@ -29,17 +30,9 @@ const DOCUMENTED: &[&str] = &[
     "testkit",
 ];
 
-/// Kept at the root `#[doc(hidden)]` for the provider crates that still
-/// import them from there: the only exceptions, each also in `provider`.
-const HIDDEN: &[&str] = &[
-    "Delivery",
-    "Failure",
-    "Operation",
-    "Stage",
-    "adapter_of",
-    "classify",
-    "confirm_refusal",
-];
+/// Kept at the root `#[doc(hidden)]`: none (provider plumbing lives only in
+/// `provider`).
+const HIDDEN: &[&str] = &[];
 
 /// `(name, hidden)` for every `pub use` and `pub mod` at the top level of
 /// `source` (column 0; `pub(crate)` is not public).

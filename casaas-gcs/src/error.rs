@@ -3,17 +3,18 @@
 //! Every failed request, whether it went through the storage client (reads,
 //! writes) or through the JSON API client of this crate (list, delete), is
 //! first reduced to a [`Failure`]: the facts that decide what happened. The
-//! kind comes from the one policy of [`casaas_core::classify`] with GCS's
+//! kind comes from the one policy of [`casaas_core::provider::classify`] with GCS's
 //! [`code_table`]; [`map_failure`] builds the `CasError`, so the mapping is
 //! unit-tested without a network.
 
 use std::time::Duration;
 
-use casaas_core::{CasError, ErrorKind, Operation};
+use casaas_core::provider::Operation;
+use casaas_core::{CasError, ErrorKind};
 
 /// The facts of one failed request, and how far it got: core's one record
 /// for every provider (GCS's reason goes in `code`).
-pub use casaas_core::{Failure, Stage};
+pub use casaas_core::provider::{Failure, Stage};
 
 /// Whether a 404 message says the bucket, not the object, is missing.
 fn names_missing_bucket(message: &str) -> bool {
@@ -23,7 +24,7 @@ fn names_missing_bucket(message: &str) -> bool {
         || m.contains("bucket not found")
 }
 
-/// GCS's table of answers for [`casaas_core::classify`]; `None` leaves the
+/// GCS's table of answers for [`casaas_core::provider::classify`]; `None` leaves the
 /// answer to the core policy. `message` is the provider's message, which
 /// alone tells a missing bucket from a missing object on a read.
 pub fn code_table(

@@ -6,11 +6,12 @@
 //! status, after object_store's own retries. Such an answer to a write may
 //! follow an attempt that took effect, so it is always
 //! [`ErrorKind::Ambiguous`] on writes. The variants are this adapter's table
-//! of codes under the one policy of [`casaas_core::classify`].
+//! of codes under the one policy of [`casaas_core::provider::classify`].
 
 use std::error::Error as _;
 
-use casaas_core::{CasError, Delivery, ErrorKind, Operation, classify};
+use casaas_core::provider::{Delivery, Operation, classify};
+use casaas_core::{CasError, ErrorKind};
 
 // This file, `store.rs` and `version.rs` are compiled once per object_store
 // line (the crate root for 0.14, `v0_13` for 0.13): they name the library
@@ -51,7 +52,7 @@ fn http_kind(err: &os::Error) -> Option<HttpErrorKind> {
     None
 }
 
-/// object_store's table for [`casaas_core::classify`]: its error variants
+/// object_store's table for [`casaas_core::provider::classify`]: its error variants
 /// (the code) already name most outcomes; a `Generic` failure of a write
 /// may follow object_store's own retry of an attempt that took effect.
 fn code_table(op: Operation, status: Option<u16>, code: Option<&str>) -> Option<ErrorKind> {

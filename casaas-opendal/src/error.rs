@@ -7,9 +7,10 @@
 //! temporary. A temporary failure of a write may follow an attempt that took
 //! effect, so on writes it is [`ErrorKind::Ambiguous`].
 
-use casaas_core::{CasError, Delivery, ErrorKind, Operation, classify};
+use casaas_core::provider::{Delivery, Operation, classify};
+use casaas_core::{CasError, ErrorKind};
 
-/// OpenDAL's table for [`casaas_core::classify`]: its error kinds (the
+/// OpenDAL's table for [`casaas_core::provider::classify`]: its error kinds (the
 /// code) name outcomes; a rate limit on a write may follow OpenDAL's own
 /// retry of an attempt that took effect, so only reads are throttled.
 fn code_table(op: Operation, _status: Option<u16>, code: Option<&str>) -> Option<ErrorKind> {

@@ -14,7 +14,8 @@ use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::client::dns::ResolveDnsError;
 use aws_smithy_runtime_api::http::Response as HttpResponse;
 use aws_smithy_types::date_time::{DateTime, Format};
-use casaas_core::{CasError, Delivery, ErrorKind, Failure, Operation, Stage, classify};
+use casaas_core::provider::{Delivery, Failure, Operation, Stage, classify};
+use casaas_core::{CasError, ErrorKind};
 
 /// The S3 verb of an operation, for messages.
 fn verb(op: Operation) -> &'static str {
@@ -41,7 +42,7 @@ const THROTTLE_CODES: &[&str] = &[
     "ServerBusy",
 ];
 
-/// S3's table of error codes for [`casaas_core::classify`]: what an answer
+/// S3's table of error codes for [`casaas_core::provider::classify`]: what an answer
 /// means where S3 (or an S3-compatible) documents it; `None` leaves the
 /// answer to the core policy.
 pub fn code_table(op: Operation, status: Option<u16>, code: Option<&str>) -> Option<ErrorKind> {
@@ -80,7 +81,8 @@ pub fn code_table(op: Operation, status: Option<u16>, code: Option<&str>) -> Opt
 /// the core policy.
 ///
 /// ```
-/// use casaas_core::{ErrorKind, Operation};
+/// use casaas_core::ErrorKind;
+/// use casaas_core::provider::Operation;
 /// use casaas_s3::error::classify_response;
 ///
 /// assert_eq!(classify_response(Operation::Create, 412, Some("PreconditionFailed")), ErrorKind::PreconditionFailed);
