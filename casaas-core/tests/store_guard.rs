@@ -587,31 +587,7 @@ async fn trusting_one_opening_does_not_trust_another_with_other_options() {
     assert_eq!(err.kind(), ErrorKind::UnsafeStore, "{err}");
 }
 
-/// Captures what is logged on this thread while `f` runs.
-async fn logged<F: std::future::Future>(f: F) -> (F::Output, String) {
-    #[derive(Clone, Default)]
-    struct Buffer(Arc<std::sync::Mutex<Vec<u8>>>);
-    impl std::io::Write for Buffer {
-        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(data);
-            Ok(data.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let buffer = Buffer::default();
-    let writer = buffer.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
-    let out = f.await;
-    let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
-    (out, text)
-}
+use casaas_core::testkit::logged;
 
 #[tokio::test(flavor = "current_thread")]
 async fn turned_off_every_primitive_behaves_as_before_and_warns() {

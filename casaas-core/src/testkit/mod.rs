@@ -23,6 +23,38 @@ pub use create_only::CreateOnlyStore;
 pub use faulty_store::{Fault, FaultConfig, FaultCounts, FaultyStore};
 pub use server_env::{TestServer, test_server, unique_prefix};
 
+/// Runs `f` and returns its output with what was logged at warn or above on
+/// this thread meanwhile (run it on a current-thread runtime), as plain
+/// text: for tests that check a warning is given.
+pub async fn logged<F: std::future::Future>(f: F) -> (F::Output, String) {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buffer {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend_from_slice(data);
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let out = f.await;
+    let bytes = buffer.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    (out, String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// Runs the [store guard](crate::guard) on `store` now, so that the
 /// requests a test scripts, injects faults into or counts afterwards are
 /// the protocol's alone (the guard runs once per store per process, before
