@@ -11,7 +11,9 @@
 //!   deterministic simulation of every public primitive (lease,
 //!   shared_lease, election, fenced_resource, fenced_log).
 //! - `cargo xtask vendor-matrix [--quick] [NAME…]` — the conformance binary
-//!   against every store that runs here; writes `docs/vendors.md`.
+//!   against every store that runs here; writes `docs/vendors.md`
+//!   (`--render`: again from the last run's stored reports, starting
+//!   nothing).
 //! - `cargo xtask bench [--quick]` — casaas against etcd and Redis on
 //!   loopback (lock round trip, failover, many leases, contention, cost);
 //!   writes `docs/performance.md` and prints headline `name=value` lines last.
@@ -76,6 +78,10 @@ enum Task {
         /// Leave servers it started running afterwards.
         #[arg(long)]
         keep_servers: bool,
+        /// Write docs/vendors.md again from the last run's stored reports
+        /// (`.casaas/vendor-matrix/runs.json`), starting nothing.
+        #[arg(long, conflicts_with_all = ["names", "quick", "keep_servers"])]
+        render: bool,
     },
     /// Chaos against a real server: lease workers killed and frozen while a
     /// proxy injects transport faults, then an independent checker.
@@ -383,10 +389,12 @@ fn main() -> Result<()> {
             quick,
             keep_servers,
         } => bench::bench(&ctx, quick, keep_servers),
+        Task::VendorMatrix { render: true, .. } => vendor_matrix::render_stored(&ctx),
         Task::VendorMatrix {
             names,
             quick,
             keep_servers,
+            render: false,
         } => vendor_matrix::vendor_matrix(
             &ctx,
             &names,

@@ -4,14 +4,20 @@
 //! Targets: the embedded backends (`memory`, `file`) and every server of
 //! [`servers::all`] that starts by default, plus those built on request
 //! (Garage, once its binary exists). Each run's JSON report is kept in
-//! `.casaas/vendor-matrix/NAME.json`; the Markdown is generated from them,
-//! followed by a fixed section on what public reports say about stores that
-//! cannot run here.
+//! `.casaas/vendor-matrix/NAME.json`, and the run's own facts (rows, exit
+//! statuses, times, command line, date, mode) in
+//! `.casaas/vendor-matrix/runs.json` ([`stored`]); the Markdown is generated
+//! from them ([`render`]), followed by a fixed section on what public reports
+//! say about stores that cannot run here. `cargo xtask vendor-matrix
+//! --render` writes the page again from that directory, starting nothing.
 //!
 //! Each S3, Azure and GCS emulator is probed a second and third time through
 //! the adapters table formats use (`object_store+URL`, `opendal+URL`): rows
 //! named `SERVER+object_store` and `SERVER+opendal`, run right after the
 //! server's own row and before the server is stopped.
+
+mod render;
+mod stored;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -19,16 +25,13 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use casaas_conformance::evidence::{
-    Answer, ClockSkewEvidence, CreateConflictEvidence, LatencyEvidence, Percentiles, RaceEvidence,
-    ReplaceStaleEvidence, ThrottleEvidence, probe_id,
-};
-use casaas_conformance::{Report, RunVerdict, Severity, Verdict};
 use serde::Deserialize;
 
 use casaas_core::testkit::server_env;
 
 use crate::servers::{self, Ctx};
+use render::{Known, verdict_line};
+use stored::{Mode, Page, Run};
 
 /// The adapter rows: (row name suffix, what it is, library version).
 const ADAPTERS: [(&str, &str); 2] = [
@@ -63,18 +66,6 @@ struct Target {
     gateways: Vec<String>,
 }
 
-/// The outcome of one run.
-struct Run {
-    target: Target,
-    /// The parsed JSON report, if the binary produced one.
-    report: Option<Report>,
-    /// Exit status of the binary.
-    exit: Option<i32>,
-    /// Why there is no report (start failure, exit 2 message).
-    problem: Option<String>,
-    seconds: f64,
-}
-
 /// `cargo xtask vendor-matrix`.
 pub fn vendor_matrix(
     ctx: &Ctx,
@@ -84,7 +75,7 @@ pub fn vendor_matrix(
     command_line: &str,
 ) -> Result<()> {
     let built = build_binary(&ctx.root)?;
-    let out_dir = ctx.state.join("vendor-matrix");
+    let out_dir = out_dir(ctx);
     fs::create_dir_all(&out_dir)?;
     // A copy, so that a build during the long run cannot swap the binary
     // between two rows.
@@ -93,6 +84,52 @@ pub fn vendor_matrix(
         .with_context(|| format!("copying {} to {}", built.display(), binary.display()))?;
     let tool_version = binary_version(&binary);
 
+    let (names, not_built) = target_names(ctx, only)?;
+    let runs = run_all(ctx, &names, &binary, quick, keep_servers, &out_dir)?;
+    let page = Page {
+        command_line: command_line.to_string(),
+        date: render::run_date(&runs),
+        mode: Mode::of(quick),
+        tool_version,
+        not_built,
+        runs,
+    };
+    stored::save(&out_dir, &page)?;
+    write_page(ctx, &page, &out_dir)
+}
+
+/// `cargo xtask vendor-matrix --render`: the page again from the last run's
+/// stored reports and `runs.json`, starting nothing.
+pub fn render_stored(ctx: &Ctx) -> Result<()> {
+    let out_dir = out_dir(ctx);
+    let page = stored::load(&out_dir)?;
+    write_page(ctx, &page, &out_dir)
+}
+
+/// Where the binary, its reports and `runs.json` are kept.
+fn out_dir(ctx: &Ctx) -> PathBuf {
+    ctx.state.join("vendor-matrix")
+}
+
+/// Writes `docs/vendors.md`.
+fn write_page(ctx: &Ctx, page: &Page, out_dir: &Path) -> Result<()> {
+    let markdown = render::render(page, &Known::of_this_tree());
+    let path = ctx.root.join("docs").join("vendors.md");
+    fs::create_dir_all(path.parent().context("docs directory")?)?;
+    fs::write(&path, markdown).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!(
+        "xtask: vendor-matrix: wrote {} ({} targets; JSON reports in {})",
+        path.display(),
+        page.runs.len(),
+        out_dir.display()
+    );
+    Ok(())
+}
+
+/// The rows to run, in order (limited to `only` and the server rows they
+/// need, if given), and the servers left out because they are built only on
+/// request.
+fn target_names(ctx: &Ctx, only: &[String]) -> Result<(Vec<String>, Vec<String>)> {
     let mut names: Vec<String> = vec!["memory".into(), "file".into()];
     let mut not_built = Vec::new();
     for server in servers::all().into_iter().filter(|s| s.is_object_store()) {
@@ -125,7 +162,19 @@ pub fn vendor_matrix(
             .collect();
         names.retain(|n| wanted.contains(n));
     }
+    Ok((names, not_built))
+}
 
+/// Runs the binary on every row, starting each server before its first
+/// row and stopping those started here after their last.
+fn run_all(
+    ctx: &Ctx,
+    names: &[String],
+    binary: &Path,
+    quick: bool,
+    keep_servers: bool,
+    out_dir: &Path,
+) -> Result<Vec<Run>> {
     let mut runs = Vec::new();
     let mut started_here: Vec<String> = Vec::new();
     for (index, name) in names.iter().enumerate() {
@@ -136,38 +185,18 @@ pub fn vendor_matrix(
         {
             started_here.push(server.to_string());
         }
-        let target = match prepare(ctx, name) {
-            Ok(t) => t,
-            Err(e) => {
-                runs.push(Run {
-                    target: Target {
-                        name: name.clone(),
-                        kind: kind_of(name),
-                        version: server_version(ctx, name),
-                        url: None,
-                        env: Vec::new(),
-                        gateways: Vec::new(),
-                    },
-                    report: None,
-                    exit: None,
-                    problem: Some(format!(
-                        "could not start: {}",
-                        first_line(&format!("{e:#}"))
-                    )),
-                    seconds: 0.0,
-                });
-                continue;
+        let run = match prepare(ctx, name) {
+            Ok(target) => {
+                let run = run_binary(binary, target, quick, out_dir);
+                let outcome = match &run.report {
+                    Some(report) => verdict_line(report),
+                    None => run.problem.as_deref().unwrap_or("no report"),
+                };
+                eprintln!("xtask: vendor-matrix: {name}: {outcome}");
+                run
             }
+            Err(e) => not_started(ctx, name, &e),
         };
-        let run = run_binary(&binary, target, quick, &out_dir);
-        if let Some(report) = &run.report {
-            eprintln!("xtask: vendor-matrix: {name}: {}", verdict_line(report));
-        } else {
-            eprintln!(
-                "xtask: vendor-matrix: {name}: {}",
-                run.problem.as_deref().unwrap_or("no report")
-            );
-        }
         runs.push(run);
         // Stop a server this command started once its last row has run.
         if let Some(server) = server_of(name) {
@@ -179,18 +208,27 @@ pub fn vendor_matrix(
             }
         }
     }
+    Ok(runs)
+}
 
-    let markdown = render(&runs, &not_built, quick, command_line, &tool_version);
-    let path = ctx.root.join("docs").join("vendors.md");
-    fs::create_dir_all(path.parent().context("docs directory")?)?;
-    fs::write(&path, markdown).with_context(|| format!("writing {}", path.display()))?;
-    eprintln!(
-        "xtask: vendor-matrix: wrote {} ({} targets; JSON reports in {})",
-        path.display(),
-        runs.len(),
-        out_dir.display()
-    );
-    Ok(())
+/// The row of a target that could not be prepared.
+fn not_started(ctx: &Ctx, name: &str, error: &anyhow::Error) -> Run {
+    Run {
+        name: name.to_string(),
+        kind: kind_of(name),
+        version: server_version(ctx, name),
+        url: None,
+        env_names: Vec::new(),
+        gateways: Vec::new(),
+        exit: None,
+        seconds: 0.0,
+        problem: Some(format!(
+            "could not start: {}",
+            first_line(&format!("{error:#}"))
+        )),
+        report_file: None,
+        report: None,
+    }
 }
 
 /// Builds the conformance binary and returns its path.
@@ -428,15 +466,19 @@ fn run_binary(binary: &Path, target: Target, quick: bool, out_dir: &Path) -> Run
         }
         Err(e) => (None, Some(format!("could not run the binary: {e}"))),
     };
-    let report = fs::read_to_string(&json_path)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok());
+    let report = stored::read_report(&json_path).ok();
     Run {
-        target,
+        report_file: report.as_ref().map(|_| format!("{}.json", target.name)),
         report,
+        name: target.name,
+        kind: target.kind,
+        version: target.version,
+        url: target.url,
+        env_names: target.env.into_iter().map(|(name, _)| name).collect(),
+        gateways: target.gateways,
         exit,
-        problem,
         seconds,
+        problem,
     }
 }
 
@@ -455,347 +497,6 @@ fn server_version(ctx: &Ctx, name: &str) -> String {
 fn first_line(text: &str) -> String {
     text.lines().next().unwrap_or("").trim().to_string()
 }
-
-/// Replaces loopback ports (`127.0.0.1:41234`) with `PORT`, so the document
-/// does not change with every run's random ports.
-fn stable_url(url: &str) -> String {
-    let mut out = String::new();
-    let mut rest = url;
-    while let Some(i) = rest.find("127.0.0.1:") {
-        out.push_str(&rest[..i + "127.0.0.1:".len()]);
-        rest = &rest[i + "127.0.0.1:".len()..];
-        let digits = rest.chars().take_while(char::is_ascii_digit).count();
-        if digits > 0 {
-            out.push_str("PORT");
-        }
-        rest = &rest[digits..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// The day of the run, from the reports' own `started_at` (RFC 3339).
-fn run_date(runs: &[Run]) -> String {
-    runs.iter()
-        .find_map(|run| {
-            let started = &run.report.as_ref()?.started_at;
-            started.get(..10).map(str::to_string)
-        })
-        .unwrap_or_else(|| "an unknown date".to_string())
-}
-
-fn cell(text: &str) -> String {
-    text.replace('|', "\\|").replace('\n', " ")
-}
-
-/// The verdict word of a report: `SAFE`, `NOT SAFE` or `INCONCLUSIVE`.
-fn verdict_word(report: &Report) -> &'static str {
-    match report.verdict {
-        RunVerdict::Safe => "SAFE",
-        RunVerdict::NotSafe => "NOT SAFE",
-        RunVerdict::Inconclusive => "INCONCLUSIVE",
-    }
-}
-
-/// The verdict line of a report.
-fn verdict_line(report: &Report) -> &str {
-    &report.summary
-}
-
-fn verdict_mark(verdict: Verdict, severity: Severity) -> &'static str {
-    match (verdict, severity) {
-        (Verdict::Pass, _) => "pass",
-        (Verdict::Fail, Severity::Info) | (Verdict::Note, _) => "note",
-        (Verdict::Fail, _) => "**FAIL**",
-        (Verdict::Unsupported, _) => "unsupported",
-        (Verdict::Error, _) => "error",
-    }
-}
-
-/// What a store answered, in short: a word, or its error's answer.
-fn answer(value: Option<&Answer>) -> String {
-    match value {
-        Some(Answer::Word(word)) => word.clone(),
-        Some(Answer::Error(error)) => error.answer.clone().unwrap_or_else(|| "?".into()),
-        None => "-".into(),
-    }
-}
-
-/// A number as the JSON report wrote it (`51.0`, not `51`).
-fn json_number(value: f64) -> String {
-    serde_json::Number::from_f64(value).map_or_else(|| "null".into(), |n| n.to_string())
-}
-
-/// The casaas quirk options already set in a store's URL, shown as
-/// "needed" for that store: xtask's env file gives each server the options it
-/// needs, so the binary then has nothing left to recommend.
-fn quirk_options_in_url(url: Option<&str>) -> Option<String> {
-    let url = casaas_core::StoreUrl::parse(url?).ok()?;
-    let given: Vec<String> = casaas_s3::S3Quirks::OPTIONS
-        .iter()
-        .filter_map(|name| Some(format!("{name}={}", url.option(name)?)))
-        .collect();
-    (!given.is_empty()).then(|| format!("{} (set in the URL)", given.join(", ")))
-}
-
-fn render(
-    runs: &[Run],
-    not_built: &[String],
-    quick: bool,
-    command_line: &str,
-    tool_version: &str,
-) -> String {
-    let mut md = String::new();
-    md.push_str("# Vendor matrix\n\n");
-    md.push_str(&format!(
-        "> **Generated** by `{command_line}` on {} (UTC) with {tool_version}, {} mode. \
-         Do not edit by hand: run the command again. Each store's full JSON report \
-         (schema in [conformance.md](conformance.md)) is kept in `.casaas/vendor-matrix/`.\n\n",
-        run_date(runs),
-        if quick { "quick" } else { "thorough" }
-    ));
-    md.push_str(
-        "The first part is **measured here**: the `casaas-conformance` binary run against \
-         each store that xtask can install and start on this machine, on loopback. \
-         The second part, clearly marked, collects **public reports** about stores we \
-         cannot run here; it is not measured by us.\n\n",
-    );
-
-    md.push_str("## Measured here\n\n");
-    md.push_str(
-        "| Store | What | Version | Verdict | Verdict line | Options needed | Exit | Time |\n",
-    );
-    md.push_str("|---|---|---|---|---|---|---|---|\n");
-    for run in runs {
-        let word = run.report.as_ref().map_or("-", verdict_word);
-        let (verdict, options) = match &run.report {
-            Some(r) => (
-                verdict_line(r).to_string(),
-                Some(
-                    r.recommended_options
-                        .iter()
-                        .map(|o| o.option.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                )
-                .filter(|s| !s.is_empty())
-                .or_else(|| quirk_options_in_url(run.target.url.as_deref()))
-                .unwrap_or_else(|| "-".into()),
-            ),
-            None => (
-                format!("not run: {}", run.problem.as_deref().unwrap_or("no report")),
-                "-".into(),
-            ),
-        };
-        md.push_str(&format!(
-            "| {} | {} | {} | **{word}** | {} | {} | {} | {:.0} s |\n",
-            run.target.name,
-            run.target.kind,
-            cell(&run.target.version),
-            cell(&verdict),
-            cell(&options),
-            run.exit.map_or_else(|| "-".into(), |c| c.to_string()),
-            run.seconds
-        ));
-    }
-
-    md.push_str(
-        "\nVerdicts: **SAFE** (exit 0), **NOT SAFE** (a critical probe failed; exit 1), \
-         **INCONCLUSIVE** (no critical probe failed, but some could not complete; exit 3); \
-         see [conformance.md](conformance.md).\n",
-    );
-    if !not_built.is_empty() {
-        md.push_str(&format!(
-            "\nNot run this time (built from source on request, which takes long): {}. \
-             Start one with `cargo xtask servers up NAME`, then run this command again.\n",
-            not_built.join(", ")
-        ));
-    }
-    md.push_str("\nURLs used (ports vary per run):\n\n");
-    for run in runs {
-        let url = run
-            .target
-            .url
-            .as_deref()
-            .map_or_else(|| "(none: embedded file backend)".to_string(), stable_url);
-        md.push_str(&format!("- {}: `{}`\n", run.target.name, url));
-        for gateway in &run.target.gateways {
-            md.push_str(&format!("  - `--gateway {}`\n", stable_url(gateway)));
-        }
-    }
-
-    // Probe × store matrix.
-    let reported: Vec<&Run> = runs.iter().filter(|r| r.report.is_some()).collect();
-    if let Some(first) = reported.first().and_then(|r| r.report.as_ref()) {
-        md.push_str("\n### Probe results\n\n| Probe | Severity |");
-        for run in &reported {
-            md.push_str(&format!(" {} |", run.target.name));
-        }
-        md.push_str("\n|---|---|");
-        for _ in &reported {
-            md.push_str("---|");
-        }
-        md.push('\n');
-        for p in &first.probes {
-            let id = p.id.as_str();
-            let severity = p.severity;
-            md.push_str(&format!("| `{id}` | {severity} |"));
-            for run in &reported {
-                let mark = run
-                    .report
-                    .as_ref()
-                    .and_then(|r| r.probe(id))
-                    .map_or("-", |p| verdict_mark(p.verdict, p.severity));
-                md.push_str(&format!(" {mark} |"));
-            }
-            md.push('\n');
-        }
-        md.push_str(
-            "\n`note` = an info probe observed something worth knowing (for example \
-             content-hash versions); it never changes the verdict.\n",
-        );
-    }
-
-    // What each store answered.
-    md.push_str("\n### What each store answered\n\n");
-    md.push_str("| Store | Losing create | Stale replace | Race losers (create) | Race losers (replace) | Per-key writes/s | Replace p50 / p99 ms | Contended replace p50 / p99 ms (won; refused) | Clock skew |\n");
-    md.push_str("|---|---|---|---|---|---|---|---|---|\n");
-    for run in &reported {
-        let Some(r) = &run.report else { continue };
-        let histogram = |id: &str| -> String {
-            let losers = r
-                .probe(id)
-                .and_then(|p| p.evidence_as::<RaceEvidence>())
-                .map(|e| e.loser_answers)
-                .unwrap_or_default();
-            if losers.is_empty() {
-                return "-".into();
-            }
-            losers
-                .iter()
-                .map(|(k, v)| format!("{k} ×{v}"))
-                .collect::<Vec<_>>()
-                .join("; ")
-        };
-        let number = |v: Option<f64>| v.map_or_else(|| "null".into(), json_number);
-        let throttle = match r.probe(probe_id::THROTTLE) {
-            Some(p) => {
-                let e: ThrottleEvidence = p.evidence_as().unwrap_or_default();
-                if e.throttled {
-                    format!(
-                        "throttled at ~{} ({})",
-                        number(e.throttled_at_per_s),
-                        answer(e.throttle_answer.as_ref())
-                    )
-                } else if p.verdict == Verdict::Pass {
-                    format!(
-                        "≥ {} ({})",
-                        number(e.max_sustained_per_s),
-                        e.stopped_because.as_deref().unwrap_or("?")
-                    )
-                } else {
-                    p.verdict.as_str().to_string()
-                }
-            }
-            None => "-".into(),
-        };
-        let latency = r
-            .probe(probe_id::LATENCY)
-            .and_then(|p| p.evidence_as::<LatencyEvidence>())
-            .and_then(|e| e.replace)
-            .map_or_else(
-                || "-".into(),
-                |p| format!("{} / {}", json_number(p.p50_ms), json_number(p.p99_ms)),
-            );
-        let contended = r
-            .probe(probe_id::RACE_REPLACE)
-            .and_then(|p| p.evidence_as::<RaceEvidence>())
-            .map(|e| e.contended_latency_ms)
-            .map_or_else(
-                || "-".into(),
-                |c| {
-                    let pair = |p: Option<Percentiles>| {
-                        p.map_or_else(
-                            || "-".into(),
-                            |p| format!("{} / {}", json_number(p.p50_ms), json_number(p.p99_ms)),
-                        )
-                    };
-                    format!("{}; {}", pair(c.winners), pair(c.losers))
-                },
-            );
-        let skew = r
-            .probe(probe_id::CLOCK_SKEW)
-            .and_then(|p| p.evidence_as::<ClockSkewEvidence>())
-            .and_then(|e| e.median_skew_s)
-            .map_or_else(|| "-".into(), |v| format!("{} s", json_number(v)));
-        let second_create = r
-            .probe(probe_id::CREATE_CONFLICT)
-            .and_then(|p| p.evidence_as::<CreateConflictEvidence>())
-            .and_then(|e| e.second_create);
-        let stale_replace = r
-            .probe(probe_id::REPLACE_STALE)
-            .and_then(|p| p.evidence_as::<ReplaceStaleEvidence>())
-            .and_then(|e| e.stale_replace);
-        md.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            run.target.name,
-            cell(&answer(second_create.as_ref())),
-            cell(&answer(stale_replace.as_ref())),
-            cell(&histogram(probe_id::RACE_CREATE)),
-            cell(&histogram(probe_id::RACE_REPLACE)),
-            cell(&throttle),
-            latency,
-            contended,
-            skew
-        ));
-    }
-
-    // Failures in words.
-    let mut failures = String::new();
-    for run in &reported {
-        let Some(r) = &run.report else { continue };
-        for p in &r.probes {
-            let (verdict, severity) = (p.verdict, p.severity);
-            if matches!(verdict, Verdict::Fail | Verdict::Error) && severity != Severity::Info {
-                failures.push_str(&format!(
-                    "- **{}** `{}` ({severity}, {verdict}): {} — {}\n",
-                    run.target.name,
-                    p.id,
-                    cell(&p.detail),
-                    cell(&p.explanation)
-                ));
-            }
-        }
-    }
-    // What other tests found on a server, which the probes above may miss.
-    for server in servers::all() {
-        if !runs
-            .iter()
-            .any(|r| server_of(&r.target.name) == Some(server.name()))
-        {
-            continue;
-        }
-        for finding in server.known_findings() {
-            failures.push_str(&format!(
-                "- **{}** (found by other tests, not reliably by the probes): {finding}\n",
-                server.name()
-            ));
-        }
-    }
-    if !failures.is_empty() {
-        md.push_str("\n### Findings\n\n");
-        md.push_str(&failures);
-    }
-
-    md.push('\n');
-    md.push_str(PUBLIC_REPORTS);
-    md
-}
-
-/// Stores we cannot run here: what public sources say, with links. Not
-/// measured by us; edited by hand in docs/, copied into every generated
-/// document.
-const PUBLIC_REPORTS: &str = include_str!("../../docs/vendors-public-reports.md");
 
 /// The exact command line, for the document.
 pub fn command_line() -> String {
@@ -823,32 +524,32 @@ mod tests {
 
     #[test]
     fn a_servers_known_findings_are_printed_beside_the_probes() {
-        let run = |name: &str| Run {
-            target: Target {
+        let page = |name: &str| Page {
+            command_line: "cargo xtask vendor-matrix".into(),
+            date: "an unknown date".into(),
+            mode: Mode::Thorough,
+            tool_version: "x".into(),
+            not_built: Vec::new(),
+            runs: vec![Run {
                 name: name.into(),
                 kind: kind_of(name),
                 version: "moto 5.2.1".into(),
                 url: None,
-                env: Vec::new(),
+                env_names: Vec::new(),
                 gateways: Vec::new(),
-            },
-            report: None,
-            exit: None,
-            problem: Some("could not start".into()),
-            seconds: 0.0,
+                exit: None,
+                seconds: 0.0,
+                problem: Some("could not start".into()),
+                report_file: None,
+                report: None,
+            }],
         };
-        let md = render(&[run("moto")], &[], false, "cargo xtask vendor-matrix", "x");
+        let md = render::render(&page("moto"), &Known::of_this_tree());
         assert!(md.contains("### Findings"), "{md}");
         assert!(md.contains("- **moto** (found by other tests"), "{md}");
         assert!(md.contains("**not atomic**"), "{md}");
         // Only for servers in the run.
-        let md = render(
-            &[run("azurite")],
-            &[],
-            false,
-            "cargo xtask vendor-matrix",
-            "x",
-        );
+        let md = render::render(&page("azurite"), &Known::of_this_tree());
         assert!(!md.contains("**moto**"), "{md}");
     }
 
