@@ -1,12 +1,13 @@
 //! The checkers: one function per property, each over a history recorded
 //! in true time (or over what the store really holds), each returning the
-//! violations it found, described for debugging.
+//! violations it found, described for debugging. They read the histories
+//! (`crate::history`) and nothing of the clients that wrote them.
 
 /// `lease` and `shared_lease`: belief intervals, tokens, held_checks, fencing.
 pub mod lease {
     use std::time::Duration;
 
-    use crate::client::lease::History;
+    use crate::history::lease::History;
     use crate::secs;
 
     /// Describes guard `g` (client, task, clock rate, token) for messages.
@@ -264,7 +265,7 @@ pub mod lease {
 pub mod election {
     use std::time::Duration;
 
-    use crate::client::election::History;
+    use crate::history::election::History;
     use crate::secs;
 
     /// The leader's work of one term never overlaps another term's work in
@@ -346,7 +347,7 @@ pub mod election {
 
 /// `fenced_resource`: exactly-once increments, judged per update.
 pub mod fenced_resource {
-    use crate::client::fenced_resource::{History, Outcome};
+    use crate::history::fenced_resource::{History, Outcome};
 
     /// An update reported applied was applied exactly once.
     pub fn ok_applied_exactly_once(h: &History, context: &str) -> Vec<String> {
@@ -440,7 +441,7 @@ pub mod fenced_resource {
 pub mod fenced_log {
     use std::collections::BTreeMap;
 
-    use crate::client::fenced_log::{History, Outcome, StoredEntry};
+    use crate::history::fenced_log::{History, Outcome, StoredEntry};
 
     /// Each log's entries are numbered 1, 2, ... without a gap, and every
     /// entry's recorded sequence number is its key's.
@@ -618,10 +619,10 @@ mod tests {
     use std::time::Duration;
 
     use super::{election, fenced_log, fenced_resource, lease};
-    use crate::client::election::{History as ElectionHistory, NoticeAfterStop, WorkRec};
-    use crate::client::fenced_log::{AppendRec, History as LogHistory, StoredEntry};
-    use crate::client::fenced_resource::{History as CounterHistory, Outcome, UpdateRec};
-    use crate::client::lease::{GuardRec, History as LeaseHistory, SimValue};
+    use crate::history::election::{History as ElectionHistory, NoticeAfterStop, WorkRec};
+    use crate::history::fenced_log::{AppendRec, History as LogHistory, StoredEntry};
+    use crate::history::fenced_resource::{History as CounterHistory, Outcome, UpdateRec};
+    use crate::history::lease::{GuardRec, History as LeaseHistory, SimValue};
 
     fn s(secs: u64) -> Duration {
         Duration::from_secs(secs)

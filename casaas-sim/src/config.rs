@@ -317,6 +317,26 @@ pub struct PrimitiveReport {
     pub summary: String,
 }
 
+impl PrimitiveReport {
+    /// The report of a run of `primitive` that sent `ops` requests.
+    pub fn new(
+        primitive: Primitive,
+        ops: u64,
+        findings: Findings,
+        digest: u64,
+        summary: String,
+    ) -> Self {
+        PrimitiveReport {
+            primitive,
+            ops,
+            violations: findings.violations,
+            by_property: findings.by_property,
+            digest,
+            summary,
+        }
+    }
+}
+
 /// The outcome of a run.
 #[derive(Debug, Clone)]
 pub struct Report {

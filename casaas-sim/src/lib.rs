@@ -2,6 +2,11 @@
 //! drifting clocks, a faulty network and store, history recorders and one
 //! checker per property.
 //!
+//! The dependencies run one way: `client` runs a primitive's clients and
+//! returns the `history` they recorded; `report` runs the `checker` over
+//! it and digests it. `history` imports none of them, and neither `client`
+//! nor `checker` imports the other.
+//!
 //! Each primitive runs in a world of its own (its own store, clients and
 //! seed), on a current-thread tokio runtime with paused time, so time
 //! advances only when every task waits, and a run is a function of its
@@ -11,7 +16,9 @@ mod checker;
 mod client;
 mod clock;
 mod config;
+mod history;
 mod network;
+mod report;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -36,31 +43,61 @@ pub fn run(config: &SimConfig) -> Result<Report, String> {
             .map_err(|e| format!("cannot build the runtime: {e}"))?;
         let ops = config.ops_for(primitive);
         let seed = config.seed_for(primitive);
-        let report = runtime.block_on(async {
-            match primitive {
-                Primitive::Lease => {
-                    client::lease::simulate(config, ops, seed, config.clients, 1).await
-                }
-                Primitive::SharedLease => {
-                    let clients = (config.clients / 2).max(2);
-                    client::lease::simulate(config, ops, seed, clients, 3).await
-                }
-                Primitive::LeaseCreateOnly => {
-                    client::lease::simulate(config, ops, seed, config.clients, 0).await
-                }
-                Primitive::Election => client::election::simulate(config, ops, seed, false).await,
-                Primitive::ElectionCreateOnly => {
-                    client::election::simulate(config, ops, seed, true).await
-                }
-                Primitive::FencedResource => {
-                    client::fenced_resource::simulate(config, ops, seed).await
-                }
-                Primitive::FencedLog => client::fenced_log::simulate(config, ops, seed).await,
-            }
-        })?;
+        let report = runtime.block_on(simulate(config, primitive, ops, seed))?;
         primitives.push(report);
     }
     Ok(Report::combine(config.seed, primitives))
+}
+
+/// Runs the clients of `primitive` (they record a history), then checks
+/// and reports what they recorded.
+async fn simulate(
+    config: &SimConfig,
+    primitive: Primitive,
+    ops: u64,
+    seed: u64,
+) -> Result<PrimitiveReport, String> {
+    let lease = |r: client::lease::Recorded| {
+        report::lease::report(config, r.primitive, seed, r.tasks, &r.world, &r.history)
+    };
+    let election = |r: client::election::Recorded| {
+        report::election::report(
+            config,
+            r.primitive,
+            seed,
+            &r.world,
+            &r.history,
+            r.end_of_run,
+        )
+    };
+    Ok(match primitive {
+        Primitive::Lease => {
+            lease(client::lease::simulate(config, ops, seed, config.clients, 1).await?)
+        }
+        Primitive::SharedLease => {
+            let clients = (config.clients / 2).max(2);
+            lease(client::lease::simulate(config, ops, seed, clients, 3).await?)
+        }
+        Primitive::LeaseCreateOnly => {
+            lease(client::lease::simulate(config, ops, seed, config.clients, 0).await?)
+        }
+        Primitive::Election => {
+            election(client::election::simulate(config, ops, seed, false).await?)
+        }
+        Primitive::ElectionCreateOnly => {
+            election(client::election::simulate(config, ops, seed, true).await?)
+        }
+        Primitive::FencedResource => {
+            let r = client::fenced_resource::simulate(config, ops, seed).await?;
+            report::fenced_resource::report(config, seed, &r.world, &r.history, r.final_value)
+        }
+        Primitive::FencedLog => {
+            let r = client::fenced_log::simulate(config, ops, seed).await?;
+            report::fenced_log::report(
+                config, seed, &r.world, &r.history, &r.logs, r.entries, r.freezes,
+            )
+        }
+    })
 }
 
 /// FNV-1a, 64 bits: a stable digest of a history's text.

@@ -27,110 +27,117 @@ fn usage() -> ExitCode {
     ExitCode::from(2)
 }
 
-fn main() -> ExitCode {
-    let mut ops = 100_000u64;
-    let mut seed = 1u64;
-    let mut broken = false;
-    let mut no_safety_margin = false;
-    let mut wall_clock = false;
-    let mut broken_skew = false;
-    let mut explore = false;
-    let mut only = Vec::new();
-    let mut shown = SHOWN;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let value = match arg.as_str() {
-            "--ops" | "--seed" | "--show" => args.next().and_then(|v| v.parse::<u64>().ok()),
-            "--broken-drift" => {
-                broken = true;
-                continue;
-            }
-            "--no-safety-margin" => {
-                no_safety_margin = true;
-                continue;
-            }
-            "--wall-clock" => {
-                wall_clock = true;
-                continue;
-            }
-            "--broken-skew" => {
-                broken_skew = true;
-                continue;
-            }
-            "--explore-configs" => {
-                explore = true;
-                continue;
-            }
-            "--primitive" => {
-                match args
-                    .next()
-                    .as_deref()
-                    .and_then(casaas_sim::Primitive::from_name)
-                {
-                    Some(p) => only.push(p),
-                    None => return usage(),
-                }
-                continue;
-            }
-            _ => None,
+/// The command line.
+struct Args {
+    ops: u64,
+    seed: u64,
+    broken: bool,
+    no_safety_margin: bool,
+    wall_clock: bool,
+    broken_skew: bool,
+    explore: bool,
+    only: Vec<casaas_sim::Primitive>,
+    shown: u64,
+}
+
+impl Args {
+    /// Parses the arguments; `None` if they are not understood.
+    fn parse(mut args: impl Iterator<Item = String>) -> Option<Args> {
+        let mut parsed = Args {
+            ops: 100_000,
+            seed: 1,
+            broken: false,
+            no_safety_margin: false,
+            wall_clock: false,
+            broken_skew: false,
+            explore: false,
+            only: Vec::new(),
+            shown: SHOWN,
         };
-        match (arg.as_str(), value) {
-            ("--ops", Some(v)) => ops = v,
-            ("--seed", Some(v)) => seed = v,
-            ("--show", Some(v)) => shown = v,
-            _ => return usage(),
+        while let Some(arg) = args.next() {
+            let flag = match arg.as_str() {
+                "--broken-drift" => &mut parsed.broken,
+                "--no-safety-margin" => &mut parsed.no_safety_margin,
+                "--wall-clock" => &mut parsed.wall_clock,
+                "--broken-skew" => &mut parsed.broken_skew,
+                "--explore-configs" => &mut parsed.explore,
+                "--primitive" => {
+                    let name = args.next();
+                    parsed
+                        .only
+                        .push(casaas_sim::Primitive::from_name(name.as_deref()?)?);
+                    continue;
+                }
+                "--ops" | "--seed" | "--show" => {
+                    let value = args.next().and_then(|v| v.parse::<u64>().ok())?;
+                    match arg.as_str() {
+                        "--ops" => parsed.ops = value,
+                        "--seed" => parsed.seed = value,
+                        _ => parsed.shown = value,
+                    }
+                    continue;
+                }
+                _ => return None,
+            };
+            *flag = true;
         }
+        Some(parsed)
     }
-    let mut config = if broken {
-        casaas_sim::SimConfig::drift_beyond_bound(ops, seed)
-    } else {
-        casaas_sim::SimConfig::new(ops, seed)
-    };
-    if wall_clock || broken_skew {
-        config = config.wall_clock();
-    }
-    if broken_skew {
-        // Declared skew 1 s; wall clocks up to 8 s apart.
-        config.wall_skew = std::time::Duration::from_secs(8);
-    }
-    if no_safety_margin {
-        config.lease.safety_margin = std::time::Duration::ZERO;
-    }
-    if !only.is_empty() {
-        config = config.only(&only);
-    }
-    if explore {
-        config = config.explore();
-    }
-    let started = std::time::Instant::now();
-    let report = match casaas_sim::run(&config) {
-        Ok(report) => report,
-        Err(err) => {
-            eprintln!("simulation failed to run: {err}");
-            return ExitCode::from(2);
+
+    /// The simulation the arguments ask for.
+    fn config(&self) -> casaas_sim::SimConfig {
+        let mut config = if self.broken {
+            casaas_sim::SimConfig::drift_beyond_bound(self.ops, self.seed)
+        } else {
+            casaas_sim::SimConfig::new(self.ops, self.seed)
+        };
+        if self.wall_clock || self.broken_skew {
+            config = config.wall_clock();
         }
-    };
-    println!("{}", report.summary);
-    let flags: String = [
-        (wall_clock, " --wall-clock"),
-        (broken, " --broken-drift"),
-        (broken_skew, " --broken-skew"),
-        (no_safety_margin, " --no-safety-margin"),
-        (explore, " --explore-configs"),
-    ]
-    .iter()
-    .filter(|(on, _)| *on)
-    .map(|(_, flag)| *flag)
-    .collect();
-    let primitives: String = only
+        if self.broken_skew {
+            // Declared skew 1 s; wall clocks up to 8 s apart.
+            config.wall_skew = std::time::Duration::from_secs(8);
+        }
+        if self.no_safety_margin {
+            config.lease.safety_margin = std::time::Duration::ZERO;
+        }
+        if !self.only.is_empty() {
+            config = config.only(&self.only);
+        }
+        if self.explore {
+            config = config.explore();
+        }
+        config
+    }
+
+    /// The command that replays this run.
+    fn replay(&self) -> String {
+        let flags: String = [
+            (self.wall_clock, " --wall-clock"),
+            (self.broken, " --broken-drift"),
+            (self.broken_skew, " --broken-skew"),
+            (self.no_safety_margin, " --no-safety-margin"),
+            (self.explore, " --explore-configs"),
+        ]
         .iter()
-        .map(|p| format!(" --primitive {}", p.name()))
+        .filter(|(on, _)| *on)
+        .map(|(_, flag)| *flag)
         .collect();
-    println!(
-        "replay: cargo run --release -p casaas-sim -- --ops {ops} --seed {seed}{primitives}{flags} (took {:.1?}, {:.0} ops/s)",
-        started.elapsed(),
-        report.ops as f64 / started.elapsed().as_secs_f64().max(1e-9)
-    );
+        let primitives: String = self
+            .only
+            .iter()
+            .map(|p| format!(" --primitive {}", p.name()))
+            .collect();
+        format!(
+            "cargo run --release -p casaas-sim -- --ops {} --seed {}{primitives}{flags}",
+            self.ops, self.seed
+        )
+    }
+}
+
+/// Prints the first `shown` violations of each primitive that has any, and
+/// how many each property's checker found.
+fn print_violations(report: &casaas_sim::Report, shown: u64) {
     for p in report
         .primitives
         .iter()
@@ -155,6 +162,29 @@ fn main() -> ExitCode {
             by_property.join(" ")
         );
     }
+}
+
+fn main() -> ExitCode {
+    let Some(args) = Args::parse(std::env::args().skip(1)) else {
+        return usage();
+    };
+    let config = args.config();
+    let started = std::time::Instant::now();
+    let report = match casaas_sim::run(&config) {
+        Ok(report) => report,
+        Err(err) => {
+            eprintln!("simulation failed to run: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    println!("{}", report.summary);
+    println!(
+        "replay: {} (took {:.1?}, {:.0} ops/s)",
+        args.replay(),
+        started.elapsed(),
+        report.ops as f64 / started.elapsed().as_secs_f64().max(1e-9)
+    );
+    print_violations(&report, args.shown);
     for p in &report.primitives {
         println!(
             "primitive={} ops={} violations={}",

@@ -2,66 +2,28 @@
 //! dropped inside a `select!`, whose task is aborted, or which are
 //! cancelled, at random moments; each term's work is recorded in true time.
 
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use casaas_core::CasStore;
 use casaas_core::layout::EpochStore;
-use casaas_core::lease::{Election, Entropy, Leader, Lease};
+use casaas_core::lease::{Election, Entropy, Leader, Lease, LostReason};
 use casaas_core::testkit::CreateOnlyStore;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tokio_util::sync::CancellationToken;
 
-use crate::checker::election as check;
 use crate::clock::{SimClock, random_duration};
-use crate::config::{Findings, Primitive, PrimitiveReport, SimConfig};
+use crate::config::{Primitive, SimConfig};
+use crate::history::election::{History, NoticeAfterStop, WorkRec};
+use crate::lock;
 use crate::network::World;
-use crate::{fnv, lock};
 
 /// The election's lock object.
 const ELECTION_KEY: &str = "sim/election";
 /// Election clients.
 const CLIENTS: usize = 4;
-
-/// The work of one term, in true time.
-#[derive(Debug, Clone)]
-pub struct WorkRec {
-    pub client: usize,
-    pub token: u64,
-    pub start: Duration,
-    /// `None` while the work runs.
-    pub end: Option<Duration>,
-    /// How the runner that started this work ended.
-    pub ended_by: &'static str,
-}
-
-/// `on_new_leader(Some(me))` for a term after `on_stopped_leading` for it.
-#[derive(Debug, Clone)]
-pub struct NoticeAfterStop {
-    pub client: usize,
-    pub token: u64,
-    pub at: Duration,
-    pub stopped_at: Duration,
-}
-
-/// Everything the election checkers look at.
-#[derive(Debug, Default)]
-pub struct History {
-    pub works: Vec<WorkRec>,
-    pub notices_after_stop: Vec<NoticeAfterStop>,
-    /// Lock-object writes the store applied (true time, body length), for
-    /// the digest.
-    pub lock_writes: Vec<(Duration, usize)>,
-    pub runs: u64,
-    pub dropped: u64,
-    pub aborted: u64,
-    pub cancelled: u64,
-    pub returned: u64,
-    pub stopped_leading: u64,
-}
 
 /// What one runner's callbacks share.
 #[derive(Debug, Default)]
@@ -164,102 +126,141 @@ impl Client {
     fn runner(&self, state: &Arc<Mutex<RunState>>) -> casaas_core::lease::ElectionRunner {
         let ttl = self.config.lease.ttl;
         let election = Election::new(self.lease.clone());
-        let me = self.lease.owner().to_string();
         let started = {
             let (history, state, rng) = (self.history.clone(), state.clone(), self.rng.clone());
             let (clock, client) = (self.clock.clone(), self.id);
             move |token: u64, cancel: CancellationToken| {
-                let time = clock.time;
                 let id = {
                     let mut h = lock(&history);
                     h.works.push(WorkRec {
                         client,
                         token,
-                        start: time.now(),
+                        start: clock.time.now(),
                         end: None,
                         ended_by: "running",
                     });
                     h.works.len() - 1
                 };
                 lock(&state).works.push(id);
-                let (history, rng, clock) = (history.clone(), rng.clone(), clock.clone());
-                async move {
-                    loop {
-                        let (step, ends) = {
-                            let mut rng = lock(&rng);
-                            (random_duration(&mut rng, ttl / 5), rng.random_bool(0.02))
-                        };
-                        if ends {
-                            break;
-                        }
-                        tokio::select! {
-                            biased;
-                            () = cancel.cancelled() => break,
-                            () = clock.pause(step) => {}
-                        }
-                    }
-                    let cleanup = random_duration(&mut lock(&rng), ttl / 10);
-                    clock.pause(cleanup).await;
-                    lock(&history).works[id].end = Some(time.now());
-                }
-            }
-        };
-        let stopped = {
-            let (history, state, time) = (self.history.clone(), state.clone(), self.clock.time);
-            move |_reason| {
-                let mut s = lock(&state);
-                let h = &mut *lock(&history);
-                h.stopped_leading += 1;
-                if let Some(&w) = s.works.last() {
-                    s.stopped.push((h.works[w].token, time.now()));
-                }
-            }
-        };
-        let new_leader = {
-            let (history, state, time, client) = (
-                self.history.clone(),
-                state.clone(),
-                self.clock.time,
-                self.id,
-            );
-            move |leader: Option<Leader>| {
-                let Some(leader) = leader.filter(|l| l.owner == me) else {
-                    return;
+                let work = TermWork {
+                    history: history.clone(),
+                    rng: rng.clone(),
+                    clock: clock.clone(),
+                    id,
+                    ttl,
                 };
-                let stopped_at = lock(&state)
-                    .stopped
-                    .iter()
-                    .find(|(t, _)| *t == leader.token)
-                    .map(|(_, at)| *at);
-                if let Some(stopped_at) = stopped_at {
-                    lock(&history).notices_after_stop.push(NoticeAfterStop {
-                        client,
-                        token: leader.token,
-                        at: time.now(),
-                        stopped_at,
-                    });
-                }
+                work.run(cancel)
             }
         };
         election
             .runner()
             .on_started_leading(started)
-            .on_stopped_leading(stopped)
-            .on_new_leader(new_leader)
+            .on_stopped_leading(self.on_stopped(state))
+            .on_new_leader(self.on_new_leader(state))
+    }
+
+    /// Records the stop of the runner's latest term, and its time.
+    fn on_stopped(
+        &self,
+        state: &Arc<Mutex<RunState>>,
+    ) -> impl Fn(LostReason) + Send + Sync + 'static {
+        let (history, state, time) = (self.history.clone(), state.clone(), self.clock.time);
+        move |_reason| {
+            let mut s = lock(&state);
+            let h = &mut *lock(&history);
+            h.stopped_leading += 1;
+            if let Some(&w) = s.works.last() {
+                s.stopped.push((h.works[w].token, time.now()));
+            }
+        }
+    }
+
+    /// Records a notice that we lead in a term already stopped.
+    fn on_new_leader(
+        &self,
+        state: &Arc<Mutex<RunState>>,
+    ) -> impl Fn(Option<Leader>) + Send + Sync + 'static {
+        let me = self.lease.owner().to_string();
+        let (history, state, time, client) = (
+            self.history.clone(),
+            state.clone(),
+            self.clock.time,
+            self.id,
+        );
+        move |leader: Option<Leader>| {
+            let Some(leader) = leader.filter(|l| l.owner == me) else {
+                return;
+            };
+            let stopped_at = lock(&state)
+                .stopped
+                .iter()
+                .find(|(t, _)| *t == leader.token)
+                .map(|(_, at)| *at);
+            if let Some(stopped_at) = stopped_at {
+                lock(&history).notices_after_stop.push(NoticeAfterStop {
+                    client,
+                    token: leader.token,
+                    at: time.now(),
+                    stopped_at,
+                });
+            }
+        }
     }
 }
 
-/// Runs the election clients until they have sent `ops` requests, and
-/// checks the history.
-/// Runs the election clients until they have sent `ops` requests and checks
-/// the history; `create_only` runs them on a create-only store (the epoch
+/// The work of one term (recorded as `works[id]`).
+struct TermWork {
+    history: Arc<Mutex<History>>,
+    rng: Arc<Mutex<ChaCha8Rng>>,
+    clock: SimClock,
+    id: usize,
+    ttl: Duration,
+}
+
+impl TermWork {
+    /// Loops in steps until cancelled (or ends on its own now and then),
+    /// cleans up, and records when it ended.
+    async fn run(self, cancel: CancellationToken) {
+        let (rng, clock, ttl) = (&self.rng, &self.clock, self.ttl);
+        loop {
+            let (step, ends) = {
+                let mut rng = lock(rng);
+                (random_duration(&mut rng, ttl / 5), rng.random_bool(0.02))
+            };
+            if ends {
+                break;
+            }
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => break,
+                () = clock.pause(step) => {}
+            }
+        }
+        let cleanup = random_duration(&mut lock(rng), ttl / 10);
+        clock.pause(cleanup).await;
+        lock(&self.history).works[self.id].end = Some(clock.time.now());
+    }
+}
+
+/// What a run recorded, for its report.
+pub struct Recorded {
+    /// `election` or `election_create_only`.
+    pub primitive: Primitive,
+    pub world: Arc<World>,
+    pub history: History,
+    /// The true time the run ended: work still running counts until then.
+    pub end_of_run: Duration,
+}
+
+/// Runs the election clients until they have sent `ops` requests and
+/// returns what they recorded; `create_only` runs them on a create-only store (the epoch
 /// layout, collecting every epoch).
 pub async fn simulate(
     config: &SimConfig,
     ops: u64,
     seed: u64,
     create_only: bool,
-) -> Result<PrimitiveReport, String> {
+) -> Result<Recorded, String> {
     let primitive = if create_only {
         Primitive::ElectionCreateOnly
     } else {
@@ -321,53 +322,11 @@ pub async fn simulate(
     // Let detached work finish and dropped leases be released or expire.
     tokio::time::sleep(config.lease.ttl * 3).await;
     let end_of_run = world.time.now();
-    let h = lock(&history);
-    let context = format!("seed {} election", config.seed);
-    let mut findings = Findings::default();
-    findings.add(
-        "work_never_overlaps",
-        check::work_never_overlaps(&h, end_of_run, &context),
-    );
-    findings.add(
-        "term_tokens_increase",
-        check::term_tokens_increase(&h, &context),
-    );
-    findings.add(
-        "no_leader_notice_after_stop",
-        check::no_leader_notice_after_stop(&h, &context),
-    );
-
-    let ops = world.ops();
-    let faults = world.faults();
-    let mut text = String::new();
-    for w in &h.works {
-        let _ = writeln!(text, "{w:?}");
-    }
-    let _ = writeln!(text, "{:?}", h.notices_after_stop);
-    let _ = writeln!(text, "{:?}", h.lock_writes);
-    let _ = writeln!(text, "ops {ops} faults {faults:?}");
-    let digest = fnv(&text);
-    let summary = format!(
-        "world_seed={seed} clients={} runs={} terms={} dropped={} aborted={} cancelled={} returned={} stopped_leading={} \
-         lock_writes={} leader_notices_after_stop={} {} faults: {faults:?} digest={digest:016x}",
-        world.rates.len(),
-        h.runs,
-        h.works.len(),
-        h.dropped,
-        h.aborted,
-        h.cancelled,
-        h.returned,
-        h.stopped_leading,
-        h.lock_writes.len(),
-        h.notices_after_stop.len(),
-        world.late_summary(),
-    );
-    Ok(PrimitiveReport {
+    let history = std::mem::take(&mut *lock(&history));
+    Ok(Recorded {
         primitive,
-        ops,
-        violations: findings.violations,
-        by_property: findings.by_property,
-        digest,
-        summary,
+        world,
+        history,
+        end_of_run,
     })
 }

@@ -4,7 +4,6 @@
 //! the store really holds, directly (not through `FencedLog`).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -15,13 +14,12 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-pub use super::fenced_resource::Outcome;
-use super::fenced_resource::{freezer, outcome};
-use crate::checker::fenced_log as check;
-use crate::clock::{SimClock, random_duration};
-use crate::config::{Findings, Primitive, PrimitiveReport, SimConfig};
+use super::fenced::{Holder, finish, outcome, spawn_freezer};
+use crate::clock::SimClock;
+use crate::config::SimConfig;
+use crate::history::fenced_log::{AppendRec, History, StoredEntry};
+use crate::lock;
 use crate::network::World;
-use crate::{fnv, lock};
 
 /// Logs live under this prefix, one per `ENTRIES_PER_LOG` appends started,
 /// so that no log grows long enough for listing it to dominate the run.
@@ -33,45 +31,6 @@ const CLIENTS: usize = 4;
 /// An entry's value: which append wrote it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogOp {
-    pub client: u32,
-    pub op: u64,
-}
-
-/// One `append` call.
-#[derive(Debug, Clone)]
-pub struct AppendRec {
-    pub client: u32,
-    pub op: u64,
-    pub token: u64,
-    pub log: u64,
-    pub outcome: Outcome,
-    pub error: String,
-    /// The sequence number reported with `Ok`.
-    pub seq: u64,
-}
-
-/// Everything the fenced-log checkers look at, besides the store itself.
-#[derive(Debug, Default)]
-pub struct History {
-    pub appends: Vec<AppendRec>,
-    pub new_tokens: u64,
-}
-
-impl History {
-    /// Appends told `outcome`.
-    pub fn count(&self, outcome: Outcome) -> u64 {
-        self.appends.iter().filter(|a| a.outcome == outcome).count() as u64
-    }
-}
-
-/// An entry as the store holds it.
-#[derive(Debug, Clone)]
-pub struct StoredEntry {
-    /// The sequence number in the entry's key.
-    pub key_seq: u64,
-    /// The sequence number recorded in the entry.
-    pub seq: u64,
-    pub token: u64,
     pub client: u32,
     pub op: u64,
 }
@@ -100,18 +59,13 @@ impl Client {
         let ttl = self.config.lease.ttl;
         let lease = &self.world.leases[self.id as usize];
         let (timeout, retry_period) = (lease.request_timeout, lease.retry_period);
-        let mut token = self.epoch.load(Ordering::Relaxed);
+        let mut holder = Holder::join(self.epoch.clone());
         let mut op = 0u64;
         while !self.world.stop.is_cancelled() {
-            // Mostly busy; now and then quiet, so that a write whose sender
-            // gave up can still find its expected version and land.
-            let quiet = self.rng.random_bool(0.2);
-            let idle = random_duration(&mut self.rng, if quiet { ttl } else { ttl / 20 });
-            self.clock.pause(idle).await;
-            if self.rng.random_bool(0.05) {
-                token = self.epoch.fetch_add(1, Ordering::Relaxed) + 1;
+            if holder.next_turn(&self.clock, &mut self.rng, ttl).await {
                 lock(&self.history).new_tokens += 1;
             }
+            let token = holder.token();
             op += 1;
             let log = self.started.fetch_add(1, Ordering::Relaxed) / ENTRIES_PER_LOG;
             let writer = FencedLog::<LogOp>::new(self.net.clone(), log_prefix(log))
@@ -138,9 +92,7 @@ impl Client {
                 error,
                 seq: result.as_ref().map_or(0, |e| e.seq),
             });
-            if told == Outcome::FencedOut {
-                token = self.epoch.load(Ordering::Relaxed);
-            }
+            holder.told(told);
         }
         Ok(())
     }
@@ -194,10 +146,21 @@ async fn stored_logs(world: &World) -> Result<BTreeMap<u64, Vec<StoredEntry>>, S
     Ok(logs)
 }
 
+/// What a run recorded, for its report.
+pub struct Recorded {
+    pub world: Arc<World>,
+    pub history: History,
+    /// Every log as the store holds it at the end, by log number.
+    pub logs: BTreeMap<u64, Vec<StoredEntry>>,
+    /// Writes the store applied.
+    pub entries: u64,
+    pub freezes: u64,
+}
+
 /// Runs the appending clients until they have sent `ops` requests, lets
-/// late writes land, and checks the stored logs against what each append
-/// was told.
-pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<PrimitiveReport, String> {
+/// late writes land, and returns what each append was told and what the
+/// store holds.
+pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Recorded, String> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let history = Arc::new(Mutex::new(History::default()));
     let applied = Arc::new(AtomicU64::new(0));
@@ -218,12 +181,7 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Primiti
     let mut freezers = Vec::new();
     for id in 0..world.rates.len() {
         let (clock, net) = world.client(id, config, &mut rng);
-        freezers.push(tokio::spawn(freezer(
-            world.clone(),
-            clock.clone(),
-            ChaCha8Rng::seed_from_u64(rng.random()),
-            config.lease.ttl,
-        )));
+        freezers.push(spawn_freezer(&world, &clock, &mut rng, config.lease.ttl));
         let client = Client {
             id: id as u32,
             world: world.clone(),
@@ -238,85 +196,14 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Primiti
         };
         handles.push(tokio::spawn(client.run()));
     }
-    for handle in handles {
-        handle
-            .await
-            .map_err(|e| format!("a fenced-log client failed: {e}"))??;
-    }
-    let mut freezes = 0;
-    for f in freezers {
-        freezes += f.await.unwrap_or(0);
-    }
-    // Let every write still in flight land.
-    tokio::time::sleep(config.lease.ttl * 3).await;
+    let freezes = finish(handles, freezers, "fenced-log", config.lease.ttl * 3).await?;
     let logs = stored_logs(&world).await?;
-    let h = lock(&history);
-    let context = format!("seed {} fenced_log", config.seed);
-    let mut findings = Findings::default();
-    findings.add("no_gaps", check::no_gaps(&logs, &context));
-    findings.add(
-        "tokens_never_decrease",
-        check::tokens_never_decrease(&logs, &context),
-    );
-    findings.add(
-        "ok_appended_exactly_once",
-        check::ok_appended_exactly_once(&h, &logs, &context),
-    );
-    findings.add(
-        "never_appended_twice",
-        check::never_appended_twice(&h, &logs, &context),
-    );
-    findings.add(
-        "failed_never_appended",
-        check::failed_never_appended(&h, &logs, &context),
-    );
-    findings.add(
-        "entries_from_appends",
-        check::entries_from_appends(&h, &logs, &context),
-    );
-
-    let ops = world.ops();
-    let faults = world.faults();
-    let mut text = String::new();
-    for a in &h.appends {
-        let _ = writeln!(
-            text,
-            "{} {} {} {} {:?} {}",
-            a.client, a.op, a.token, a.log, a.outcome, a.seq
-        );
-    }
-    for (log, entries) in &logs {
-        let _ = writeln!(
-            text,
-            "log {log}: {:?}",
-            entries
-                .iter()
-                .map(|e| (e.key_seq, e.token, e.client, e.op))
-                .collect::<Vec<_>>()
-        );
-    }
-    let _ = writeln!(text, "ops {ops} faults {faults:?}");
-    let digest = fnv(&text);
-    let summary = format!(
-        "world_seed={seed} clients={} appends={} ok={} ambiguous={} fenced_out={} failed={} logs={} entries={} \
-         new_tokens={} freezes={freezes} {} faults: {faults:?} digest={digest:016x}",
-        world.rates.len(),
-        h.appends.len(),
-        h.count(Outcome::Ok),
-        h.count(Outcome::Ambiguous),
-        h.count(Outcome::FencedOut),
-        h.count(Outcome::Failed),
-        logs.len(),
-        applied.load(Ordering::Relaxed),
-        h.new_tokens,
-        world.late_summary(),
-    );
-    Ok(PrimitiveReport {
-        primitive: Primitive::FencedLog,
-        ops,
-        violations: findings.violations,
-        by_property: findings.by_property,
-        digest,
-        summary,
+    let history = std::mem::take(&mut *lock(&history));
+    Ok(Recorded {
+        world,
+        history,
+        logs,
+        entries: applied.load(Ordering::Relaxed),
+        freezes,
     })
 }

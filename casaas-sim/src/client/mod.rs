@@ -1,8 +1,11 @@
-//! The clients of each primitive, the history they record, and the run
-//! that sends them through the faulty network and hands the history to
-//! the checker: one module per primitive.
+//! The clients of each primitive and the run that sends them through the
+//! faulty network and returns the history they recorded
+//! (`crate::history`); `crate::report` checks it. One module per primitive,
+//! and `fenced` for what the `fenced_resource` and `fenced_log` clients
+//! share. Nothing here imports the checkers.
 
 pub mod election;
+mod fenced;
 pub mod fenced_log;
 pub mod fenced_resource;
 pub mod lease;
