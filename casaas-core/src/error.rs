@@ -401,7 +401,8 @@ pub type CodeTable<'a> = &'a dyn Fn(Operation, Option<u16>, Option<&str>) -> Opt
 ///    write, unsupported on a read (the store does not speak the protocol).
 ///
 /// ```
-/// use casaas_core::{Delivery, ErrorKind, Operation, classify};
+/// use casaas_core::ErrorKind;
+/// use casaas_core::provider::{Delivery, Operation, classify};
 ///
 /// let none = |_: Operation, _: Option<u16>, _: Option<&str>| -> Option<ErrorKind> { None };
 /// assert_eq!(classify(Operation::Create, Delivery::MaybeSent, Some(412), None, &none), ErrorKind::PreconditionFailed);

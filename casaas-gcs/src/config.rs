@@ -283,7 +283,7 @@ mod tests {
             ("gs:///prefix", "not a valid GCS bucket name"),
             ("gs://Upper/p", "not a valid GCS bucket name"),
             ("gs://b1b/p?bogus=1", "unknown option 'bogus'"),
-            ("gs://b1b/p?timeout=-1", "positive number of seconds"),
+            ("gs://b1b/p?timeout=-1", "positive duration"),
             ("gs://b1b/p?anonymous=maybe", "must be true or false"),
             ("gs://b1b/p?endpoint=ftp://x", "not an http(s) URL"),
             ("gs://b1b/p?endpoint=ftp//nowhere", "not an http(s) URL"),

@@ -27,7 +27,7 @@ async fn open(url: &str) -> S3Store {
 )]
 #[case(
     "s3://bucket/p?timeout=-1",
-    "'timeout' must be a positive number of seconds"
+    "'timeout' must be a positive duration"
 )]
 #[case(
     "s3://bucket/p?connect_timeout=soon",
