@@ -45,7 +45,15 @@ impl Server for CreateOnly {
         let upstream = ctx.test_server(UPSTREAM)?;
         let upstream_endpoint = upstream.var("AWS_ENDPOINT_URL").to_string();
         let bucket = bucket_of(&upstream.url)?;
-        let exe = std::env::current_exe().context("finding the xtask binary")?;
+        // This very binary: on Linux through /proc/self/exe, which still
+        // runs when a build replaced the file during a long run (the vendor
+        // matrix); elsewhere by its path.
+        let proc_exe = std::path::Path::new("/proc/self/exe");
+        let exe = if proc_exe.exists() {
+            proc_exe.to_path_buf()
+        } else {
+            std::env::current_exe().context("finding the xtask binary")?
+        };
         let mut command = Command::new(exe);
         command.args([
             "createonly-proxy",
