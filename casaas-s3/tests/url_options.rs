@@ -25,10 +25,7 @@ async fn open(url: &str) -> S3Store {
     "s3://bucket/p?etag_unquoted=2",
     "'etag_unquoted' must be true or false"
 )]
-#[case(
-    "s3://bucket/p?timeout=-1",
-    "'timeout' must be a positive duration"
-)]
+#[case("s3://bucket/p?timeout=-1", "'timeout' must be a positive duration")]
 #[case(
     "s3://bucket/p?connect_timeout=soon",
     "'connect_timeout' must be a positive"
