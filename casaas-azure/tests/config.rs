@@ -40,7 +40,7 @@ fn url_errors_say_what_to_fix() {
         ("az://acct/cont#x", "fragment"),
         ("az://acct/cont?bogus=1", "unknown option 'bogus'"),
         ("az://acct/cont?endpoint=1&endpoint=2", "given twice"),
-        ("az://acct/cont?timeout=-1", "positive number"),
+        ("az://acct/cont?timeout=-1", "positive duration"),
         ("az://acct/cont?create_container=maybe", "true or false"),
         ("az://acct/cont?endpoint=ftp://x", "http:// or https://"),
         ("az://acct/cont?endpoint=not-a-url", "not a valid URL"),
