@@ -172,8 +172,9 @@ fn item_lines(html: &str) -> Vec<String> {
         lines.push(text(&decl.replace("</div>", " ")));
     }
     // `<h3 class="code-header">` (an implementation) and `<h4 …>` (an item
-    // of it), in page order.
+    // of it); an `<h4>` before any `<h3>` is a trait's own method.
     let marker = " class=\"code-header\">";
+    let mut blocks: Vec<Vec<String>> = Vec::new();
     let mut rest = html;
     while let Some(at) = rest.find(marker) {
         let tag = &rest[at.saturating_sub(2)..at];
@@ -182,10 +183,21 @@ fn item_lines(html: &str) -> Vec<String> {
         let Some(end) = after.find(&close) else {
             break;
         };
-        let indent = if tag == "h4" { "    " } else { "" };
-        lines.push(format!("{indent}{}", text(&after[..end])));
+        let header = text(&after[..end]);
+        if tag == "h4" {
+            match blocks.last_mut() {
+                Some(block) => block.push(format!("    {header}")),
+                None => lines.push(format!("    {header}")),
+            }
+        } else {
+            blocks.push(vec![header]);
+        }
         rest = &after[end..];
     }
+    // Rustdoc orders implementors by the order in which crates were
+    // documented, which a parallel `cargo doc` does not fix: sort them.
+    blocks.sort();
+    lines.extend(blocks.into_iter().flatten());
     lines
 }
 
@@ -294,6 +306,22 @@ mod tests {
                 "#[non_exhaustive] pub struct A { pub x: u8, }",
                 "impl A",
                 "    pub fn new() -> Self",
+            ]
+        );
+    }
+
+    #[test]
+    fn implementations_are_listed_in_one_order_whatever_rustdoc_chose() {
+        let page = "<h4 class=\"code-header\">fn own(&amp;self)</h4>\
+                    <h3 class=\"code-header\">impl T for B</h3><h4 class=\"code-header\">fn f()</h4>\
+                    <h3 class=\"code-header\">impl T for A</h3>";
+        assert_eq!(
+            item_lines(page),
+            [
+                "    fn own(&self)",
+                "impl T for A",
+                "impl T for B",
+                "    fn f()"
             ]
         );
     }
