@@ -24,6 +24,7 @@
 mod api;
 mod bench;
 mod createonly_proxy;
+mod mutants;
 mod servers;
 #[cfg(test)]
 mod tidy;
@@ -131,6 +132,20 @@ enum Task {
         /// digest it always had.
         #[arg(long)]
         explore_configs: bool,
+    },
+    /// Break the lease protocol on purpose, one rule at a time, and count
+    /// how many of those mutants the simulation kills (fixed and explored
+    /// timing); prints a table and `killed=K mutants=M kill_rate=P%`.
+    Mutants {
+        /// Simulated operations per run.
+        #[arg(long, default_value_t = 300_000)]
+        ops: u64,
+        /// Seed of every run.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Only the mutants whose name contains this text.
+        #[arg(long)]
+        only: Option<String>,
     },
     /// The proxy of the `createonly` test server (started by `servers up`).
     #[command(hide = true)]
@@ -365,6 +380,7 @@ fn main() -> Result<()> {
             primitive,
             explore_configs,
         } => sim(&root, ops, seed, &primitive, explore_configs),
+        Task::Mutants { ops, seed, only } => mutants::mutants(&root, ops, seed, only.as_deref()),
         Task::CreateonlyProxy { listen, upstream } => createonly_proxy::run(listen, &upstream),
         Task::Chaos {
             server,

@@ -1,0 +1,350 @@
+//! `cargo xtask mutants`: the simulation's power, measured by breaking the
+//! protocol on purpose.
+//!
+//! Each mutant is one small edit to `casaas-core/src/lease` (or the
+//! pending-write memory and config it rests on) that removes one rule the
+//! safety argument needs. The workspace is copied to
+//! `target/mutants/workspace` (the working tree, as git tracks it), each
+//! mutant is applied to the copy alone, and `casaas-sim` runs there with
+//! the fixed timing and with `--explore-configs`. A mutant is *killed* when
+//! the simulation reports a violation (exit status 1) or crashes, and
+//! *survives* when both runs pass. The unmutated copy runs first and must
+//! pass, so a kill always means the mutant.
+//!
+//! An edit whose original text is no longer in the file fails the run
+//! ("refresh the mutant"): a mutant that silently stops applying would
+//! count as killed by nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+/// One protocol mutant: replace `find` (which must occur exactly once) by
+/// `replace` in `file`.
+struct Mutant {
+    name: &'static str,
+    file: &'static str,
+    find: &'static str,
+    replace: &'static str,
+}
+
+const MUTANTS: &[Mutant] = &[
+    Mutant {
+        name: "holder validity counted from the answer, not the send",
+        file: "casaas-core/src/lease/handle.rs",
+        find: "self.adopt(new_version, nonce, sent_at);",
+        replace: "self.adopt(new_version, nonce, self.clock.now());",
+    },
+    Mutant {
+        name: "holder believes the whole TTL (no drift margin on its side)",
+        file: "casaas-core/src/lease/config.rs",
+        find: "scale(self.ttl, 1.0 - drift_fraction(self.drift_margin))",
+        replace: "scale(self.ttl, 1.0)",
+    },
+    Mutant {
+        name: "takeover without the drift margin",
+        file: "casaas-core/src/lease/acquire.rs",
+        find: "(since + self.config.takeover_wait(record.ttl()))",
+        replace: "(since + record.ttl())",
+    },
+    Mutant {
+        name: "contender takes an ambiguous write as its own without the nonce check",
+        file: "casaas-core/src/lease/acquire.rs",
+        find: "mine.writes.settle(Some(&version), |n| n == record.nonce)",
+        replace: "mine.writes.settle(Some(&version), |_| true)",
+    },
+    Mutant {
+        name: "holder takes an ambiguous renewal as its own without the nonce check",
+        file: "casaas-core/src/lease/handle.rs",
+        find: "state.pending.settle(Some(&version), |n| n == record.nonce)",
+        replace: "state.pending.settle(Some(&version), |_| true)",
+    },
+    Mutant {
+        name: "fenced update takes an ambiguous write as landed without the nonce check",
+        file: "casaas-core/src/lease/fenced.rs",
+        find: "pending.settle(Some(&fenced.version), |n| history.holds(n))",
+        replace: "pending.settle(Some(&fenced.version), |_| true)",
+    },
+    Mutant {
+        name: "fenced append takes an ambiguous create as landed without the nonce check",
+        file: "casaas-core/src/lease/log.rs",
+        find: "pending.settle(version, |n| n == nonce)",
+        replace: "pending.settle(version, |_| true)",
+    },
+    Mutant {
+        name: "a takeover reuses the token",
+        file: "casaas-core/src/lease/acquire.rs",
+        find: ".checked_add(1)",
+        replace: ".checked_add(0)",
+    },
+    Mutant {
+        name: "release resets the token",
+        file: "casaas-core/src/lease/handle.rs",
+        find: "record.released = released;\n        record\n",
+        replace: "record.released = released;\n        if released {\n            record.token = 0;\n        }\n        record\n",
+    },
+    Mutant {
+        name: "fenced resource without its fencing check",
+        file: "casaas-core/src/lease/fenced.rs",
+        find: "if fenced.token > token {",
+        replace: "if false && fenced.token > token {",
+    },
+    Mutant {
+        name: "fenced log without its fencing check",
+        file: "casaas-core/src/lease/log.rs",
+        find: "if head.token > token {",
+        replace: "if false && head.token > token {",
+    },
+    Mutant {
+        name: "a contender's write of unknown outcome forgotten as if refused",
+        file: "casaas-core/src/lease/acquire.rs",
+        find: "Err(err) if needs_resolution(&err) => self.resolve(err, mine, condition).await,",
+        replace: "Err(err) if needs_resolution(&err) => {\n                mine.writes.clear();\n                Err(err.into())\n            }",
+    },
+    Mutant {
+        name: "live pending writes dropped when settling",
+        file: "casaas-core/src/lease/pending.rs",
+        find: "} else if write.condition.as_ref() == current {",
+        replace: "} else if false && write.condition.as_ref() == current {",
+    },
+    Mutant {
+        name: "holder never steps down at its renew deadline",
+        file: "casaas-core/src/lease/handle.rs",
+        find: "if now >= deadline {\n                self.lose(LostReason::RenewDeadlineExceeded);",
+        replace: "if false && now >= deadline {\n                self.lose(LostReason::RenewDeadlineExceeded);",
+    },
+];
+
+/// What one simulation run of a mutant said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Verdict {
+    /// No violation.
+    Survived,
+    /// Violations, with the properties that caught them.
+    Killed(String),
+    /// The simulation ended some other way (a panic, a failure to run).
+    Crashed(String),
+}
+
+/// Runs every mutant (or those whose name contains `only`) and prints the
+/// table and the kill rate; fails if a mutant no longer applies.
+pub fn mutants(root: &Path, ops: u64, seed: u64, only: Option<&str>) -> Result<()> {
+    let chosen: Vec<&Mutant> = MUTANTS
+        .iter()
+        .filter(|m| only.is_none_or(|only| m.name.contains(only)))
+        .collect();
+    if chosen.is_empty() {
+        bail!("no mutant's name contains {only:?}; the names are in xtask/src/mutants.rs");
+    }
+    for mutant in &chosen {
+        let text = std::fs::read_to_string(root.join(mutant.file))?;
+        apply(&text, mutant)?;
+    }
+    let copy = root.join("target").join("mutants");
+    let workspace = copy.join("workspace");
+    copy_tracked_files(root, &workspace)?;
+    let run = |label: &str| -> Result<(Verdict, Verdict)> {
+        let started = Instant::now();
+        let fixed = simulate(&workspace, &copy.join("target"), ops, seed, false)?;
+        let explored = simulate(&workspace, &copy.join("target"), ops, seed, true)?;
+        eprintln!(
+            "xtask: {label}: {fixed:?} / {explored:?} ({:.0?})",
+            started.elapsed()
+        );
+        Ok((fixed, explored))
+    };
+    let baseline = run("unmutated")?;
+    if baseline != (Verdict::Survived, Verdict::Survived) {
+        bail!("the unmutated protocol does not pass the simulation ({baseline:?}): fix that first");
+    }
+    let mut rows = Vec::new();
+    for mutant in &chosen {
+        let original = std::fs::read_to_string(root.join(mutant.file))?;
+        let target = workspace.join(mutant.file);
+        std::fs::write(&target, apply(&original, mutant)?)?;
+        let verdicts = run(mutant.name);
+        std::fs::write(&target, &original)?;
+        rows.push((mutant.name, verdicts?));
+    }
+    println!("{}", table(&rows, ops, seed));
+    Ok(())
+}
+
+/// `text` with the mutant's one edit made.
+fn apply(text: &str, mutant: &Mutant) -> Result<String> {
+    match text.matches(mutant.find).count() {
+        1 => Ok(text.replacen(mutant.find, mutant.replace, 1)),
+        0 => bail!(
+            "mutant {:?} no longer applies: {} does not contain {:?}; refresh it in xtask/src/mutants.rs",
+            mutant.name,
+            mutant.file,
+            mutant.find
+        ),
+        n => bail!(
+            "mutant {:?} is ambiguous: {:?} occurs {n} times in {}; make it unique in xtask/src/mutants.rs",
+            mutant.name,
+            mutant.find,
+            mutant.file
+        ),
+    }
+}
+
+/// Copies the files git tracks (as they are in the working tree) to `to`,
+/// replacing what was there.
+fn copy_tracked_files(root: &Path, to: &Path) -> Result<()> {
+    let output = Command::new("git")
+        .args(["ls-files", "-z"])
+        .current_dir(root)
+        .output()
+        .context("running git ls-files")?;
+    if !output.status.success() {
+        bail!("git ls-files failed: the mutants run needs a git checkout");
+    }
+    if to.exists() {
+        std::fs::remove_dir_all(to)?;
+    }
+    for path in output.stdout.split(|b| *b == 0).filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(String::from_utf8_lossy(path).into_owned());
+        let from = root.join(&path);
+        if !from.is_file() {
+            continue; // deleted in the working tree
+        }
+        let dest = to.join(&path);
+        if let Some(parent) = dest.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::copy(&from, &dest).with_context(|| format!("copying {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// One simulation run in the copied workspace.
+fn simulate(
+    workspace: &Path,
+    target: &Path,
+    ops: u64,
+    seed: u64,
+    explore: bool,
+) -> Result<Verdict> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let (ops, seed) = (ops.to_string(), seed.to_string());
+    let mut args = vec![
+        "run",
+        "--quiet",
+        "--release",
+        "-p",
+        "casaas-sim",
+        "--",
+        "--ops",
+        &ops,
+        "--seed",
+        &seed,
+    ];
+    if explore {
+        args.push("--explore-configs");
+    }
+    let output = Command::new(cargo)
+        .args(&args)
+        .current_dir(workspace)
+        .env("CARGO_TARGET_DIR", target)
+        .output()
+        .context("running the simulation")?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    Ok(match output.status.code() {
+        Some(0) => Verdict::Survived,
+        Some(1) => Verdict::Killed(caught_by(&stdout)),
+        _ => {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let last = stderr.lines().rev().find(|l| !l.trim().is_empty());
+            Verdict::Crashed(format!(
+                "{}: {}",
+                output.status,
+                last.unwrap_or("no output")
+            ))
+        }
+    })
+}
+
+/// The properties named by the simulation's `violations of P: prop=n …`
+/// lines.
+fn caught_by(stdout: &str) -> String {
+    let mut properties: Vec<String> = Vec::new();
+    for line in stdout.lines() {
+        if let Some(rest) = line.strip_prefix("violations of ")
+            && let Some((primitive, props)) = rest.split_once(": ")
+        {
+            for prop in props.split_whitespace() {
+                let name = prop.split('=').next().unwrap_or(prop);
+                properties.push(format!("{primitive}/{name}"));
+            }
+        }
+    }
+    properties.dedup();
+    properties.join(", ")
+}
+
+/// The Markdown table of verdicts, with the kill rate.
+fn table(rows: &[(&str, (Verdict, Verdict))], ops: u64, seed: u64) -> String {
+    let cell = |v: &Verdict| match v {
+        Verdict::Survived => "survives".to_string(),
+        Verdict::Killed(by) => format!("killed ({by})"),
+        Verdict::Crashed(why) => format!("crashed ({why})"),
+    };
+    let mut out = format!(
+        "Protocol mutants, `cargo xtask mutants --ops {ops} --seed {seed}`:\n\n\
+         | mutant | fixed timing | explored timing |\n| --- | --- | --- |\n"
+    );
+    let mut killed = 0;
+    for (name, (fixed, explored)) in rows {
+        if *fixed != Verdict::Survived || *explored != Verdict::Survived {
+            killed += 1;
+        }
+        out.push_str(&format!(
+            "| {name} | {} | {} |\n",
+            cell(fixed),
+            cell(explored)
+        ));
+    }
+    out.push_str(&format!(
+        "\nkilled={killed} mutants={} kill_rate={:.0}%",
+        rows.len(),
+        100.0 * killed as f64 / rows.len().max(1) as f64
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_mutant_applies_once_to_the_code_as_it_is() {
+        let root = crate::workspace_root().unwrap();
+        for mutant in MUTANTS {
+            let text = std::fs::read_to_string(root.join(mutant.file)).unwrap();
+            let mutated = apply(&text, mutant).unwrap();
+            assert_ne!(mutated, text, "{}", mutant.name);
+        }
+    }
+
+    #[test]
+    fn a_mutant_that_no_longer_applies_is_an_error() {
+        let mutant = Mutant {
+            name: "gone",
+            file: "f.rs",
+            find: "x > y",
+            replace: "false",
+        };
+        let err = apply("a < b", &mutant).unwrap_err().to_string();
+        assert!(err.contains("no longer applies"), "{err}");
+        assert!(apply("x > y; x > y", &mutant).is_err());
+    }
+
+    #[test]
+    fn the_killing_properties_are_read_from_the_summary() {
+        let out = "primitive=lease ops=1 violations=2\nviolations of lease: mutual_exclusion=2 fencing=1\n";
+        assert_eq!(caught_by(out), "lease/mutual_exclusion, lease/fencing");
+    }
+}
