@@ -24,8 +24,12 @@ struct Dependency {
     kind: Option<String>,
 }
 
+/// The crate that only unifies features; left out of the documented graph,
+/// where it would be an edge from every crate.
+const WORKSPACE_HACK: &str = "casaas-workspace-hack";
+
 /// Each workspace crate and the workspace crates it depends on (normal and
-/// build dependencies), as cargo sees them.
+/// build dependencies), as cargo sees them, the workspace hack left out.
 fn cargo_graph(root: &Path) -> BTreeMap<String, Vec<String>> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let output = Command::new(cargo)
@@ -35,10 +39,16 @@ fn cargo_graph(root: &Path) -> BTreeMap<String, Vec<String>> {
         .expect("running cargo metadata");
     assert!(output.status.success(), "cargo metadata failed");
     let metadata: Metadata = serde_json::from_slice(&output.stdout).expect("cargo metadata JSON");
-    let names: Vec<&str> = metadata.packages.iter().map(|p| p.name.as_str()).collect();
+    let names: Vec<&str> = metadata
+        .packages
+        .iter()
+        .map(|p| p.name.as_str())
+        .filter(|name| *name != WORKSPACE_HACK)
+        .collect();
     metadata
         .packages
         .iter()
+        .filter(|p| p.name != WORKSPACE_HACK)
         .map(|p| {
             let mut deps: Vec<String> = p
                 .dependencies
@@ -92,6 +102,82 @@ fn the_crate_graph_here_is_cargos() {
     assert_eq!(
         documented, real,
         "ARCHITECTURE.md's crate graph differs from cargo metadata"
+    );
+}
+
+/// Each external package and its enabled features, in the build of
+/// `packages` (`-p` each; none means `--workspace`) with `edges`.
+fn feature_sets(root: &Path, packages: &[&str], edges: &str) -> BTreeMap<String, String> {
+    let mut sets: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut args = vec!["tree", "--prefix", "none", "-f", "{p}|{f}", "-e", edges];
+    if packages.is_empty() {
+        args.push("--workspace");
+    }
+    for package in packages {
+        args.extend(["-p", package]);
+    }
+    let output = Command::new(cargo)
+        .args(&args)
+        .current_dir(root)
+        .output()
+        .expect("running cargo tree");
+    assert!(output.status.success(), "cargo tree {args:?} failed");
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let line = line
+            .trim_end_matches(" (*)")
+            .trim_end_matches(" (proc-macro)");
+        if let Some((package, features)) = line.split_once('|')
+            && !package.starts_with("casaas")
+            && !package.starts_with("xtask")
+        {
+            // A package built for the host and the target: the union.
+            sets.entry(package.to_string()).or_default().extend(
+                features
+                    .split(',')
+                    .filter(|f| !f.is_empty())
+                    .map(str::to_string),
+            );
+        }
+    }
+    sets.into_iter()
+        .map(|(package, features)| (package, features.into_iter().collect::<Vec<_>>().join(",")))
+        .collect()
+}
+
+/// Building one package, another, both or the whole workspace (tests
+/// included) compiles every shared dependency with the same features, so
+/// switching between them rebuilds nothing but the workspace's own crates'
+/// binaries: casaas-workspace-hack declares the union.
+#[test]
+fn every_build_compiles_shared_dependencies_with_the_same_features() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let reference = feature_sets(&root, &[], "normal,build,dev");
+    assert!(reference.len() > 100, "cargo tree listed too little");
+    let builds: [&[&str]; 5] = [
+        &[],
+        &["casaas"],
+        &["casaas-conformance"],
+        &["casaas", "casaas-conformance"],
+        &["casaas-sim"],
+    ];
+    let mut diverging = Vec::new();
+    for packages in builds {
+        for (package, features) in feature_sets(&root, packages, "normal,build") {
+            match reference.get(&package) {
+                Some(all) if *all != features => diverging.push(format!(
+                    "{package}: [{features}] in `-p {}`, [{all}] with the whole workspace and its tests",
+                    packages.join(" -p ")
+                )),
+                _ => {}
+            }
+        }
+    }
+    assert!(
+        diverging.is_empty(),
+        "shared dependencies are built with other features depending on what is built; add \
+         them with the workspace's features to casaas-workspace-hack/Cargo.toml:\n{}",
+        diverging.join("\n")
     );
 }
 
