@@ -38,6 +38,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::ops::ControlFlow::{self, Continue};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -268,33 +269,57 @@ impl StoreGuard {
         }
     }
 
+    /// One run of the checks on `key`, each recorded in `report`; the first
+    /// failed check ends it (its objects are left for the lifecycle rule).
     async fn attempt(
         &self,
         store: &dyn CasStore,
         key: &str,
         report: &mut GuardReport,
     ) -> Result<(), Interrupted> {
-        let nonce = self.entropy.nonce();
-        let body =
-            |step: &str| Bytes::from(format!(r#"{{"casaas_guard":"{nonce}","step":"{step}"}}"#));
-        let pass = |report: &mut GuardReport, name, detail: &str| {
-            report.checks.push(GuardCheck {
-                name,
-                passed: true,
-                detail: detail.to_string(),
-            });
+        let bodies = Bodies {
+            nonce: self.entropy.nonce(),
         };
-        let fail = |report: &mut GuardReport, name, detail: String| {
-            report.checks.push(GuardCheck {
-                name,
-                passed: false,
-                detail,
-            });
-            Ok(())
+        let Continue(v1) = self.check_create(store, key, &bodies, report).await? else {
+            return Ok(());
         };
+        let Continue(v2) = self
+            .check_replace_current(store, key, &v1, &bodies, report)
+            .await?
+        else {
+            return Ok(());
+        };
+        if self
+            .check_replace_stale(store, key, &v1, &bodies, report)
+            .await?
+            .is_break()
+            || self
+                .check_refused_writes_change_nothing(store, key, &v2, &bodies, report)
+                .await?
+                .is_break()
+            || self
+                .check_missing_key(store, key, &v2, &bodies, report)
+                .await?
+                .is_break()
+        {
+            return Ok(());
+        }
+        self.cleanup(report, store, key, &v2).await;
+        Ok(())
+    }
 
-        // 1. Create, then a second create that must lose.
-        let v1 = match self.send(report, key, store.create(key, body("a"))).await {
+    /// Check 1: a create, then a second create that must lose.
+    async fn check_create(
+        &self,
+        store: &dyn CasStore,
+        key: &str,
+        bodies: &Bodies,
+        report: &mut GuardReport,
+    ) -> Checked<Version> {
+        let v1 = match self
+            .send(report, key, store.create(key, bodies.of("a")))
+            .await
+        {
             Ok(v) => v,
             // A fresh random key cannot be taken: a duplicated request of
             // ours answered. Start over rather than guess.
@@ -302,46 +327,52 @@ impl StoreGuard {
                 return Err(Interrupted::Retry(e));
             }
             Err(e) if e.kind() == ErrorKind::Unsupported => {
-                return fail(
+                return Ok(failed(
                     report,
                     "create_if_absent",
                     format!("the store refused create-if-absent (If-None-Match): {e}"),
-                );
+                ));
             }
             Err(e) => return Err(classify(e)),
         };
-        match self.send(report, key, store.create(key, body("b"))).await {
-            Ok(_) => {
-                return fail(
-                    report,
-                    "create_if_absent",
-                    "a create on an existing key succeeded: this store ignores If-None-Match"
-                        .into(),
-                );
-            }
+        match self
+            .send(report, key, store.create(key, bodies.of("b")))
+            .await
+        {
+            Ok(_) => Ok(failed(
+                report,
+                "create_if_absent",
+                "a create on an existing key succeeded: this store ignores If-None-Match".into(),
+            )),
             Err(e) if e.kind() == ErrorKind::PreconditionFailed => {
-                pass(report, "create_if_absent", "a second create was refused");
+                passed(report, "create_if_absent", "a second create was refused");
+                Ok(Continue(v1))
             }
-            Err(e) => return Err(classify(e)),
+            Err(e) => Err(classify(e)),
         }
+    }
 
-        // 2. Replace from the current version.
+    /// Check 2: a replace from the current version must succeed, with a new
+    /// version.
+    async fn check_replace_current(
+        &self,
+        store: &dyn CasStore,
+        key: &str,
+        v1: &Version,
+        bodies: &Bodies,
+        report: &mut GuardReport,
+    ) -> Checked<Version> {
         let v2 = match self
-            .send(report, key, store.replace(key, &v1, body("c")))
+            .send(report, key, store.replace(key, v1, bodies.of("c")))
             .await
         {
             Ok(v) => v,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::PreconditionFailed | ErrorKind::NotFound
-                ) =>
-            {
+            Err(e) if is_refusal(&e) => {
                 // A duplicate of our own replace can answer 412: look.
                 match self.read(report, store, key).await? {
-                    Some((b, v)) if b == body("c") => v,
+                    Some((b, v)) if b == bodies.of("c") => v,
                     _ => {
-                        return fail(
+                        return Ok(failed(
                             report,
                             "replace_current",
                             format!(
@@ -350,12 +381,12 @@ impl StoreGuard {
                                  `casaas conformance` finds the options it needs",
                                 e.kind()
                             ),
-                        );
+                        ));
                     }
                 }
             }
             Err(e) if e.kind() == ErrorKind::Unsupported => {
-                return fail(
+                return Ok(failed(
                     report,
                     "replace_current",
                     format!(
@@ -364,59 +395,76 @@ impl StoreGuard {
                          layout: open it with {}=epochs",
                         crate::layout::LAYOUT_OPTION
                     ),
-                );
+                ));
             }
             Err(e) => return Err(classify(e)),
         };
-        if v2 == v1 {
-            return fail(
+        if v2 == *v1 {
+            return Ok(failed(
                 report,
                 "replace_current",
                 "two writes of different bodies got the same version: versions do not name \
                  writes on this store"
                     .into(),
-            );
+            ));
         }
-        pass(
+        passed(
             report,
             "replace_current",
             "a replace from the current version succeeded",
         );
+        Ok(Continue(v2))
+    }
 
-        // 3. Replace from the stale version must lose.
+    /// Check 3: a replace from the stale version must lose.
+    async fn check_replace_stale(
+        &self,
+        store: &dyn CasStore,
+        key: &str,
+        v1: &Version,
+        bodies: &Bodies,
+        report: &mut GuardReport,
+    ) -> Checked<()> {
         match self
-            .send(report, key, store.replace(key, &v1, body("d")))
+            .send(report, key, store.replace(key, v1, bodies.of("d")))
             .await
         {
-            Ok(_) => {
-                return fail(
-                    report,
-                    "replace_stale",
-                    "a replace from a stale version succeeded: this store ignores If-Match".into(),
-                );
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::PreconditionFailed | ErrorKind::NotFound
-                ) =>
-            {
-                pass(
+            Ok(_) => Ok(failed(
+                report,
+                "replace_stale",
+                "a replace from a stale version succeeded: this store ignores If-Match".into(),
+            )),
+            Err(e) if is_refusal(&e) => {
+                passed(
                     report,
                     "replace_stale",
                     "a replace from a stale version was refused",
                 );
+                Ok(Continue(()))
             }
-            Err(e) => return Err(classify(e)),
+            Err(e) => Err(classify(e)),
         }
+    }
 
-        // 4. The refused writes left the object as the replace wrote it.
+    /// Check 4: The refused writes left the object as the replace wrote it.
+    async fn check_refused_writes_change_nothing(
+        &self,
+        store: &dyn CasStore,
+        key: &str,
+        v2: &Version,
+        bodies: &Bodies,
+        report: &mut GuardReport,
+    ) -> Checked<()> {
+        const CHECK: &str = "refused_writes_change_nothing";
         match self.read(report, store, key).await? {
-            Some((b, v)) if b == body("c") && v == v2 => pass(
-                report,
-                "refused_writes_change_nothing",
-                "the refused writes left the object unchanged",
-            ),
+            Some((b, v)) if b == bodies.of("c") && v == *v2 => {
+                passed(
+                    report,
+                    CHECK,
+                    "the refused writes left the object unchanged",
+                );
+                Ok(Continue(()))
+            }
             Some((b, _)) => {
                 let which = [
                     ("a", "first create"),
@@ -424,74 +472,73 @@ impl StoreGuard {
                     ("d", "refused replace"),
                 ]
                 .into_iter()
-                .find(|(step, _)| b == body(step))
+                .find(|(step, _)| b == bodies.of(step))
                 .map_or("an unknown write", |(_, name)| name);
-                return fail(
+                Ok(failed(
                     report,
-                    "refused_writes_change_nothing",
+                    CHECK,
                     format!(
                         "after a refused write the object holds the body of the {which}: this \
                          store applies writes it answers as refused"
                     ),
-                );
+                ))
             }
-            None => {
-                return fail(
-                    report,
-                    "refused_writes_change_nothing",
-                    "the object the guard wrote is gone after refused writes".into(),
-                );
-            }
+            None => Ok(failed(
+                report,
+                CHECK,
+                "the object the guard wrote is gone after refused writes".into(),
+            )),
         }
+    }
 
-        // 5. A conditional replace of a missing key creates nothing.
+    /// Check 5: a conditional replace of a missing key creates nothing.
+    async fn check_missing_key(
+        &self,
+        store: &dyn CasStore,
+        key: &str,
+        v2: &Version,
+        bodies: &Bodies,
+        report: &mut GuardReport,
+    ) -> Checked<()> {
         let missing = format!("{key}-absent");
         let refused = match self
-            .send(report, &missing, store.replace(&missing, &v2, body("e")))
+            .send(
+                report,
+                &missing,
+                store.replace(&missing, v2, bodies.of("e")),
+            )
             .await
         {
             Ok(_) => false,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::PreconditionFailed | ErrorKind::NotFound
-                ) =>
-            {
-                true
-            }
+            Err(e) if is_refusal(&e) => true,
             Err(e) => return Err(classify(e)),
         };
         let created = self.read(report, store, &missing).await?;
         if let Some((_, v)) = &created {
             self.cleanup(report, store, &missing, v).await;
         }
-        match (refused, created.is_some()) {
-            (true, false) => pass(
+        Ok(match (refused, created.is_some()) {
+            (true, false) => {
+                passed(
+                    report,
+                    "missing_key",
+                    "a conditional replace of a missing key was refused and created nothing",
+                );
+                Continue(())
+            }
+            (false, _) => failed(
                 report,
                 "missing_key",
-                "a conditional replace of a missing key was refused and created nothing",
+                "a conditional replace of a missing key succeeded and created it: this store \
+                 ignores If-Match"
+                    .into(),
             ),
-            (false, _) => {
-                return fail(
-                    report,
-                    "missing_key",
-                    "a conditional replace of a missing key succeeded and created it: this store \
-                     ignores If-Match"
-                        .into(),
-                );
-            }
-            (true, true) => {
-                return fail(
-                    report,
-                    "missing_key",
-                    "a conditional replace of a missing key was refused but created the object"
-                        .into(),
-                );
-            }
-        }
-
-        self.cleanup(report, store, key, &v2).await;
-        Ok(())
+            (true, true) => failed(
+                report,
+                "missing_key",
+                "a conditional replace of a missing key was refused but created the object".into(),
+            ),
+        })
     }
 
     /// Deletes a probe object of ours: conditionally where the store can;
@@ -564,6 +611,49 @@ impl StoreGuard {
 }
 
 /// Errors that call for a fresh attempt, and those that end the guard.
+/// What a check found: go on with `T`, or stop (the failure is recorded).
+type Checked<T> = Result<ControlFlow<(), T>, Interrupted>;
+
+/// The bodies of one attempt's writes: each names the attempt's nonce and
+/// its step, so a read tells which write the object holds.
+struct Bodies {
+    nonce: String,
+}
+
+impl Bodies {
+    fn of(&self, step: &str) -> Bytes {
+        Bytes::from(format!(
+            r#"{{"casaas_guard":"{}","step":"{step}"}}"#,
+            self.nonce
+        ))
+    }
+}
+
+/// A conditional write refused as the guard expects of a safe store.
+fn is_refusal(err: &CasError) -> bool {
+    matches!(
+        err.kind(),
+        ErrorKind::PreconditionFailed | ErrorKind::NotFound
+    )
+}
+
+fn passed(report: &mut GuardReport, name: &'static str, detail: &str) {
+    report.checks.push(GuardCheck {
+        name,
+        passed: true,
+        detail: detail.to_string(),
+    });
+}
+
+fn failed<T>(report: &mut GuardReport, name: &'static str, detail: String) -> ControlFlow<(), T> {
+    report.checks.push(GuardCheck {
+        name,
+        passed: false,
+        detail,
+    });
+    ControlFlow::Break(())
+}
+
 fn classify(err: CasError) -> Interrupted {
     // The probe key is random: name its sub-prefix, which a reader can act
     // on (a permission, a lifecycle rule) and which reads the same each run.
