@@ -852,6 +852,7 @@ fn doctor_url(url: &str) -> Result<String, Usage> {
     }
 }
 
+/// `casaas doctor`: the store guard, then the quick probes; the exit status.
 fn doctor_run(doctor: &DoctorCli) -> Result<u8, Usage> {
     let only = DOCTOR_PROBES.join(",");
     let url = doctor_url(&doctor.url)?;
@@ -861,103 +862,125 @@ fn doctor_run(doctor: &DoctorCli) -> Result<u8, Usage> {
         .build()
         .context("starting the async runtime")
         .map_err(Usage)?;
-    runtime.block_on(async {
-        let start = std::time::Instant::now();
-        let (target, _, _tempdir) = open_target(&cli).await?;
-        // The guard checks what leases write through: the epoch layout's
-        // view on a store opened with `layout=epochs`.
-        let view = casaas_core::layout::lease_view(target.store.clone());
-        let checked = casaas_core::guard::StoreGuard::new()
-            .with_deadline(Duration::from_secs(doctor.guard_deadline))
-            .check(view.as_ref())
-            .await;
-        let guard = match checked {
-            Ok(guard) => guard,
-            // Ambiguous (or throttled) until the deadline: no verdict, and
-            // no probe would find one sooner.
-            Err(e) if e.kind() == casaas_core::ErrorKind::Ambiguous => {
-                return Ok(doctor_inconclusive(doctor, &e, start.elapsed()));
-            }
-            Err(e) => {
-                return Err(Usage(anyhow::anyhow!(redact_text(&format!(
-                    "store guard: {e}"
-                )))));
-            }
-        };
-        let report = probe(&cli, Settings::quick()).await?;
-        let code = if guard.passed() {
-            report.exit_code()
-        } else {
-            crate::RunVerdict::NotSafe.exit_code()
-        };
-        let verdict = if guard.passed() {
-            report.summary.clone()
-        } else {
-            format!(
-                "NOT SAFE: the store guard failed ({})",
-                guard.failure().map_or("", |f| f.name)
-            )
-        };
-        match doctor.format {
-            DoctorFormat::Table => {
-                for check in &guard.checks {
-                    println!("guard   {check}");
-                }
-                for probe in &report.probes {
-                    // A warning's failure does not make the store unsafe:
-                    // shown as `warn`, and named after the verdict.
-                    let verdict = if probe.severity == crate::Severity::Warning
-                        && probe.verdict == crate::Verdict::Fail
-                    {
-                        "warn"
-                    } else {
-                        probe.verdict.as_str()
-                    };
-                    println!(
-                        "{:<7} {:<5}  {:<30} {}",
-                        "probe",
-                        verdict,
-                        probe.id,
-                        redact_text(&probe.detail)
-                    );
-                }
-                println!(
-                    "{} (guard: {} requests; all checks {:.1} s)",
-                    redact_text(&verdict),
-                    guard.requests(),
-                    start.elapsed().as_secs_f64()
-                );
-            }
-            DoctorFormat::Json => {
-                let checks: Vec<serde_json::Value> = guard
-                    .checks
-                    .iter()
-                    .map(|c| {
-                        serde_json::json!({
-                            "name": c.name, "passed": c.passed, "detail": c.detail
-                        })
-                    })
-                    .collect();
-                let report_json: serde_json::Value =
-                    serde_json::from_str(&report.to_json()).unwrap_or_default();
-                let out = serde_json::json!({
-                    "verdict": verdict,
-                    "exit_code": code,
-                    "guard": {
-                        "passed": guard.passed(),
-                        "checks": checks,
-                        "requests": guard.requests(),
-                        "elapsed_ms": guard.elapsed().as_millis() as u64,
-                    },
-                    "elapsed_ms": start.elapsed().as_millis() as u64,
-                    "report": report_json,
-                });
-                println!(
-                    "{}",
-                    redact_text(&serde_json::to_string_pretty(&out).unwrap_or_default())
-                );
-            }
+    runtime.block_on(doctor_checks(doctor, &cli))
+}
+
+/// Opens the store, runs the store guard and then the probes `cli` names,
+/// and prints the result in the doctor's format; the exit status.
+async fn doctor_checks(doctor: &DoctorCli, cli: &Cli) -> Result<u8, Usage> {
+    let start = std::time::Instant::now();
+    let (target, _, _tempdir) = open_target(cli).await?;
+    // The guard checks what leases write through: the epoch layout's
+    // view on a store opened with `layout=epochs`.
+    let view = casaas_core::layout::lease_view(target.store.clone());
+    let checked = casaas_core::guard::StoreGuard::new()
+        .with_deadline(Duration::from_secs(doctor.guard_deadline))
+        .check(view.as_ref())
+        .await;
+    let guard = match checked {
+        Ok(guard) => guard,
+        // Ambiguous (or throttled) until the deadline: no verdict, and
+        // no probe would find one sooner.
+        Err(e) if e.kind() == casaas_core::ErrorKind::Ambiguous => {
+            return Ok(doctor_inconclusive(doctor, &e, start.elapsed()));
         }
-        Ok(code)
-    })
+        Err(e) => {
+            return Err(Usage(anyhow::anyhow!(redact_text(&format!(
+                "store guard: {e}"
+            )))));
+        }
+    };
+    let report = probe(cli, Settings::quick()).await?;
+    let code = if guard.passed() {
+        report.exit_code()
+    } else {
+        crate::RunVerdict::NotSafe.exit_code()
+    };
+    let verdict = if guard.passed() {
+        report.summary.clone()
+    } else {
+        format!(
+            "NOT SAFE: the store guard failed ({})",
+            guard.failure().map_or("", |f| f.name)
+        )
+    };
+    match doctor.format {
+        DoctorFormat::Table => print_doctor_table(&guard, &report, &verdict, start),
+        DoctorFormat::Json => print_doctor_json(&guard, &report, &verdict, code, start),
+    }
+    Ok(code)
+}
+
+/// Prints the doctor's checks one line each, then the verdict.
+fn print_doctor_table(
+    guard: &casaas_core::guard::GuardReport,
+    report: &Report,
+    verdict: &str,
+    start: std::time::Instant,
+) {
+    for check in &guard.checks {
+        println!("guard   {check}");
+    }
+    for probe in &report.probes {
+        // A warning's failure does not make the store unsafe:
+        // shown as `warn`, and named after the verdict.
+        let verdict = if probe.severity == crate::Severity::Warning
+            && probe.verdict == crate::Verdict::Fail
+        {
+            "warn"
+        } else {
+            probe.verdict.as_str()
+        };
+        println!(
+            "{:<7} {:<5}  {:<30} {}",
+            "probe",
+            verdict,
+            probe.id,
+            redact_text(&probe.detail)
+        );
+    }
+    println!(
+        "{} (guard: {} requests; all checks {:.1} s)",
+        redact_text(verdict),
+        guard.requests(),
+        start.elapsed().as_secs_f64()
+    );
+}
+
+/// Prints the verdict, the guard's checks and the conformance report as
+/// JSON.
+fn print_doctor_json(
+    guard: &casaas_core::guard::GuardReport,
+    report: &Report,
+    verdict: &str,
+    code: u8,
+    start: std::time::Instant,
+) {
+    let checks: Vec<serde_json::Value> = guard
+        .checks
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "name": c.name, "passed": c.passed, "detail": c.detail
+            })
+        })
+        .collect();
+    let report_json: serde_json::Value =
+        serde_json::from_str(&report.to_json()).unwrap_or_default();
+    let out = serde_json::json!({
+        "verdict": verdict,
+        "exit_code": code,
+        "guard": {
+            "passed": guard.passed(),
+            "checks": checks,
+            "requests": guard.requests(),
+            "elapsed_ms": guard.elapsed().as_millis() as u64,
+        },
+        "elapsed_ms": start.elapsed().as_millis() as u64,
+        "report": report_json,
+    });
+    println!(
+        "{}",
+        redact_text(&serde_json::to_string_pretty(&out).unwrap_or_default())
+    );
 }

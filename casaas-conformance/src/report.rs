@@ -222,8 +222,21 @@ impl Report {
         redact_text(&self.table())
     }
 
+    /// [`Report::to_table`] before redaction.
     fn table(&self) -> String {
         let mut out = String::new();
+        self.table_header(&mut out);
+        self.table_pacing(&mut out);
+        out.push('\n');
+        self.table_results(&mut out);
+        out.push('\n');
+        self.table_explanations(&mut out);
+        self.table_footer(&mut out);
+        out
+    }
+
+    /// The table's first lines: the tool, the store and the run's mode.
+    fn table_header(&self, out: &mut String) {
         let _ = writeln!(out, "casaas-conformance {}", self.tool.version);
         let _ = writeln!(out, "store:    {}", self.backend.description);
         let _ = writeln!(out, "url:      {}", self.backend.url);
@@ -239,6 +252,10 @@ impl Report {
             self.duration_ms as f64 / 1000.0,
             self.backend.prefix
         );
+    }
+
+    /// The pacing line, when writes were paced or throttled.
+    fn table_pacing(&self, out: &mut String) {
         if let Some(ms) = self.pacing.min_write_interval_ms {
             let _ = writeln!(
                 out,
@@ -261,7 +278,10 @@ impl Report {
                 self.pacing.wall_waited_ms as f64 / 1000.0
             );
         }
-        out.push('\n');
+    }
+
+    /// One row per probe, under a heading.
+    fn table_results(&self, out: &mut String) {
         let id_w = self
             .probes
             .iter()
@@ -285,7 +305,10 @@ impl Report {
                 p.detail
             );
         }
-        out.push('\n');
+    }
+
+    /// What each probe that did not pass means for a lock.
+    fn table_explanations(&self, out: &mut String) {
         let failing: Vec<&ProbeResult> = self
             .probes
             .iter()
@@ -297,6 +320,10 @@ impl Report {
         if !failing.is_empty() {
             out.push('\n');
         }
+    }
+
+    /// The table's last lines: leftovers, recommended options, the verdict.
+    fn table_footer(&self, out: &mut String) {
         if !self.cleanup.leftovers.is_empty() {
             let _ = writeln!(
                 out,
@@ -316,7 +343,6 @@ impl Report {
             let _ = writeln!(out, "option {}: {}{proven}", r.option, r.reason);
         }
         let _ = writeln!(out, "{}", self.summary);
-        out
     }
 
     /// Markdown: a summary, the results table, then the evidence per
@@ -445,13 +471,7 @@ pub fn judge(probes: &[ProbeResult], options_applied: &[String]) -> Judgement {
         .filter(|o| !o.starts_with(&format!("{LAYOUT_OPTION}=")))
         .cloned()
         .collect();
-    let options_applied = options_applied.as_slice();
-    let mut options: Vec<Recommendation> = Vec::new();
-    for r in probes.iter().flat_map(|p| p.recommended_options.iter()) {
-        if !options.iter().any(|o| o.option == r.option) {
-            options.push(r.clone());
-        }
-    }
+    let options = unique_recommendations(probes);
     let incomplete: Vec<Incomplete> = probes
         .iter()
         .filter(|p| p.verdict == Verdict::Error)
@@ -461,59 +481,78 @@ pub fn judge(probes: &[ProbeResult], options_applied: &[String]) -> Judgement {
             reason: short_reason(&p.detail),
         })
         .collect();
-    let incomplete_text = |critical_only: bool| -> Option<String> {
-        let listed: Vec<String> = incomplete
+    let (verdict, mut summary) = verdict_line(probes, &options, &options_applied, &incomplete);
+    if verdict == RunVerdict::Safe && create_only {
+        summary = naming_the_layout(summary);
+    }
+    if verdict == RunVerdict::Safe {
+        let warnings: Vec<&str> = probes
             .iter()
-            .filter(|i| !critical_only || i.severity == Severity::Critical)
-            .map(|i| format!("{} ({})", i.id, i.reason))
+            .filter(|p| p.severity == Severity::Warning && p.verdict == Verdict::Fail)
+            .map(|p| p.id.as_str())
             .collect();
-        (!listed.is_empty()).then(|| listed.join(", "))
-    };
+        if !warnings.is_empty() {
+            summary.push_str(&format!(" (warnings: {})", warnings.join(", ")));
+        }
+    }
+    // Say which probes could not complete, and why, on the last line.
+    add_incomplete(&mut summary, verdict, &incomplete);
+    Judgement {
+        verdict,
+        summary,
+        options,
+        incomplete,
+    }
+}
+
+/// The options the probes recommend, each once, in order.
+fn unique_recommendations(probes: &[ProbeResult]) -> Vec<Recommendation> {
+    let mut options: Vec<Recommendation> = Vec::new();
+    for r in probes.iter().flat_map(|p| p.recommended_options.iter()) {
+        if !options.iter().any(|o| o.option == r.option) {
+            options.push(r.clone());
+        }
+    }
+    options
+}
+
+/// The incomplete probes as `id (reason)`, comma separated (only the
+/// critical ones if `critical_only`); `None` if there are none.
+fn incomplete_text(incomplete: &[Incomplete], critical_only: bool) -> Option<String> {
+    let listed: Vec<String> = incomplete
+        .iter()
+        .filter(|i| !critical_only || i.severity == Severity::Critical)
+        .map(|i| format!("{} ({})", i.id, i.reason))
+        .collect();
+    (!listed.is_empty()).then(|| listed.join(", "))
+}
+
+/// The verdict and the start of its line: not safe when a critical probe
+/// failed or is unsupported, inconclusive when one could not complete,
+/// else safe (with the options applied, if any).
+fn verdict_line(
+    probes: &[ProbeResult],
+    options: &[Recommendation],
+    options_applied: &[String],
+    incomplete: &[Incomplete],
+) -> (RunVerdict, String) {
     let failed: Vec<&ProbeResult> = probes
         .iter()
         .filter(|p| p.severity == Severity::Critical)
         .filter(|p| matches!(p.verdict, Verdict::Fail | Verdict::Unsupported))
         .collect();
     let critical_incomplete = incomplete.iter().any(|i| i.severity == Severity::Critical);
-    let unproven: Vec<&Recommendation> = options
-        .iter()
-        .filter(|o| !options_applied.contains(&o.option))
-        .collect();
-
-    let (verdict, mut summary) = if !failed.is_empty() {
-        let reasons: Vec<String> = failed
-            .iter()
-            .map(|p| match p.verdict {
-                Verdict::Fail => format!("{} failed", p.id),
-                _ => format!("{} unsupported", p.id),
-            })
-            .collect();
-        let fixable: Vec<&Recommendation> = unproven
-            .iter()
-            .copied()
-            .filter(|o| failed.iter().any(|p| o.fixes.contains(&p.id)))
-            .collect();
-        let advice = if !fixable.is_empty() {
-            let list: Vec<&str> = fixable.iter().map(|o| o.option.as_str()).collect();
-            format!(
-                "{} may help: run again with it in the URL to find out",
-                list.join(", ")
-            )
-        } else if !options_applied.is_empty() {
-            format!("even with {}", options_applied.join(", "))
-        } else {
-            "no casaas option makes this store safe".to_string()
-        };
+    if !failed.is_empty() {
         (
             RunVerdict::NotSafe,
-            format!("NOT SAFE: {} ({advice})", reasons.join(", ")),
+            not_safe_line(&failed, options, options_applied),
         )
     } else if critical_incomplete {
         (
             RunVerdict::Inconclusive,
             format!(
                 "INCONCLUSIVE: no critical probe failed, but these could not complete: {}",
-                incomplete_text(true).unwrap_or_default()
+                incomplete_text(incomplete, true).unwrap_or_default()
             ),
         )
     } else if !options_applied.is_empty() {
@@ -527,31 +566,62 @@ pub fn judge(probes: &[ProbeResult], options_applied: &[String]) -> Judgement {
         )
     } else {
         (RunVerdict::Safe, "SAFE FOR LEASES".to_string())
+    }
+}
+
+/// The NOT SAFE line for the `failed` critical probes, with advice: the
+/// recommended options not yet applied that may fix them, or that none
+/// will.
+fn not_safe_line(
+    failed: &[&ProbeResult],
+    options: &[Recommendation],
+    options_applied: &[String],
+) -> String {
+    let reasons: Vec<String> = failed
+        .iter()
+        .map(|p| match p.verdict {
+            Verdict::Fail => format!("{} failed", p.id),
+            _ => format!("{} unsupported", p.id),
+        })
+        .collect();
+    // An option recommended but not applied proves nothing.
+    let fixable: Vec<&Recommendation> = options
+        .iter()
+        .filter(|o| !options_applied.contains(&o.option))
+        .filter(|o| failed.iter().any(|p| o.fixes.contains(&p.id)))
+        .collect();
+    let advice = if !fixable.is_empty() {
+        let list: Vec<&str> = fixable.iter().map(|o| o.option.as_str()).collect();
+        format!(
+            "{} may help: run again with it in the URL to find out",
+            list.join(", ")
+        )
+    } else if !options_applied.is_empty() {
+        format!("even with {}", options_applied.join(", "))
+    } else {
+        "no casaas option makes this store safe".to_string()
     };
-    if verdict == RunVerdict::Safe && create_only {
-        let layout = LeaseLayout::Epochs.describe();
-        summary = match summary.strip_prefix("SAFE FOR LEASES") {
-            Some(rest) => format!("SAFE FOR LEASES ({layout}){rest}"),
-            None => summary.replacen(
-                "SAFE WITH OPTIONS:",
-                &format!("SAFE WITH OPTIONS ({layout}):"),
-                1,
-            ),
-        };
+    format!("NOT SAFE: {} ({advice})", reasons.join(", "))
+}
+
+/// A SAFE line that names the create-only layout it was judged on.
+fn naming_the_layout(summary: String) -> String {
+    let layout = LeaseLayout::Epochs.describe();
+    match summary.strip_prefix("SAFE FOR LEASES") {
+        Some(rest) => format!("SAFE FOR LEASES ({layout}){rest}"),
+        None => summary.replacen(
+            "SAFE WITH OPTIONS:",
+            &format!("SAFE WITH OPTIONS ({layout}):"),
+            1,
+        ),
     }
-    if verdict == RunVerdict::Safe {
-        let warnings: Vec<&str> = probes
-            .iter()
-            .filter(|p| p.severity == Severity::Warning && p.verdict == Verdict::Fail)
-            .map(|p| p.id.as_str())
-            .collect();
-        if !warnings.is_empty() {
-            summary.push_str(&format!(" (warnings: {})", warnings.join(", ")));
-        }
-    }
-    // Say which probes could not complete, and why, on the last line.
+}
+
+/// Ends the verdict line with the probes that could not complete: all of
+/// them, or (when inconclusive, which named the critical ones) the others.
+fn add_incomplete(summary: &mut String, verdict: RunVerdict, incomplete: &[Incomplete]) {
     if verdict != RunVerdict::Inconclusive
-        && let Some(text) = incomplete_text(false)
+        && let Some(text) = incomplete_text(incomplete, false)
     {
         summary.push_str(&format!("; could not complete: {text}"));
     } else if verdict == RunVerdict::Inconclusive
@@ -562,12 +632,6 @@ pub fn judge(probes: &[ProbeResult], options_applied: &[String]) -> Judgement {
             .reduce(|a, b| format!("{a}, {b}"))
     {
         summary.push_str(&format!("; also incomplete: {text}"));
-    }
-    Judgement {
-        verdict,
-        summary,
-        options,
-        incomplete,
     }
 }
 

@@ -4,6 +4,7 @@
 //! contributes them with [`Suite::with_probe`](crate::Suite::with_probe)
 //! for `s3://` URLs, replacing the placeholders of the standard suite.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -249,6 +250,103 @@ impl EtagForms {
             "throttled": throttled,
         }))
     }
+
+    /// The first write, `If-None-Match: *` to a fresh key: `None` when it
+    /// was accepted, else the probe's outcome.
+    async fn create_fresh(&self, cx: &ProbeContext, key: &str) -> Option<Outcome> {
+        match self.put(cx, key, None).await {
+            FormAnswer::Accepted(_) => None,
+            FormAnswer::Refused(answer) if refused_as_unsupported(&answer) => {
+                Some(suggest_forbid_overwrite(&self.store, cx, answer).await)
+            }
+            FormAnswer::Refused(answer) => Some(
+                Outcome::error(
+                    "the probe's first PutObject with If-None-Match: * to a fresh key was refused",
+                )
+                .with("answer", answer),
+            ),
+            FormAnswer::Unknown(answer) => Some(
+                Outcome::error("the probe's first PutObject stayed throttled or unclear")
+                    .with("answer", answer),
+            ),
+        }
+    }
+
+    /// PutObject with If-Match carrying the current ETag in each form:
+    /// quoted, unquoted and weak.
+    async fn try_forms(&self, cx: &ProbeContext, key: &str) -> Result<FormsTried, StepError> {
+        let mut tried = FormsTried {
+            evidence: serde_json::Map::new(),
+            accepted: BTreeMap::new(),
+            unknown: Vec::new(),
+        };
+        for form in ["quoted", "unquoted", "weak"] {
+            let etag = self.current_etag(key).await?;
+            let bare = etag.trim_matches('"');
+            let value = match form {
+                "quoted" => format!("\"{bare}\""),
+                "unquoted" => bare.to_string(),
+                _ => format!("W/\"{bare}\""),
+            };
+            let (ok, evidence) = match self.put(cx, key, Some(&value)).await {
+                FormAnswer::Accepted(e) => (true, e),
+                FormAnswer::Refused(e) => (false, e),
+                FormAnswer::Unknown(e) => {
+                    tried.unknown.push(form);
+                    (false, e)
+                }
+            };
+            tried.accepted.insert(form, ok);
+            tried.evidence.insert(form.to_string(), evidence);
+        }
+        Ok(tried)
+    }
+
+    /// The verdict on the forms `accepted`, given whether a stale ETag in
+    /// `stale_form` was accepted too.
+    fn forms_verdict(
+        &self,
+        accepted: &BTreeMap<&'static str, bool>,
+        stale_ok: bool,
+        stale_form: &str,
+    ) -> Outcome {
+        if stale_ok {
+            Outcome::fail(format!(
+                "a PutObject with a wrong {stale_form} ETag in If-Match succeeded: the condition is ignored"
+            ))
+        } else if accepted["quoted"] {
+            Outcome::pass("If-Match accepts the ETag exactly as the store returns it (quoted)")
+        } else if accepted["unquoted"] && self.unquoted_set {
+            Outcome::pass(
+                "If-Match refuses the quoted ETag but accepts it unquoted, and etag_unquoted=true is set",
+            )
+        } else if accepted["unquoted"] {
+            Outcome::fail(
+                "If-Match refuses the ETag as returned (quoted) and accepts it only unquoted",
+            )
+            .recommend(Recommendation {
+                option: "etag_unquoted=true".to_string(),
+                reason: "the store matches If-Match only against the unquoted ETag".to_string(),
+                fixes: FIXED_BY_UNQUOTED
+                    .iter()
+                    .chain(["s3_etag_forms"].iter())
+                    .map(|s| s.to_string())
+                    .collect(),
+            })
+        } else {
+            Outcome::fail("If-Match with the current ETag was refused in every form")
+        }
+    }
+}
+
+/// What If-Match with the current ETag in each form came to.
+struct FormsTried {
+    /// Each form's answer.
+    evidence: serde_json::Map<String, Value>,
+    /// Whether each form was accepted.
+    accepted: BTreeMap<&'static str, bool>,
+    /// The forms that got no clear answer.
+    unknown: Vec<&'static str>,
 }
 
 /// The key the ETag-forms probe writes, under its prefix.
@@ -284,46 +382,11 @@ impl Probe for EtagForms {
             return Ok(outcome);
         }
         let key = self.store.object_key(&cx.base_key(ETAG_KEY));
-        match self.put(cx, &key, None).await {
-            FormAnswer::Accepted(_) => {}
-            FormAnswer::Refused(answer) if refused_as_unsupported(&answer) => {
-                return Ok(suggest_forbid_overwrite(&self.store, cx, answer).await);
-            }
-            FormAnswer::Refused(answer) => {
-                return Ok(Outcome::error(
-                    "the probe's first PutObject with If-None-Match: * to a fresh key was refused",
-                )
-                .with("answer", answer));
-            }
-            FormAnswer::Unknown(answer) => {
-                return Ok(Outcome::error(
-                    "the probe's first PutObject stayed throttled or unclear",
-                )
-                .with("answer", answer));
-            }
+        if let Some(outcome) = self.create_fresh(cx, &key).await {
+            return Ok(outcome);
         }
-        let mut forms = serde_json::Map::new();
-        let mut accepted = std::collections::BTreeMap::new();
-        let mut unknown = Vec::new();
-        for form in ["quoted", "unquoted", "weak"] {
-            let etag = self.current_etag(&key).await?;
-            let bare = etag.trim_matches('"');
-            let value = match form {
-                "quoted" => format!("\"{bare}\""),
-                "unquoted" => bare.to_string(),
-                _ => format!("W/\"{bare}\""),
-            };
-            let (ok, evidence) = match self.put(cx, &key, Some(&value)).await {
-                FormAnswer::Accepted(e) => (true, e),
-                FormAnswer::Refused(e) => (false, e),
-                FormAnswer::Unknown(e) => {
-                    unknown.push(form);
-                    (false, e)
-                }
-            };
-            accepted.insert(form, ok);
-            forms.insert(form.to_string(), evidence);
-        }
+        let tried = self.try_forms(cx, &key).await?;
+        let (forms, accepted, unknown) = (&tried.evidence, &tried.accepted, &tried.unknown);
         if unknown.contains(&"quoted") || (unknown.contains(&"unquoted") && !accepted["quoted"]) {
             return Ok(Outcome::error(format!(
                 "If-Match with the {} ETag got no clear answer (throttled or lost every time)",
@@ -358,33 +421,9 @@ impl Probe for EtagForms {
             "stale": stale_evidence,
             "etag_unquoted_set": self.unquoted_set,
         });
-        let outcome = if stale_ok {
-            Outcome::fail(format!(
-                "a PutObject with a wrong {stale_form} ETag in If-Match succeeded: the condition is ignored"
-            ))
-        } else if accepted["quoted"] {
-            Outcome::pass("If-Match accepts the ETag exactly as the store returns it (quoted)")
-        } else if accepted["unquoted"] && self.unquoted_set {
-            Outcome::pass(
-                "If-Match refuses the quoted ETag but accepts it unquoted, and etag_unquoted=true is set",
-            )
-        } else if accepted["unquoted"] {
-            Outcome::fail(
-                "If-Match refuses the ETag as returned (quoted) and accepts it only unquoted",
-            )
-            .recommend(Recommendation {
-                option: "etag_unquoted=true".to_string(),
-                reason: "the store matches If-Match only against the unquoted ETag".to_string(),
-                fixes: FIXED_BY_UNQUOTED
-                    .iter()
-                    .chain(["s3_etag_forms"].iter())
-                    .map(|s| s.to_string())
-                    .collect(),
-            })
-        } else {
-            Outcome::fail("If-Match with the current ETag was refused in every form")
-        };
-        Ok(outcome.with("if_match", evidence))
+        Ok(self
+            .forms_verdict(accepted, stale_ok, stale_form)
+            .with("if_match", evidence))
     }
 }
 

@@ -306,28 +306,11 @@ impl Suite {
         settings: &Settings,
         progress: Arc<dyn Progress>,
     ) -> Result<Report, ConformanceError> {
-        if settings.concurrency < 2 {
-            return Err(ConformanceError::InvalidSettings(
-                "concurrency must be at least 2 for the races to mean anything".into(),
-            ));
-        }
-        if settings.rounds == Some(0) {
-            return Err(ConformanceError::InvalidSettings(
-                "rounds must be at least 1".into(),
-            ));
-        }
+        check_settings(settings)?;
         let started_at = SystemTime::now();
         let started = Instant::now();
-        let run_prefix = run_prefix(started_at);
-        let run_store = PrefixedStore::new(target.store.clone(), &run_prefix)
-            .map_err(|e| setup_error(e, &target.store))?;
-        let run_store: Arc<dyn CasStore> = Arc::new(run_store);
-        preflight(&run_store, &target.store).await?;
-        let gateway_stores = gateway_run_stores(target, &target.gateways, &run_prefix)?;
-        for (store, _) in &gateway_stores {
-            preflight(store, &target.store).await?;
-        }
-
+        let prefix = run_prefix(started_at);
+        let (run_store, gateway_stores) = open_run_stores(target, &prefix).await?;
         let pacer = Arc::new(match settings.min_write_interval {
             Some(interval) => Pacer::new(Some(interval), IntervalSource::Option),
             None => Pacer::new(
@@ -335,134 +318,192 @@ impl Suite {
                 IntervalSource::Declared,
             ),
         });
-        let probes: Vec<&dyn Probe> = self.probes.iter().map(|p| p.as_ref()).collect();
-        let mut results = run_probes(
-            &probes,
-            &run_store,
-            &gateway_stores,
-            &run_prefix,
-            &[],
+        let run = Run {
             target,
             settings,
-            &pacer,
-            &progress,
-        )
-        .await?;
+            pacer,
+            progress,
+            prefix,
+            started_at,
+            started,
+        };
+        let probes: Vec<&dyn Probe> = self.probes.iter().map(|p| p.as_ref()).collect();
+        let mut results =
+            run_probes(&run, &probes, &run_store, &gateway_stores, &run.prefix, &[]).await?;
 
-        // Prove recommended options by running what they affect again.
         let mut options_applied = Vec::new();
-        let mut cleanup_store = run_store.clone();
-        let options = recommended(&results);
-        if let (false, Some(reopen)) = (options.is_empty(), &target.reopen) {
-            match reopen.reopen(&options).await {
-                Ok(reopened) => {
-                    let affected: Vec<&str> = results
-                        .iter()
-                        .flat_map(|r| r.recommended_options.iter())
-                        .flat_map(|o| o.fixes.iter().map(String::as_str))
-                        .collect();
-                    let probes: Vec<&dyn Probe> = self
-                        .probes
-                        .iter()
-                        .filter(|p| affected.contains(&p.id()))
-                        .map(|p| {
-                            reopened
-                                .probes
-                                .iter()
-                                .find(|r| r.id() == p.id())
-                                .map_or(p.as_ref(), |r| r.as_ref())
-                        })
-                        .collect();
-                    let with_options: Arc<dyn CasStore> = Arc::new(
-                        PrefixedStore::new(reopened.store.clone(), &run_prefix)
-                            .map_err(|e| setup_error(e, &target.store))?,
-                    );
-                    let gateways = reopen_gateways(target, &options).await;
-                    let gateway_stores = gateway_run_stores(target, &gateways, &run_prefix)?;
-                    let again = run_probes(
-                        &probes,
-                        &with_options,
-                        &gateway_stores,
-                        &run_prefix,
-                        &options,
-                        target,
-                        settings,
-                        &pacer,
-                        &progress,
-                    )
-                    .await?;
-                    replace_with_reruns(&mut results, again);
-                    options_applied = options.clone();
-                    cleanup_store = with_options;
-                }
-                Err(e) => {
-                    tracing::warn!(
-                        "could not open the store again with {}: {}",
-                        options.join(", "),
-                        redact_text(&e.to_string())
-                    );
-                }
-            }
+        let mut cleanup_store = run_store;
+        if let Some((options, with_options)) = self.prove_options(&run, &mut results).await? {
+            options_applied = options;
+            cleanup_store = with_options;
         }
-
         // A store that honours create-if-absent but not replace (or one
         // opened with layout=epochs) is judged on the create-only layout:
         // the lease probe runs again on it, and the probes of replace,
         // which that layout never sends, no longer decide the verdict.
         if judged_on_create_only_layout(&results, target) {
-            let probes: Vec<&dyn Probe> = self
-                .probes
-                .iter()
-                .filter(|p| p.id() == LEASE_PROBE)
-                .map(|p| p.as_ref())
-                .collect();
-            let epochs_store: Arc<dyn CasStore> = Arc::new(
-                PrefixedStore::new(cleanup_store.clone(), "epochs")
-                    .map_err(|e| setup_error(e, &target.store))?,
-            );
-            let epochs_store = with_layout(epochs_store, LeaseLayout::Epochs);
-            let option = format!("{LAYOUT_OPTION}={}", LeaseLayout::Epochs);
-            let again = run_probes(
-                &probes,
-                &epochs_store,
-                &[],
-                &format!("{run_prefix}/epochs"),
-                std::slice::from_ref(&option),
-                target,
-                settings,
-                &pacer,
-                &progress,
-            )
-            .await?;
-            replace_with_reruns(&mut results, again);
-            for result in results
-                .iter_mut()
-                .filter(|r| REPLACE_PROBES.contains(&r.id.as_str()))
-                .filter(|r| r.verdict != Verdict::Pass)
-            {
-                result.verdict = Verdict::Note;
-                result.detail = format!(
-                    "not used by the create-only layout, which never replaces an object: {}",
-                    result.detail
-                );
-            }
+            let option = self
+                .judge_on_create_only_layout(&run, &cleanup_store, &mut results)
+                .await?;
             options_applied.push(option);
         }
 
         // Cleanup deletes are paced and resolved like the probes' writes.
         let cleanup_store: Arc<dyn CasStore> = Arc::new(PacedStore::new(
             cleanup_store,
-            pacer.clone(),
+            run.pacer.clone(),
             Arc::default(),
             Mode::Resolving,
         ));
-        let cleanup = cleanup(&cleanup_store, &run_prefix).await;
+        let cleanup = cleanup(&cleanup_store, &run.prefix).await;
+        Ok(run.report(results, options_applied, cleanup))
+    }
+
+    /// Proves recommended options by running the probes they affect again
+    /// with them applied, in place of their first results: the options and
+    /// the store opened with them, or `None` when nothing was recommended or
+    /// the store could not be opened again.
+    async fn prove_options(
+        &self,
+        run: &Run<'_>,
+        results: &mut [ProbeResult],
+    ) -> Result<Option<(Vec<String>, Arc<dyn CasStore>)>, ConformanceError> {
+        let target = run.target;
+        let options = recommended(results);
+        let (false, Some(reopen)) = (options.is_empty(), &target.reopen) else {
+            return Ok(None);
+        };
+        let reopened = match reopen.reopen(&options).await {
+            Ok(reopened) => reopened,
+            Err(e) => {
+                tracing::warn!(
+                    "could not open the store again with {}: {}",
+                    options.join(", "),
+                    redact_text(&e.to_string())
+                );
+                return Ok(None);
+            }
+        };
+        let probes = self.affected_probes(results, &reopened);
+        let with_options: Arc<dyn CasStore> = Arc::new(
+            PrefixedStore::new(reopened.store.clone(), &run.prefix)
+                .map_err(|e| setup_error(e, &target.store))?,
+        );
+        let gateways = reopen_gateways(target, &options).await;
+        let gateway_stores = gateway_run_stores(target, &gateways, &run.prefix)?;
+        let again = run_probes(
+            run,
+            &probes,
+            &with_options,
+            &gateway_stores,
+            &run.prefix,
+            &options,
+        )
+        .await?;
+        replace_with_reruns(results, again);
+        Ok(Some((options, with_options)))
+    }
+
+    /// The probes the recommended options affect, in suite order, each
+    /// replaced by the reopened backend's probe of the same id if it has
+    /// one.
+    fn affected_probes<'a>(
+        &'a self,
+        results: &[ProbeResult],
+        reopened: &'a Reopened,
+    ) -> Vec<&'a dyn Probe> {
+        let affected: Vec<&str> = results
+            .iter()
+            .flat_map(|r| r.recommended_options.iter())
+            .flat_map(|o| o.fixes.iter().map(String::as_str))
+            .collect();
+        self.probes
+            .iter()
+            .filter(|p| affected.contains(&p.id()))
+            .map(|p| {
+                reopened
+                    .probes
+                    .iter()
+                    .find(|r| r.id() == p.id())
+                    .map_or(p.as_ref(), |r| r.as_ref())
+            })
+            .collect()
+    }
+
+    /// Judges the store on the create-only layout: runs the lease probe
+    /// again on it (over `store`), and notes the probes of replace, which
+    /// that layout never sends, instead of letting them decide the verdict.
+    /// The layout option it ran with.
+    async fn judge_on_create_only_layout(
+        &self,
+        run: &Run<'_>,
+        store: &Arc<dyn CasStore>,
+        results: &mut [ProbeResult],
+    ) -> Result<String, ConformanceError> {
+        let probes: Vec<&dyn Probe> = self
+            .probes
+            .iter()
+            .filter(|p| p.id() == LEASE_PROBE)
+            .map(|p| p.as_ref())
+            .collect();
+        let epochs_store: Arc<dyn CasStore> = Arc::new(
+            PrefixedStore::new(store.clone(), "epochs")
+                .map_err(|e| setup_error(e, &run.target.store))?,
+        );
+        let epochs_store = with_layout(epochs_store, LeaseLayout::Epochs);
+        let option = format!("{LAYOUT_OPTION}={}", LeaseLayout::Epochs);
+        let again = run_probes(
+            run,
+            &probes,
+            &epochs_store,
+            &[],
+            &format!("{}/epochs", run.prefix),
+            std::slice::from_ref(&option),
+        )
+        .await?;
+        replace_with_reruns(results, again);
+        for result in results
+            .iter_mut()
+            .filter(|r| REPLACE_PROBES.contains(&r.id.as_str()))
+            .filter(|r| r.verdict != Verdict::Pass)
+        {
+            result.verdict = Verdict::Note;
+            result.detail = format!(
+                "not used by the create-only layout, which never replaces an object: {}",
+                result.detail
+            );
+        }
+        Ok(option)
+    }
+}
+
+/// What every probe of one run shares.
+struct Run<'a> {
+    target: &'a Target,
+    settings: &'a Settings,
+    pacer: Arc<Pacer>,
+    progress: Arc<dyn Progress>,
+    /// The run's key prefix.
+    prefix: String,
+    started_at: SystemTime,
+    started: Instant,
+}
+
+impl Run<'_> {
+    /// The report of the run, with its `results` and `cleanup`.
+    fn report(
+        self,
+        results: Vec<ProbeResult>,
+        options_applied: Vec<String>,
+        cleanup: CleanupReport,
+    ) -> Report {
+        let (target, settings) = (self.target, self.settings);
         let declared = target.store.capabilities();
-        let capabilities = pacer.correct(declared.clone());
-        Ok(Report::new(
+        let capabilities = self.pacer.correct(declared.clone());
+        Report::new(
             ToolInfo::current(),
-            rfc3339(started_at),
-            started.elapsed().as_millis() as u64,
+            rfc3339(self.started_at),
+            self.started.elapsed().as_millis() as u64,
             SettingsReport {
                 mode: if settings.quick { "quick" } else { "thorough" }.to_string(),
                 concurrency: settings.concurrency,
@@ -472,7 +513,7 @@ impl Suite {
                 url: target.url.clone(),
                 description: redact_text(&target.store.describe()),
                 scheme: scheme_of(&target.url),
-                prefix: run_prefix,
+                prefix: self.prefix,
                 capabilities,
                 declared_capabilities: declared,
                 server_clock: target.clock.is_some(),
@@ -480,10 +521,42 @@ impl Suite {
             },
             results,
             options_applied,
-            pacer.report(),
+            self.pacer.report(),
             cleanup,
-        ))
+        )
     }
+}
+
+/// Refuses settings under which the probes would mean nothing.
+fn check_settings(settings: &Settings) -> Result<(), ConformanceError> {
+    if settings.concurrency < 2 {
+        return Err(ConformanceError::InvalidSettings(
+            "concurrency must be at least 2 for the races to mean anything".into(),
+        ));
+    }
+    if settings.rounds == Some(0) {
+        return Err(ConformanceError::InvalidSettings(
+            "rounds must be at least 1".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The store and each gateway's store under the run's `prefix`, each
+/// checked by a preflight.
+async fn open_run_stores(
+    target: &Target,
+    prefix: &str,
+) -> Result<(Arc<dyn CasStore>, Vec<Endpoint>), ConformanceError> {
+    let run_store = PrefixedStore::new(target.store.clone(), prefix)
+        .map_err(|e| setup_error(e, &target.store))?;
+    let run_store: Arc<dyn CasStore> = Arc::new(run_store);
+    preflight(&run_store, &target.store).await?;
+    let gateway_stores = gateway_run_stores(target, &target.gateways, prefix)?;
+    for (store, _) in &gateway_stores {
+        preflight(store, &target.store).await?;
+    }
+    Ok((run_store, gateway_stores))
 }
 
 /// The probe of the lease protocol end to end.
@@ -610,18 +683,15 @@ async fn reopen_gateways(target: &Target, options: &[String]) -> Vec<Gateway> {
 /// Runs `probes` in order, each under its own sub-prefix of `run_store`
 /// and of each gateway's store (under `with-options/` when `options` are
 /// applied).
-#[allow(clippy::too_many_arguments)]
 async fn run_probes(
+    run: &Run<'_>,
     probes: &[&dyn Probe],
     run_store: &Arc<dyn CasStore>,
     gateways: &[Endpoint],
     run_prefix: &str,
     options: &[String],
-    target: &Target,
-    settings: &Settings,
-    pacer: &Arc<Pacer>,
-    progress: &Arc<dyn Progress>,
 ) -> Result<Vec<ProbeResult>, ConformanceError> {
+    let (target, settings, progress) = (run.target, run.settings, &run.progress);
     let total = probes.len();
     let mut results = Vec::with_capacity(total);
     for (index, probe) in probes.iter().enumerate() {
@@ -647,7 +717,7 @@ async fn run_probes(
             settings.clone(),
             target.clock.clone(),
             progress.clone(),
-            pacer.clone(),
+            run.pacer.clone(),
         )
         .with_key_prefix(format!("{run_prefix}/{sub}/"))
         .with_endpoints(others);

@@ -2,9 +2,10 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
-use casaas_core::{CasError, ErrorKind, Version};
+use casaas_core::{CasError, CasStore, ErrorKind, Version};
 use futures::StreamExt;
 
 use super::payload;
@@ -123,10 +124,20 @@ pub(super) async fn read_after_write(cx: &ProbeContext) -> Result<Outcome, StepE
         .with("examples", examples))
 }
 
-pub(super) async fn list_after_write(cx: &ProbeContext) -> Result<Outcome, StepError> {
-    let store = cx.store();
-    let n = if cx.settings().quick { 20 } else { 100 };
-    let keys: Vec<String> = (0..n).map(|i| format!("list/{i:04}")).collect();
+/// What the first listing, right after the creates, showed.
+struct FirstListing {
+    sorted: bool,
+    /// Created keys not listed.
+    missing: usize,
+    /// Created keys listed with another version.
+    wrong: usize,
+}
+
+/// Creates `keys` (eight at a time): each key's version.
+async fn create_keys(
+    store: &Arc<dyn CasStore>,
+    keys: &[String],
+) -> Result<BTreeMap<String, Version>, StepError> {
     let created: Vec<Result<(String, Version), CasError>> =
         futures::stream::iter(keys.iter().cloned().map(|key| async move {
             let mut retries = 0;
@@ -141,12 +152,17 @@ pub(super) async fn list_after_write(cx: &ProbeContext) -> Result<Outcome, StepE
         let (key, v) = result.step("create keys to list")?;
         expected.insert(key, v);
     }
-    store
-        .create("listx", payload("sibling"))
-        .await
-        .step("create a sibling key")?;
+    Ok(expected)
+}
 
-    let mut problems = Vec::new();
+/// Lists `list/` and compares the listing with the `expected` versions,
+/// adding what is wrong to `problems`.
+async fn check_first_listing(
+    store: &Arc<dyn CasStore>,
+    expected: &BTreeMap<String, Version>,
+    problems: &mut Vec<String>,
+) -> Result<FirstListing, StepError> {
+    let n = expected.len();
     let listed = store.list("list/").await.step("list")?;
     let sorted = listed.windows(2).all(|w| w[0].key < w[1].key);
     if !sorted {
@@ -173,9 +189,21 @@ pub(super) async fn list_after_write(cx: &ProbeContext) -> Result<Outcome, StepE
     if !extra.is_empty() {
         problems.push(format!("keys outside the prefix were listed: {extra:?}"));
     }
+    Ok(FirstListing {
+        sorted,
+        missing,
+        wrong,
+    })
+}
 
-    // A replace must show up with its new version.
-    let mut stale_versions = 0;
+/// Replaces the first five `keys` and lists again: a replace must show up
+/// with its new version. How many were listed with the old one.
+async fn check_replaces(
+    store: &Arc<dyn CasStore>,
+    keys: &[String],
+    expected: &mut BTreeMap<String, Version>,
+    problems: &mut Vec<String>,
+) -> Result<usize, StepError> {
     for key in keys.iter().take(5) {
         let Some(old) = expected.get(key).cloned() else {
             continue;
@@ -193,53 +221,73 @@ pub(super) async fn list_after_write(cx: &ProbeContext) -> Result<Outcome, StepE
         .into_iter()
         .map(|e| (e.key, e.version))
         .collect();
-    for key in keys.iter().take(5) {
-        if relisted.get(key) != expected.get(key) {
-            stale_versions += 1;
-        }
-    }
+    let stale_versions = keys
+        .iter()
+        .take(5)
+        .filter(|key| relisted.get(*key) != expected.get(*key))
+        .count();
     if stale_versions > 0 {
         problems.push(format!(
             "{stale_versions} of 5 replaced keys were listed with their old version"
         ));
     }
+    Ok(stale_versions)
+}
 
-    // A delete must disappear from the listing, where conditional deletes
-    // exist (what earlier probes found, not only what the backend declares).
-    let mut ghosts = None;
-    let mut deletes = "deletes";
-    if store.capabilities().conditional_delete {
-        let mut deleted = Vec::new();
-        let mut unsupported = None;
-        for key in keys.iter().skip(5).take(5) {
-            if let Some(v) = expected.get(key) {
-                match store.delete(key, v).await {
-                    Ok(()) => deleted.push(key.clone()),
-                    Err(e) if e.kind() == ErrorKind::Unsupported => {
-                        unsupported = Some(e);
-                        break;
-                    }
-                    Err(e) => return Err(e).step("delete a listed key"),
-                }
-            }
-        }
-        if let Some(e) = unsupported {
-            deletes = "no deletes (the store has no conditional delete)";
-            tracing::debug!(
-                "list_after_write: conditional delete unsupported: {}",
-                e.evidence()
-            );
-        } else {
-            let after = store.list("list/").await.step("list after delete")?;
-            let count = after.iter().filter(|e| deleted.contains(&e.key)).count();
-            if count > 0 {
-                problems.push(format!("{count} of 5 deleted keys were still listed"));
-            }
-            ghosts = Some(count);
-        }
-    } else {
-        deletes = "no deletes (the store has no conditional delete)";
+/// Deletes the next five `keys` and lists again, where conditional
+/// deletes exist (what earlier probes found, not only what the backend
+/// declares): a delete must disappear from the listing. How many were
+/// still listed (`None` without deletes), and what the probe deleted.
+async fn check_deletes(
+    store: &Arc<dyn CasStore>,
+    keys: &[String],
+    expected: &BTreeMap<String, Version>,
+    problems: &mut Vec<String>,
+) -> Result<(Option<usize>, &'static str), StepError> {
+    let none = "no deletes (the store has no conditional delete)";
+    if !store.capabilities().conditional_delete {
+        return Ok((None, none));
     }
+    let mut deleted = Vec::new();
+    for key in keys.iter().skip(5).take(5) {
+        if let Some(v) = expected.get(key) {
+            match store.delete(key, v).await {
+                Ok(()) => deleted.push(key.clone()),
+                Err(e) if e.kind() == ErrorKind::Unsupported => {
+                    tracing::debug!(
+                        "list_after_write: conditional delete unsupported: {}",
+                        e.evidence()
+                    );
+                    return Ok((None, none));
+                }
+                Err(e) => return Err(e).step("delete a listed key"),
+            }
+        }
+    }
+    let after = store.list("list/").await.step("list after delete")?;
+    let count = after.iter().filter(|e| deleted.contains(&e.key)).count();
+    if count > 0 {
+        problems.push(format!("{count} of 5 deleted keys were still listed"));
+    }
+    Ok((Some(count), "deletes"))
+}
+
+/// A listing right after creates, replaces and deletes shows exactly the
+/// current state, sorted, and nothing outside the prefix.
+pub(super) async fn list_after_write(cx: &ProbeContext) -> Result<Outcome, StepError> {
+    let store = cx.store();
+    let n = if cx.settings().quick { 20 } else { 100 };
+    let keys: Vec<String> = (0..n).map(|i| format!("list/{i:04}")).collect();
+    let mut expected = create_keys(store, &keys).await?;
+    store
+        .create("listx", payload("sibling"))
+        .await
+        .step("create a sibling key")?;
+
+    let mut problems = Vec::new();
+    let first = check_first_listing(store, &expected, &mut problems).await?;
+    let stale_versions = check_replaces(store, &keys, &mut expected, &mut problems).await?;
+    let (ghosts, deletes) = check_deletes(store, &keys, &expected, &mut problems).await?;
 
     let outcome = if problems.is_empty() {
         Outcome::pass(format!(
@@ -250,9 +298,9 @@ pub(super) async fn list_after_write(cx: &ProbeContext) -> Result<Outcome, StepE
     };
     Ok(outcome
         .with("keys", n)
-        .with("missing_after_create", missing)
-        .with("wrong_version", wrong)
+        .with("missing_after_create", first.missing)
+        .with("wrong_version", first.wrong)
         .with("stale_after_replace", stale_versions)
         .with("listed_after_delete", ghosts)
-        .with("sorted", sorted))
+        .with("sorted", first.sorted))
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
-use casaas_core::{CasError, CasStore, ErrorKind, Version};
+use casaas_core::{CasError, CasStore, ErrorKind, StoredObject, Version};
 use futures::StreamExt;
 use tokio::sync::Barrier;
 
@@ -251,6 +251,153 @@ where
     Ok(answers)
 }
 
+/// A round's answers sorted: who won, and through which endpoint each
+/// racer wrote and how long it took.
+struct RoundAnswers {
+    /// Each winner's task and version (a write whose answer was lost counts
+    /// when its body is the one stored).
+    winners: Vec<(usize, Version)>,
+    /// Each task's endpoint.
+    endpoints: Vec<usize>,
+    winner_ms: Vec<f64>,
+    loser_ms: Vec<f64>,
+}
+
+impl Tally {
+    /// Sorts round `round`'s answers into winners and losers, counting the
+    /// losers' answers; `stored` is what the key holds now, written by task
+    /// `stored_task` if any.
+    fn sort_answers(
+        &mut self,
+        round: usize,
+        answers: Vec<Answer>,
+        stored: Option<&StoredObject>,
+        stored_task: Option<usize>,
+    ) -> RoundAnswers {
+        let mut sorted = RoundAnswers {
+            winners: Vec::new(),
+            endpoints: Vec::with_capacity(answers.len()),
+            winner_ms: Vec::new(),
+            loser_ms: Vec::new(),
+        };
+        for (task, answer) in answers.into_iter().enumerate() {
+            sorted.endpoints.push(answer.endpoint);
+            match answer.result {
+                Ok(v) => {
+                    sorted.winner_ms.push(answer.elapsed_ms);
+                    sorted.winners.push((task, v));
+                }
+                Err(e) => {
+                    if e.kind() == ErrorKind::PreconditionFailed {
+                        sorted.loser_ms.push(answer.elapsed_ms);
+                    }
+                    let stored_here = stored.filter(|_| stored_task == Some(task));
+                    if let Some(version) = self.refusal(round, task, &e, stored_here) {
+                        sorted.winners.push((task, version));
+                    }
+                }
+            }
+        }
+        sorted
+    }
+
+    /// Counts task `task`'s refusal `e` in round `round`; `stored_here` is
+    /// what the key holds if it is this task's write. The stored version
+    /// when the answer may have been lost and the write is the one stored:
+    /// a win.
+    fn refusal(
+        &mut self,
+        round: usize,
+        task: usize,
+        e: &CasError,
+        stored_here: Option<&StoredObject>,
+    ) -> Option<Version> {
+        *self.answers.entry(answer_label(e)).or_default() += 1;
+        if e.kind() == ErrorKind::Throttled {
+            // Never counted as a refusal: this racer did not take part.
+            self.throttled_out += 1;
+        }
+        if e.may_have_taken_effect() {
+            self.ambiguous += 1;
+            // The protocol re-reads: the write took effect if the
+            // stored body is this task's.
+            if let Some(won) = stored_here {
+                self.ambiguous_won += 1;
+                return Some(won.version.clone());
+            }
+            return None;
+        }
+        if stored_here.is_some() {
+            self.phantom_writes += 1;
+            self.violation(format!(
+                "round {round}: task {task} was told {} yet its write is stored",
+                e.evidence()
+            ));
+        }
+        None
+    }
+
+    /// Counts round `round` with its winners: per endpoint, across
+    /// endpoints, and whether exclusion held (one winner, whose write is
+    /// the one `stored`).
+    fn count_round(
+        &mut self,
+        round: usize,
+        sorted: RoundAnswers,
+        stored: Option<&StoredObject>,
+        bodies: &[Bytes],
+    ) {
+        let RoundAnswers {
+            winners,
+            endpoints,
+            winner_ms,
+            loser_ms,
+        } = sorted;
+        self.rounds += 1;
+        self.winner_ms.extend(winner_ms);
+        self.loser_ms.extend(loser_ms);
+        for (task, _) in &winners {
+            *self
+                .winners_by_endpoint
+                .entry(endpoints[*task])
+                .or_default() += 1;
+        }
+        let mut winning_endpoints: Vec<usize> =
+            winners.iter().map(|(t, _)| endpoints[*t]).collect();
+        winning_endpoints.sort_unstable();
+        winning_endpoints.dedup();
+        if winning_endpoints.len() > 1 {
+            self.multiple_winners_across += 1;
+        }
+        self.max_winners = self.max_winners.max(winners.len());
+        match winners.len() {
+            0 => self.no_winner += 1,
+            1 => {
+                self.one_winner += 1;
+                let (task, version) = &winners[0];
+                let matches =
+                    stored.is_some_and(|o| o.body == bodies[*task] && &o.version == version);
+                if !matches {
+                    self.wrong_stored += 1;
+                    self.violation(format!(
+                        "round {round}: task {task} won but the key holds another write"
+                    ));
+                }
+            }
+            n if winning_endpoints.len() > 1 => {
+                self.multiple_winners += 1;
+                self.violation(format!(
+                    "round {round}: {n} winners, through endpoints {winning_endpoints:?}"
+                ));
+            }
+            n => {
+                self.multiple_winners += 1;
+                self.violation(format!("round {round}: {n} winners"));
+            }
+        }
+    }
+}
+
 /// Judges one round from the tasks' answers and what the key holds now.
 /// A round without a winner that is not the `last` attempt is counted as a
 /// re-run, not as a round: the caller runs it again on a fresh key.
@@ -267,92 +414,12 @@ async fn judge(
     let stored_task = stored
         .as_ref()
         .and_then(|o| bodies.iter().position(|b| *b == o.body));
-    let mut winners: Vec<(usize, Version)> = Vec::new();
-    let mut endpoints = Vec::with_capacity(answers.len());
-    let mut winner_ms = Vec::new();
-    let mut loser_ms = Vec::new();
-    for (task, answer) in answers.into_iter().enumerate() {
-        endpoints.push(answer.endpoint);
-        match answer.result {
-            Ok(v) => {
-                winner_ms.push(answer.elapsed_ms);
-                winners.push((task, v));
-            }
-            Err(e) => {
-                if e.kind() == ErrorKind::PreconditionFailed {
-                    loser_ms.push(answer.elapsed_ms);
-                }
-                *tally.answers.entry(answer_label(&e)).or_default() += 1;
-                if e.kind() == ErrorKind::Throttled {
-                    // Never counted as a refusal: this racer did not take part.
-                    tally.throttled_out += 1;
-                }
-                if e.may_have_taken_effect() {
-                    tally.ambiguous += 1;
-                    // The protocol re-reads: the write took effect if the
-                    // stored body is this task's.
-                    if stored_task == Some(task) {
-                        tally.ambiguous_won += 1;
-                        if let Some(o) = &stored {
-                            winners.push((task, o.version.clone()));
-                        }
-                    }
-                } else if stored_task == Some(task) {
-                    tally.phantom_writes += 1;
-                    tally.violation(format!(
-                        "round {round}: task {task} was told {} yet its write is stored",
-                        e.evidence()
-                    ));
-                }
-            }
-        }
-    }
-    if winners.is_empty() && !last {
+    let sorted = tally.sort_answers(round, answers, stored.as_ref(), stored_task);
+    if sorted.winners.is_empty() && !last {
         tally.reruns += 1;
         return Ok(());
     }
-    tally.rounds += 1;
-    tally.winner_ms.extend(winner_ms);
-    tally.loser_ms.extend(loser_ms);
-    for (task, _) in &winners {
-        *tally
-            .winners_by_endpoint
-            .entry(endpoints[*task])
-            .or_default() += 1;
-    }
-    let mut winning_endpoints: Vec<usize> = winners.iter().map(|(t, _)| endpoints[*t]).collect();
-    winning_endpoints.sort_unstable();
-    winning_endpoints.dedup();
-    if winning_endpoints.len() > 1 {
-        tally.multiple_winners_across += 1;
-    }
-    tally.max_winners = tally.max_winners.max(winners.len());
-    match winners.len() {
-        0 => tally.no_winner += 1,
-        1 => {
-            tally.one_winner += 1;
-            let (task, version) = &winners[0];
-            let matches = stored
-                .as_ref()
-                .is_some_and(|o| o.body == bodies[*task] && &o.version == version);
-            if !matches {
-                tally.wrong_stored += 1;
-                tally.violation(format!(
-                    "round {round}: task {task} won but the key holds another write"
-                ));
-            }
-        }
-        n if winning_endpoints.len() > 1 => {
-            tally.multiple_winners += 1;
-            tally.violation(format!(
-                "round {round}: {n} winners, through endpoints {winning_endpoints:?}"
-            ));
-        }
-        n => {
-            tally.multiple_winners += 1;
-            tally.violation(format!("round {round}: {n} winners"));
-        }
-    }
+    tally.count_round(round, sorted, stored.as_ref(), bodies);
     Ok(())
 }
 
