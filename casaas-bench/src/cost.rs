@@ -97,12 +97,30 @@ fn casaas_pattern(label: &str, config: &LeaseConfig) -> Pattern {
     }
 }
 
-/// The cost table; `measured_per_acquisition` is the request count the
-/// round-trip measurement observed for casaas (it should be 3).
-pub fn section(measured_per_acquisition: Option<f64>) -> Section {
+/// USD per month (730 h) of the writes and reads `p` makes per held hour,
+/// at `price`.
+fn per_month(p: &Pattern, price: &Price) -> f64 {
+    (p.writes_per_hour * price.write_per_1000 + p.reads_per_hour * price.read_per_1000) / 1000.0
+        * HOURS_PER_MONTH
+}
+
+/// USD per million acquisitions of `p` at `price`.
+fn per_million(p: &Pattern, price: &Price) -> f64 {
+    (p.acquisition_writes * price.write_per_1000 + p.acquisition_reads * price.read_per_1000)
+        * 1000.0
+}
+
+/// The DynamoDB lock client's heartbeats per held hour at its defaults.
+fn dynamo_per_hour() -> f64 {
+    3600.0 / DYNAMODB_HEARTBEAT.as_secs_f64()
+}
+
+/// The two casaas patterns priced: the default configuration, and a TTL of
+/// 30 s.
+fn casaas_patterns() -> [Pattern; 2] {
     let default = LeaseConfig::default();
     let ttl30 = LeaseConfig::with_ttl(Duration::from_secs(30));
-    let patterns = [
+    [
         casaas_pattern(
             &format!(
                 "casaas, default (TTL {} s, renew every {} s)",
@@ -118,65 +136,16 @@ pub fn section(measured_per_acquisition: Option<f64>) -> Section {
             ),
             &ttl30,
         ),
-    ];
+    ]
+}
+
+/// The cost table; `measured_per_acquisition` is the request count the
+/// round-trip measurement observed for casaas (it should be 3).
+pub fn section(measured_per_acquisition: Option<f64>) -> Section {
+    let patterns = casaas_patterns();
     let mut md = String::from("## Cost\n\n");
-    md.push_str(
-        "Requests a held lease and an acquisition cost, from the protocol (docs/protocol.md, \
-         *Request cost*; `tests/lease_cost.rs` pins them), priced with the published request \
-         prices below. Storage of a lock object (a few hundred bytes) and transfer are \
-         negligible and left out. A waiting contender adds 1 read per `retry_period` (10 per TTL).\n\n",
-    );
-    if let Some(measured) = measured_per_acquisition {
-        md.push_str(&format!(
-            "The round-trip measurement above observed {measured:.2} requests per acquire + release.\n\n"
-        ));
-    }
-    md.push_str("| pattern | writes per held lease-hour | requests per acquisition (acquire + release) |\n|---|---|---|\n");
-    for p in &patterns {
-        md.push_str(&format!(
-            "| {} | {:.0} | {:.0} read + {:.0} writes |\n",
-            p.label, p.writes_per_hour, p.acquisition_reads, p.acquisition_writes
-        ));
-    }
-    let dynamo_hour = 3600.0 / DYNAMODB_HEARTBEAT.as_secs_f64();
-    md.push_str(&format!(
-        "| DynamoDB lock client, defaults (heartbeat every {} s, lease 20 s) | {dynamo_hour:.0} | 1 consistent read + 2 writes |\n\n",
-        DYNAMODB_HEARTBEAT.as_secs()
-    ));
-    md.push_str("USD per lease held for a month (730 h) and per million acquisitions:\n\n| service | price per 1,000 writes / reads | ");
-    for p in &patterns {
-        md.push_str(&format!(
-            "{}: per lease-month | per 10⁶ acquisitions | ",
-            p.label
-        ));
-    }
-    md.push_str("source | read on |\n|---|---|");
-    for _ in &patterns {
-        md.push_str("---|---|");
-    }
-    md.push_str("---|---|\n");
-    for price in &PRICES {
-        md.push_str(&format!(
-            "| {} | ${} / ${} | ",
-            price.service, price.write_per_1000, price.read_per_1000
-        ));
-        for p in &patterns {
-            let month = (p.writes_per_hour * price.write_per_1000
-                + p.reads_per_hour * price.read_per_1000)
-                / 1000.0
-                * HOURS_PER_MONTH;
-            let million = (p.acquisition_writes * price.write_per_1000
-                + p.acquisition_reads * price.read_per_1000)
-                * 1000.0;
-            md.push_str(&format!("${month:.2} | ${million:.2} | "));
-        }
-        md.push_str(&format!("{} | {} |\n", price.source, price.read_on));
-    }
-    let dynamo_month = dynamo_hour * DYNAMODB_WRU_PER_MILLION / 1e6 * HOURS_PER_MONTH;
-    let dynamo_million = 2.0 * DYNAMODB_WRU_PER_MILLION + DYNAMODB_RRU_PER_MILLION;
-    md.push_str(&format!(
-        "| DynamoDB on-demand (us-east-1), lock client pattern | ${DYNAMODB_WRU_PER_MILLION} / ${DYNAMODB_RRU_PER_MILLION} per 10⁶ request units | ${dynamo_month:.2} per lease-month at its own defaults | ${dynamo_million:.2} | | | {DYNAMODB_SOURCE}; {DYNAMODB_CLIENT_SOURCE} | as published; not re-read in this run |\n\n"
-    ));
+    requests_table(&mut md, &patterns, measured_per_acquisition);
+    let dynamo_month = prices_table(&mut md, &patterns);
     let s3_month =
         patterns[0].writes_per_hour * PRICES[0].write_per_1000 / 1000.0 * HOURS_PER_MONTH;
     let s3_month_30 =
@@ -195,4 +164,67 @@ pub fn section(measured_per_acquisition: Option<f64>) -> Section {
         svgs: Vec::new(),
         headlines: Vec::new(),
     }
+}
+
+/// The requests each pattern makes per held hour and per acquisition,
+/// after what the round-trip measurement observed.
+fn requests_table(md: &mut String, patterns: &[Pattern], measured_per_acquisition: Option<f64>) {
+    md.push_str(
+        "Requests a held lease and an acquisition cost, from the protocol (docs/protocol.md, \
+         *Request cost*; `tests/lease_cost.rs` pins them), priced with the published request \
+         prices below. Storage of a lock object (a few hundred bytes) and transfer are \
+         negligible and left out. A waiting contender adds 1 read per `retry_period` (10 per TTL).\n\n",
+    );
+    if let Some(measured) = measured_per_acquisition {
+        md.push_str(&format!(
+            "The round-trip measurement above observed {measured:.2} requests per acquire + release.\n\n"
+        ));
+    }
+    md.push_str("| pattern | writes per held lease-hour | requests per acquisition (acquire + release) |\n|---|---|---|\n");
+    for p in patterns {
+        md.push_str(&format!(
+            "| {} | {:.0} | {:.0} read + {:.0} writes |\n",
+            p.label, p.writes_per_hour, p.acquisition_reads, p.acquisition_writes
+        ));
+    }
+    md.push_str(&format!(
+        "| DynamoDB lock client, defaults (heartbeat every {} s, lease 20 s) | {:.0} | 1 consistent read + 2 writes |\n\n",
+        DYNAMODB_HEARTBEAT.as_secs(),
+        dynamo_per_hour()
+    ));
+}
+
+/// Each pattern priced per lease-month and per million acquisitions at
+/// every service's prices, then DynamoDB's; the DynamoDB lock client's
+/// lease-month.
+fn prices_table(md: &mut String, patterns: &[Pattern]) -> f64 {
+    md.push_str("USD per lease held for a month (730 h) and per million acquisitions:\n\n| service | price per 1,000 writes / reads | ");
+    for p in patterns {
+        md.push_str(&format!(
+            "{}: per lease-month | per 10⁶ acquisitions | ",
+            p.label
+        ));
+    }
+    md.push_str("source | read on |\n|---|---|");
+    for _ in patterns {
+        md.push_str("---|---|");
+    }
+    md.push_str("---|---|\n");
+    for price in &PRICES {
+        md.push_str(&format!(
+            "| {} | ${} / ${} | ",
+            price.service, price.write_per_1000, price.read_per_1000
+        ));
+        for p in patterns {
+            let (month, million) = (per_month(p, price), per_million(p, price));
+            md.push_str(&format!("${month:.2} | ${million:.2} | "));
+        }
+        md.push_str(&format!("{} | {} |\n", price.source, price.read_on));
+    }
+    let dynamo_month = dynamo_per_hour() * DYNAMODB_WRU_PER_MILLION / 1e6 * HOURS_PER_MONTH;
+    let dynamo_million = 2.0 * DYNAMODB_WRU_PER_MILLION + DYNAMODB_RRU_PER_MILLION;
+    md.push_str(&format!(
+        "| DynamoDB on-demand (us-east-1), lock client pattern | ${DYNAMODB_WRU_PER_MILLION} / ${DYNAMODB_RRU_PER_MILLION} per 10⁶ request units | ${dynamo_month:.2} per lease-month at its own defaults | ${dynamo_million:.2} | | | {DYNAMODB_SOURCE}; {DYNAMODB_CLIENT_SOURCE} | as published; not re-read in this run |\n\n"
+    ));
+    dynamo_month
 }

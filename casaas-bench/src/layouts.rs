@@ -342,10 +342,26 @@ impl LayoutsResult {
         self.hours.iter().find(|h| h.layout == layout)
     }
 
+    /// The section of the report: the held hour, then the round trips.
     fn section(&self) -> Section {
+        let mut md = String::from("## Lease layouts\n\n");
+        let mut headlines = Vec::new();
+        self.hour_requests(&mut md);
+        self.hour_objects(&mut md);
+        self.hour_comparison(&mut md, &mut headlines);
+        self.round_trips(&mut md, &mut headlines);
+        md.push('\n');
+        Section {
+            markdown: md,
+            svgs: Vec::new(),
+            headlines,
+        }
+    }
+
+    /// The held lease-hour's requests by kind, per renewal, per layout.
+    fn hour_requests(&self, md: &mut String) {
         let ttl = self.config.ttl.as_secs();
         let renew = self.config.renew_interval.as_secs();
-        let mut md = String::from("## Lease layouts\n\n");
         md.push_str(&format!(
             "The record layout (one lock object, replaced in place with a conditional PUT) and the \
              epoch layout (every write creates the next epoch object with create-if-absent, for \
@@ -376,6 +392,11 @@ impl LayoutsResult {
                 h.per_renewal(c.total())
             ));
         }
+    }
+
+    /// The objects each layout leaves after the hour and after a year, and
+    /// the price of a held lease-month.
+    fn hour_objects(&self, md: &mut String) {
         md.push_str(&format!(
             "\nObjects the lock leaves on the store after the hour (listed while still held), the \
              objects after a held lease-year extrapolated from the hour's renewals with the epoch \
@@ -402,54 +423,64 @@ impl LayoutsResult {
                 s3_standard_per_month(&h.counts)
             ));
         }
-        let mut headlines = Vec::new();
-        if let (Some(record), Some(epochs)) = (
+    }
+
+    /// The epoch layout against the record layout over the hour, in words
+    /// and headlines, when both were held.
+    fn hour_comparison(&self, md: &mut String, headlines: &mut Vec<String>) {
+        let (Some(record), Some(epochs)) = (
             self.hour(LeaseLayout::Record),
             self.hour(LeaseLayout::Epochs),
-        ) {
-            let (r_month, e_month) = (
-                s3_standard_per_month(&record.counts),
-                s3_standard_per_month(&epochs.counts),
-            );
-            let year = epochs.objects_after(HOURS_PER_YEAR);
-            md.push_str(&format!(
-                "\nA renewal is {:.2} requests in the epoch layout against {:.2} in the record \
-                 layout; a held lease-month costs ${e_month:.2} against ${r_month:.2} \
-                 ({:.2}×). The epoch layout keeps at most {} live epochs per lock but one \
-                 collection marker per {DEFAULT_COLLECT_BLOCK} epochs for ever (a late write \
-                 into collected history is told by its block's marker): {} objects after a held \
-                 lease-year ({} markers), against 1. A marker is a few bytes, so their storage is \
-                 negligible. In the first hour only the collected blocks' epochs were deleted; \
-                 held longer, every epoch is deleted once, so a renewal tends to 1 GET + 1 PUT \
-                 create + 1 DELETE (free on S3) + 1/{DEFAULT_COLLECT_BLOCK} of a marker PUT and a \
-                 LIST, and the price per month stays where it is.{}\n",
-                epochs.per_renewal(epochs.counts.total()),
-                record.per_renewal(record.counts.total()),
-                e_month / r_month,
-                DEFAULT_KEEP + 2 * DEFAULT_COLLECT_BLOCK,
-                year.total(),
-                year.markers,
-                if record.held && epochs.held {
-                    ""
-                } else {
-                    " **A lease was lost during the hour.**"
-                }
-            ));
-            headlines.push(format!(
-                "layouts_requests_per_renewal record={:.2} epochs={:.2}",
-                record.per_renewal(record.counts.total()),
-                epochs.per_renewal(epochs.counts.total())
-            ));
-            headlines.push(format!(
-                "layouts_objects_per_lease_hour record={} epochs={} epochs_per_lease_year={}",
-                record.objects.total(),
-                epochs.objects.total(),
-                year.total()
-            ));
-            headlines.push(format!(
-                "layouts_s3_usd_per_lease_month record={r_month:.2} epochs={e_month:.2}"
-            ));
-        }
+        ) else {
+            return;
+        };
+        let (r_month, e_month) = (
+            s3_standard_per_month(&record.counts),
+            s3_standard_per_month(&epochs.counts),
+        );
+        let year = epochs.objects_after(HOURS_PER_YEAR);
+        md.push_str(&format!(
+            "\nA renewal is {:.2} requests in the epoch layout against {:.2} in the record \
+             layout; a held lease-month costs ${e_month:.2} against ${r_month:.2} \
+             ({:.2}×). The epoch layout keeps at most {} live epochs per lock but one \
+             collection marker per {DEFAULT_COLLECT_BLOCK} epochs for ever (a late write \
+             into collected history is told by its block's marker): {} objects after a held \
+             lease-year ({} markers), against 1. A marker is a few bytes, so their storage is \
+             negligible. In the first hour only the collected blocks' epochs were deleted; \
+             held longer, every epoch is deleted once, so a renewal tends to 1 GET + 1 PUT \
+             create + 1 DELETE (free on S3) + 1/{DEFAULT_COLLECT_BLOCK} of a marker PUT and a \
+             LIST, and the price per month stays where it is.{}\n",
+            epochs.per_renewal(epochs.counts.total()),
+            record.per_renewal(record.counts.total()),
+            e_month / r_month,
+            DEFAULT_KEEP + 2 * DEFAULT_COLLECT_BLOCK,
+            year.total(),
+            year.markers,
+            if record.held && epochs.held {
+                ""
+            } else {
+                " **A lease was lost during the hour.**"
+            }
+        ));
+        headlines.push(format!(
+            "layouts_requests_per_renewal record={:.2} epochs={:.2}",
+            record.per_renewal(record.counts.total()),
+            epochs.per_renewal(epochs.counts.total())
+        ));
+        headlines.push(format!(
+            "layouts_objects_per_lease_hour record={} epochs={} epochs_per_lease_year={}",
+            record.objects.total(),
+            epochs.objects.total(),
+            year.total()
+        ));
+        headlines.push(format!(
+            "layouts_s3_usd_per_lease_month record={r_month:.2} epochs={e_month:.2}"
+        ));
+    }
+
+    /// The lock round trip in each layout on each store, with the epoch
+    /// layout's ratios to the record layout.
+    fn round_trips(&self, md: &mut String, headlines: &mut Vec<String>) {
         md.push_str(&format!(
             "\n**Lock round trip.** Acquire a free lock and release it, {} iterations per layout \
              on each store, interleaved (the order alternates), real time, default configuration; \
@@ -493,12 +524,6 @@ impl LayoutsResult {
                 e50 / r50,
                 e99 / r99
             ));
-        }
-        md.push('\n');
-        Section {
-            markdown: md,
-            svgs: Vec::new(),
-            headlines,
         }
     }
 }

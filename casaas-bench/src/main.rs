@@ -229,6 +229,7 @@ fn register_providers() {
     casaas_azure::register();
 }
 
+/// `run`: every measurement; writes the report and prints the headlines.
 async fn run(
     out: PathBuf,
     work_dir: PathBuf,
@@ -259,16 +260,46 @@ async fn run(
         plan.layouts_iterations
     );
     sections.push(layouts::run(&targets, plan.layouts_iterations).await?);
+    sections.push(failover_section(&exe, &targets, &plan).await?);
+    sections.push(scale_section(&targets, &plan).await?);
+    sections.push(contention_section(&targets, &plan).await?);
+    sections.push(cost::section(rtt.row("casaas file").map(|r| r.requests)));
 
+    let version_lines = version_lines(&targets, &versions).await?;
+    let headlines: Vec<String> = sections
+        .iter()
+        .flat_map(|s| s.headlines.iter().cloned())
+        .filter(|l| !l.is_empty())
+        .collect();
+    let header = report_header(quick, started, &version_lines, &targets, &headlines);
+    report::write(&out, &header, &sections)?;
+    eprintln!(
+        "bench: wrote {} in {:.0} s",
+        out.display(),
+        started.elapsed().as_secs_f64()
+    );
+    for line in headlines {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// Failover on the file store, S3 and etcd at once: a holder SIGKILLed
+/// while a contender waits.
+async fn failover_section(
+    exe: &std::path::Path,
+    targets: &Targets,
+    plan: &Plan,
+) -> Result<Section> {
     eprintln!(
         "bench: failover ({} trials per system)",
         plan.failover_trials
     );
     let file = targets.store("file").context("no file store")?;
-    let file_failover = failover::casaas(&exe, file, plan.failover_trials, FAILOVER_TTL);
+    let file_failover = failover::casaas(exe, file, plan.failover_trials, FAILOVER_TTL);
     let s3_failover = async {
         match targets.s3() {
-            Some(s3) => failover::casaas(&exe, s3, plan.failover_trials, FAILOVER_TTL)
+            Some(s3) => failover::casaas(exe, s3, plan.failover_trials, FAILOVER_TTL)
                 .await
                 .map(Some),
             None => Ok(None),
@@ -276,7 +307,7 @@ async fn run(
     };
     let etcd_failover = async {
         match &targets.etcd {
-            Some(endpoint) => failover::etcd(&exe, endpoint, plan.failover_trials, FAILOVER_TTL)
+            Some(endpoint) => failover::etcd(exe, endpoint, plan.failover_trials, FAILOVER_TTL)
                 .await
                 .map(Some),
             None => Ok(None),
@@ -290,8 +321,13 @@ async fn run(
         ttl: FAILOVER_TTL,
         rows,
     };
-    sections.push(failover.section(casaas_core::lease::LeaseConfig::default().drift_margin)?);
+    failover.section(casaas_core::lease::LeaseConfig::default().drift_margin)
+}
 
+/// Many leases held in one process: on the memory and file stores, and on
+/// Ceph in a full run.
+async fn scale_section(targets: &Targets, plan: &Plan) -> Result<Section> {
+    let file = targets.store("file").context("no file store")?;
     let mut scale_rows = Vec::new();
     for name in ["memory", "file"] {
         let store = if name == "memory" {
@@ -318,8 +354,13 @@ async fn run(
             .await?,
         );
     }
-    sections.push(scale::section(&scale_rows, SCALE_TTL));
+    Ok(scale::section(&scale_rows, SCALE_TTL))
+}
 
+/// Contenders for one lease, at each of [`CONTENTION_N`], on the file
+/// store and S3.
+async fn contention_section(targets: &Targets, plan: &Plan) -> Result<Section> {
+    let file = targets.store("file").context("no file store")?;
     let mut contention_rows = Vec::new();
     let mut contention_targets = vec![file.clone()];
     contention_targets.extend(targets.s3().cloned());
@@ -339,14 +380,12 @@ async fn run(
             );
         }
     }
-    sections.push(contention::section(
-        &contention_rows,
-        CONTENTION_TTL,
-        plan.contention_time,
-    )?);
+    contention::section(&contention_rows, CONTENTION_TTL, plan.contention_time)
+}
 
-    sections.push(cost::section(rtt.row("casaas file").map(|r| r.requests)));
-
+/// The versions the report names: casaas, the running etcd and Redis, and
+/// those given with `--version`.
+async fn version_lines(targets: &Targets, versions: &[(String, String)]) -> Result<Vec<String>> {
     let mut version_lines = vec![format!("casaas {}", env!("CARGO_PKG_VERSION"))];
     if let Some(endpoint) = &targets.etcd {
         version_lines.push(format!(
@@ -361,6 +400,18 @@ async fn run(
         ));
     }
     version_lines.extend(versions.iter().map(|(k, v)| format!("{k} {v}")));
+    Ok(version_lines)
+}
+
+/// The report's title and preamble: how it was generated, on what, and the
+/// headline figures.
+fn report_header(
+    quick: bool,
+    started: Instant,
+    version_lines: &[String],
+    targets: &Targets,
+    headlines: &[String],
+) -> String {
     let command = if quick {
         "cargo xtask bench --quick"
     } else {
@@ -391,26 +442,12 @@ async fn run(
             .join(", ")
     );
     header.push_str("Headline figures:\n\n```text\n");
-    let headlines: Vec<String> = sections
-        .iter()
-        .flat_map(|s| s.headlines.iter().cloned())
-        .filter(|l| !l.is_empty())
-        .collect();
-    for line in &headlines {
+    for line in headlines {
         header.push_str(line);
         header.push('\n');
     }
     header.push_str("```\n\n");
-    report::write(&out, &header, &sections)?;
-    eprintln!(
-        "bench: wrote {} in {:.0} s",
-        out.display(),
-        started.elapsed().as_secs_f64()
-    );
-    for line in headlines {
-        println!("{line}");
-    }
-    Ok(())
+    header
 }
 
 /// The store URL without machine paths (the file backend's directory).
@@ -436,87 +473,98 @@ fn main() -> Result<()> {
         .enable_all()
         .build()?;
     register_providers();
-    runtime.block_on(async move {
-        match cli.command {
-            Command::Run {
-                out,
-                work_dir,
-                quick,
-                servers,
-                versions,
-            } => {
-                let servers = pairs(&servers, "server")?;
-                let versions = pairs(&versions, "version")?;
-                run(out, work_dir, quick, servers, versions).await
-            }
-            Command::Guard {
-                work_dir,
-                servers,
-                casaas_bin,
-                iterations,
-            } => {
-                let targets = targets(&work_dir, &pairs(&servers, "server")?)?;
-                let section = guard::run(&targets, iterations, casaas_bin.as_deref()).await?;
-                print!("{}", section.markdown);
-                for line in section.headlines {
-                    println!("{line}");
-                }
-                Ok(())
-            }
-            Command::Layouts {
-                work_dir,
-                servers,
-                iterations,
-            } => {
-                let servers = pairs(&servers, "server")?;
-                let scratch = work_dir.is_none().then(|| {
-                    std::env::temp_dir()
-                        .join(format!("casaas-bench-layouts-{}", std::process::id()))
-                });
-                let work_dir = work_dir.or_else(|| scratch.clone()).unwrap_or_default();
-                let measured = async {
-                    let targets = targets(&work_dir, &servers)?;
-                    layouts::run(&targets, iterations).await
-                }
-                .await;
-                if let Some(scratch) = scratch {
-                    let _ = std::fs::remove_dir_all(scratch);
-                }
-                let section = measured?;
-                print!("{}", section.markdown);
-                for line in section.headlines {
-                    println!("{line}");
-                }
-                Ok(())
-            }
-            Command::Hold {
-                url,
-                env_file,
-                key,
-                ttl_ms,
-            } => {
-                let env = match &env_file {
-                    Some(path) => clients::read_env_file(path)?,
-                    None => BTreeMap::new(),
-                };
-                let target = StoreTarget {
-                    name: "holder".into(),
-                    url,
-                    env,
-                    env_file,
-                };
-                failover::hold(&target, &key, Duration::from_millis(ttl_ms)).await
-            }
-            Command::HoldEtcd {
-                endpoint,
-                key,
-                ttl_s,
-            } => {
-                if ttl_s == 0 {
-                    bail!("--ttl-s must be at least 1");
-                }
-                failover::hold_etcd(&endpoint, &key, ttl_s).await
-            }
+    runtime.block_on(dispatch(cli.command))
+}
+
+/// Runs `command`.
+async fn dispatch(command: Command) -> Result<()> {
+    match command {
+        Command::Run {
+            out,
+            work_dir,
+            quick,
+            servers,
+            versions,
+        } => {
+            let servers = pairs(&servers, "server")?;
+            let versions = pairs(&versions, "version")?;
+            run(out, work_dir, quick, servers, versions).await
         }
-    })
+        Command::Guard {
+            work_dir,
+            servers,
+            casaas_bin,
+            iterations,
+        } => {
+            let targets = targets(&work_dir, &pairs(&servers, "server")?)?;
+            let section = guard::run(&targets, iterations, casaas_bin.as_deref()).await?;
+            print_section(section);
+            Ok(())
+        }
+        Command::Layouts {
+            work_dir,
+            servers,
+            iterations,
+        } => run_layouts(work_dir, &servers, iterations).await,
+        Command::Hold {
+            url,
+            env_file,
+            key,
+            ttl_ms,
+        } => {
+            let env = match &env_file {
+                Some(path) => clients::read_env_file(path)?,
+                None => BTreeMap::new(),
+            };
+            let target = StoreTarget {
+                name: "holder".into(),
+                url,
+                env,
+                env_file,
+            };
+            failover::hold(&target, &key, Duration::from_millis(ttl_ms)).await
+        }
+        Command::HoldEtcd {
+            endpoint,
+            key,
+            ttl_s,
+        } => {
+            if ttl_s == 0 {
+                bail!("--ttl-s must be at least 1");
+            }
+            failover::hold_etcd(&endpoint, &key, ttl_s).await
+        }
+    }
+}
+
+/// `layouts`: the section alone, in `work_dir` or a temporary directory
+/// removed afterwards.
+async fn run_layouts(
+    work_dir: Option<PathBuf>,
+    servers: &[String],
+    iterations: usize,
+) -> Result<()> {
+    let servers = pairs(servers, "server")?;
+    let scratch = work_dir
+        .is_none()
+        .then(|| std::env::temp_dir().join(format!("casaas-bench-layouts-{}", std::process::id())));
+    let work_dir = work_dir.or_else(|| scratch.clone()).unwrap_or_default();
+    let measured = async {
+        let targets = targets(&work_dir, &servers)?;
+        layouts::run(&targets, iterations).await
+    }
+    .await;
+    if let Some(scratch) = scratch {
+        let _ = std::fs::remove_dir_all(scratch);
+    }
+    print_section(measured?);
+    Ok(())
+}
+
+/// Prints a section alone: its Markdown, then its headlines.
+fn print_section(section: Section) {
+    print!("{}", section.markdown);
+    for line in section.headlines {
+        println!("{line}");
+    }
 }
