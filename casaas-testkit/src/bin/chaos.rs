@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use casaas_core::lease::{
-    AcquireOptions, Entropy, FencedLog, FencedResource, Lease, LeaseConfig, LeaseError,
+    AcquireOptions, Entropy, FencedLog, FencedResource, Lease, LeaseConfig, LeaseError, LeaseGuard,
 };
 use casaas_core::testkit::TestServer;
 use std::sync::Arc;
@@ -32,8 +32,8 @@ use std::sync::Arc;
 use casaas_core::layout::{EpochStore, LeaseLayout, layout_of};
 use casaas_core::{CasStore, open_store};
 use casaas_testkit::chaos::{
-    COUNTER_KEY, Event, LOCK_KEY, LOG_PREFIX, MinimumWork, Observed, check, monotonic_ns, ns,
-    parse_logs,
+    COUNTER_KEY, Event, LOCK_KEY, LOG_PREFIX, MinimumWork, Observed, Verdict, check, monotonic_ns,
+    ns, parse_logs,
 };
 use casaas_testkit::chaos_proxy::{endpoint_of, rewrite_store_url};
 use casaas_testkit::{ChaosProxy, ProxyFault, RandomFaults};
@@ -151,6 +151,8 @@ fn outcome<T>(result: &Result<T, LeaseError>) -> &'static str {
     }
 }
 
+/// `worker`: loops acquiring the lease and writing with its token until
+/// killed, logging every event.
 fn worker(args: &[String]) -> Result<()> {
     let map = arg_map(args)?;
     let url: String = get(&map, "url", None)?;
@@ -163,14 +165,42 @@ fn worker(args: &[String]) -> Result<()> {
         .append(true)
         .open(&log_path)
         .with_context(|| format!("opening {}", log_path.display()))?;
-    let mut log = WorkerLog(file);
+    let log = WorkerLog(file);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     register_providers();
     runtime.block_on(async move {
         let store = open_store(&url).await?;
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        Worker::new(store, id, seed, ttl, log)?.run().await
+    })
+}
+
+/// One worker process: its lease, the fenced counter and log it writes
+/// with the lease's token, and its event log.
+struct Worker {
+    id: u32,
+    ttl: Duration,
+    config: LeaseConfig,
+    rng: ChaCha8Rng,
+    log: WorkerLog,
+    lease: Lease,
+    counter: FencedResource<u64>,
+    entries: FencedLog<serde_json::Value>,
+    /// The last write's number.
+    op: u64,
+}
+
+impl Worker {
+    /// Worker `id` on `store`, its randomness all from `seed`.
+    fn new(
+        store: Arc<dyn CasStore>,
+        id: u32,
+        seed: u64,
+        ttl: Duration,
+        log: WorkerLog,
+    ) -> Result<Worker> {
+        let rng = ChaCha8Rng::seed_from_u64(seed);
         let config = LeaseConfig::with_ttl(ttl);
         let lease = Lease::new(
             store.clone(),
@@ -185,68 +215,44 @@ fn worker(args: &[String]) -> Result<()> {
         let entries = FencedLog::<serde_json::Value>::new(store.clone(), LOG_PREFIX)?
             .with_entropy(Entropy::seeded(seed ^ 2))
             .with_retries(config.request_timeout, config.retry_period, 8);
-        let mut op = 0u64;
+        Ok(Worker {
+            id,
+            ttl,
+            config,
+            rng,
+            log,
+            lease,
+            counter,
+            entries,
+            op: 0,
+        })
+    }
+
+    /// Acquires, holds while writing, and releases (or exits holding), for
+    /// ever.
+    async fn run(mut self) -> Result<()> {
+        let id = self.id;
         loop {
-            let guard = match lease.acquire(AcquireOptions::default()).await {
+            let guard = match self.lease.acquire(AcquireOptions::default()).await {
                 Ok(guard) => guard,
                 Err(err) => {
                     eprintln!("worker {id}: acquire failed: {err}");
-                    tokio::time::sleep(config.retry_period).await;
+                    tokio::time::sleep(self.config.retry_period).await;
                     continue;
                 }
             };
             let token = guard.token();
-            log.event(Event::Acquired {
+            self.log.event(Event::Acquired {
                 worker: id,
                 token,
                 at: monotonic_ns(),
             });
-            let hold_until = Instant::now() + ttl.mul_f64(hold_fraction(&mut rng));
-            while Instant::now() < hold_until {
-                if guard.ensure_held_for(ttl / 10).is_err() {
-                    break;
-                }
-                let now = monotonic_ns();
-                log.event(Event::Belief {
-                    worker: id,
-                    token,
-                    until: now + ns(guard.remaining()),
-                });
-                op += 1;
-                log.event(Event::WriteStarted {
-                    worker: id,
-                    kind: "inc".into(),
-                    op,
-                });
-                let r = counter.update(token, |v| v.copied().unwrap_or(0) + 1).await;
-                log.event(Event::WriteResult {
-                    worker: id,
-                    kind: "inc".into(),
-                    op,
-                    result: outcome(&r).into(),
-                });
-                op += 1;
-                log.event(Event::WriteStarted {
-                    worker: id,
-                    kind: "app".into(),
-                    op,
-                });
-                let r = entries
-                    .append(token, serde_json::json!({"w": id, "op": op}))
-                    .await;
-                log.event(Event::WriteResult {
-                    worker: id,
-                    kind: "app".into(),
-                    op,
-                    result: outcome(&r).into(),
-                });
-                tokio::time::sleep(Duration::from_millis(rng.random_range(10..60))).await;
-            }
-            if rng.random_bool(EXIT_HOLDING) {
+            self.hold(&guard).await;
+            if self.rng.random_bool(EXIT_HOLDING) {
                 // Exit holding the lease, as a crashed process would.
                 std::process::exit(0);
             }
-            log.event(Event::Released {
+            self.log.event(Event::Released {
                 worker: id,
                 token,
                 at: monotonic_ns(),
@@ -255,7 +261,59 @@ fn worker(args: &[String]) -> Result<()> {
                 eprintln!("worker {id}: release: {err}");
             }
         }
-    })
+    }
+
+    /// Holds the lease for a random part of the TTL, or until it is no
+    /// longer sure to hold it, writing with its token all the while.
+    async fn hold(&mut self, guard: &LeaseGuard) {
+        let (id, token) = (self.id, guard.token());
+        let hold_until = Instant::now() + self.ttl.mul_f64(hold_fraction(&mut self.rng));
+        while Instant::now() < hold_until {
+            if guard.ensure_held_for(self.ttl / 10).is_err() {
+                break;
+            }
+            let now = monotonic_ns();
+            self.log.event(Event::Belief {
+                worker: id,
+                token,
+                until: now + ns(guard.remaining()),
+            });
+            let op = self.write_started("inc");
+            let r = self
+                .counter
+                .update(token, |v| v.copied().unwrap_or(0) + 1)
+                .await;
+            self.write_finished("inc", op, outcome(&r));
+            let op = self.write_started("app");
+            let r = self
+                .entries
+                .append(token, serde_json::json!({"w": id, "op": op}))
+                .await;
+            self.write_finished("app", op, outcome(&r));
+            tokio::time::sleep(Duration::from_millis(self.rng.random_range(10..60))).await;
+        }
+    }
+
+    /// Logs the start of the next write, of `kind`; its number.
+    fn write_started(&mut self, kind: &str) -> u64 {
+        self.op += 1;
+        self.log.event(Event::WriteStarted {
+            worker: self.id,
+            kind: kind.into(),
+            op: self.op,
+        });
+        self.op
+    }
+
+    /// Logs what write `op`, of `kind`, was told.
+    fn write_finished(&mut self, kind: &str, op: u64, result: &str) {
+        self.log.event(Event::WriteResult {
+            worker: self.id,
+            kind: kind.into(),
+            op,
+            result: result.into(),
+        });
+    }
 }
 
 // --------------------------------------------------------------------- run
@@ -319,177 +377,260 @@ fn signal(pid: u32, sig: &str) {
         .status();
 }
 
-fn run(args: &[String]) -> Result<bool> {
-    let map = arg_map(args)?;
-    let url: String = get(&map, "url", None)?;
-    let gateways: Vec<String> = map
-        .get("gateways")
-        .map(|g| g.split_whitespace().map(str::to_string).collect())
-        .unwrap_or_default();
-    let seconds: u64 = get(&map, "seconds", Some(60))?;
-    let seed: u64 = get(&map, "seed", Some(1))?;
-    let workers: usize = get(&map, "workers", Some(5))?;
-    let ttl_ms: u64 = get(&map, "ttl-ms", Some(2000))?;
-    if workers < 2 {
-        bail!("--workers must be at least 2");
-    }
-    let env = match map.get("env-file") {
-        Some(path) => {
-            TestServer::read(Path::new(path))
-                .with_context(|| format!("reading {path}"))?
-                .env
+/// What `run` was asked for.
+struct RunArgs {
+    url: String,
+    /// Other endpoints of the same bucket.
+    gateways: Vec<String>,
+    seconds: u64,
+    seed: u64,
+    workers: usize,
+    ttl_ms: u64,
+    /// The server's environment, for the workers and the checker.
+    env: BTreeMap<String, String>,
+    /// Where to keep the workers' logs, if given.
+    work_dir: Option<PathBuf>,
+}
+
+impl RunArgs {
+    /// Parses `run`'s flags, and reads the env file they name.
+    fn parse(args: &[String]) -> Result<RunArgs> {
+        let map = arg_map(args)?;
+        let url: String = get(&map, "url", None)?;
+        let gateways: Vec<String> = map
+            .get("gateways")
+            .map(|g| g.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default();
+        let seconds: u64 = get(&map, "seconds", Some(60))?;
+        let seed: u64 = get(&map, "seed", Some(1))?;
+        let workers: usize = get(&map, "workers", Some(5))?;
+        let ttl_ms: u64 = get(&map, "ttl-ms", Some(2000))?;
+        if workers < 2 {
+            bail!("--workers must be at least 2");
         }
-        None => BTreeMap::new(),
-    };
+        let env = match map.get("env-file") {
+            Some(path) => {
+                TestServer::read(Path::new(path))
+                    .with_context(|| format!("reading {path}"))?
+                    .env
+            }
+            None => BTreeMap::new(),
+        };
+        Ok(RunArgs {
+            url,
+            gateways,
+            seconds,
+            seed,
+            workers,
+            ttl_ms,
+            env,
+            work_dir: map.get("work-dir").map(PathBuf::from),
+        })
+    }
+}
+
+/// `run`: the torture run; whether it passed.
+fn run(args: &[String]) -> Result<bool> {
+    let args = RunArgs::parse(args)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     register_providers();
-    runtime.block_on(async move {
-        let stall = Duration::from_secs(CLIENT_TIMEOUT_S * 2);
-        let prefix = format!("chaos-{}-{seed}", std::process::id());
-        let mut proxies = Vec::new();
-        let mut worker_urls = Vec::new();
-        for (n, endpoint_url) in std::iter::once(&url).chain(&gateways).enumerate() {
-            let (origin, path) = endpoint_of(endpoint_url).map_err(anyhow::Error::msg)?;
-            let proxy = ChaosProxy::start(&origin).await?;
-            proxy.randomize(RandomFaults {
-                seed: seed.wrapping_add(n as u64),
-                probability: 0.15,
-                faults: ProxyFault::all(stall),
-            });
-            let through = format!("{}{path}", proxy.endpoint());
-            worker_urls.push(
-                rewrite_store_url(endpoint_url, Some(&through), Some(CLIENT_TIMEOUT_S), &prefix)
-                    .map_err(anyhow::Error::msg)?,
-            );
-            proxies.push(proxy);
-        }
-        if worker_urls.len() > 1 {
-            eprintln!("chaos: workers spread over {} endpoints", worker_urls.len());
-        }
-        let direct_url =
-            rewrite_store_url(&url, None, None, &prefix).map_err(anyhow::Error::msg)?;
-        let store = casaas_testkit::open_with_env(&direct_url, &env).await?;
-        // Renewals every ttl/3 must respect the store's write rate per key;
-        // no more than that, since every takeover waits a whole TTL.
-        let ttl_ms = match store.capabilities().min_write_interval {
-            Some(min) => ttl_ms.max(
-                u64::try_from((min * 3 + Duration::from_millis(60)).as_millis())
-                    .unwrap_or(u64::MAX),
-            ),
-            None => ttl_ms,
-        };
-        let keep_dir = map.get("work-dir").map(PathBuf::from);
-        let dir = keep_dir
-            .clone()
-            .unwrap_or_else(|| std::env::temp_dir().join(&prefix));
-        std::fs::create_dir_all(&dir)?;
-        let mut pool = Workers {
-            exe: std::env::current_exe()?,
-            urls: worker_urls,
-            env: env.clone(),
-            dir: dir.clone(),
-            ttl_ms,
-            seed,
-            next_id: 1,
-            live: Vec::new(),
-        };
-        for _ in 0..workers {
-            pool.spawn()?;
-        }
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let (mut kills, mut pauses) = (0u64, 0u64);
-        let deadline = Instant::now() + Duration::from_secs(seconds);
-        let ttl = Duration::from_millis(ttl_ms);
-        let mut paused: Vec<(u32, Instant)> = Vec::new();
-        while Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(rng.random_range(DISRUPTION_EVERY_MS))).await;
-            // Thaw the workers whose pause is over.
-            let now = Instant::now();
-            paused.retain(|(pid, until)| {
-                if *until <= now {
-                    signal(*pid, "CONT");
-                    false
-                } else {
-                    true
-                }
-            });
-            pool.respawn_exited()?;
-            let candidates: Vec<usize> = (0..pool.live.len())
-                .filter(|i| !paused.iter().any(|(pid, _)| *pid == pool.live[*i].1.id()))
-                .collect();
-            if candidates.is_empty() {
-                continue;
-            }
-            let index = candidates[rng.random_range(0..candidates.len())];
-            let pid = pool.live[index].1.id();
-            if rng.random_bool(0.5) {
-                signal(pid, "KILL");
-                kills += 1;
-                let (_, mut child) = pool.live.remove(index);
-                let _ = child.wait();
-                pool.spawn()?;
-            } else {
-                signal(pid, "STOP");
-                pauses += 1;
-                paused.push((pid, now + ttl.mul_f64(rng.random_range(0.2..3.0))));
-            }
-        }
-        for (pid, _) in &paused {
-            signal(*pid, "CONT");
-        }
-        for (_, child) in &mut pool.live {
-            signal(child.id(), "KILL");
-            let _ = child.wait();
-        }
-        // Late writes (stalled in the proxy) land within the stall.
-        tokio::time::sleep(stall + Duration::from_secs(1)).await;
-        let faults: usize = proxies.iter().map(|p| p.fault_count()).sum();
-        drop(proxies);
+    runtime.block_on(torture(args))
+}
 
-        let mut texts = Vec::new();
-        for entry in std::fs::read_dir(&dir)? {
-            let path = entry?.path();
-            if path.extension().is_some_and(|e| e == "log") {
-                texts.push(std::fs::read_to_string(&path)?);
-            }
-        }
-        let events = parse_logs(texts.iter().map(String::as_str));
-        let observed = observe(&store).await?;
-        let verdict = check(&events, &observed);
-        for detail in verdict.details.iter().take(20) {
-            eprintln!("violation: {detail}");
-        }
-        println!(
-            "acquisitions={} handovers={} writes_applied={} kills={kills} pauses={pauses} faults={faults} overlaps={} stale_writes_accepted={} lost_updates={} duplicate_updates={}",
-            verdict.acquisitions,
-            verdict.handovers,
-            verdict.writes_applied,
-            verdict.overlaps,
-            verdict.stale_writes_accepted,
-            verdict.lost_updates,
-            verdict.duplicate_updates
+/// Starts the proxies and the workers, disrupts them for the run's time,
+/// then checks what they logged against what the store holds.
+async fn torture(args: RunArgs) -> Result<bool> {
+    let stall = Duration::from_secs(CLIENT_TIMEOUT_S * 2);
+    let prefix = format!("chaos-{}-{}", std::process::id(), args.seed);
+    let (proxies, worker_urls) = start_proxies(&args, stall, &prefix).await?;
+    if worker_urls.len() > 1 {
+        eprintln!("chaos: workers spread over {} endpoints", worker_urls.len());
+    }
+    let direct_url =
+        rewrite_store_url(&args.url, None, None, &prefix).map_err(anyhow::Error::msg)?;
+    let store = casaas_testkit::open_with_env(&direct_url, &args.env).await?;
+    let ttl_ms = paced_ttl_ms(store.as_ref(), args.ttl_ms);
+    let dir = args
+        .work_dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(&prefix));
+    std::fs::create_dir_all(&dir)?;
+    let mut pool = Workers {
+        exe: std::env::current_exe()?,
+        urls: worker_urls,
+        env: args.env.clone(),
+        dir: dir.clone(),
+        ttl_ms,
+        seed: args.seed,
+        next_id: 1,
+        live: Vec::new(),
+    };
+    for _ in 0..args.workers {
+        pool.spawn()?;
+    }
+    let run_for = Duration::from_secs(args.seconds);
+    let (kills, pauses) =
+        disrupt(&mut pool, args.seed, run_for, Duration::from_millis(ttl_ms)).await?;
+    // Late writes (stalled in the proxy) land within the stall.
+    tokio::time::sleep(stall + Duration::from_secs(1)).await;
+    let faults: usize = proxies.iter().map(|p| p.fault_count()).sum();
+    drop(proxies);
+
+    let texts = worker_logs(&dir)?;
+    let events = parse_logs(texts.iter().map(String::as_str));
+    let observed = observe(&store).await?;
+    let verdict = check(&events, &observed);
+    for detail in verdict.details.iter().take(20) {
+        eprintln!("violation: {detail}");
+    }
+    println!(
+        "acquisitions={} handovers={} writes_applied={} kills={kills} pauses={pauses} faults={faults} overlaps={} stale_writes_accepted={} lost_updates={} duplicate_updates={}",
+        verdict.acquisitions,
+        verdict.handovers,
+        verdict.writes_applied,
+        verdict.overlaps,
+        verdict.stale_writes_accepted,
+        verdict.lost_updates,
+        verdict.duplicate_updates
+    );
+    Ok(passed(&verdict, &dir, args.work_dir.is_some()))
+}
+
+/// A chaos proxy in front of the store's endpoint and of each gateway,
+/// injecting random faults: the proxies, and the URL a worker uses
+/// through each.
+async fn start_proxies(
+    args: &RunArgs,
+    stall: Duration,
+    prefix: &str,
+) -> Result<(Vec<ChaosProxy>, Vec<String>)> {
+    let mut proxies = Vec::new();
+    let mut worker_urls = Vec::new();
+    for (n, endpoint_url) in std::iter::once(&args.url).chain(&args.gateways).enumerate() {
+        let (origin, path) = endpoint_of(endpoint_url).map_err(anyhow::Error::msg)?;
+        let proxy = ChaosProxy::start(&origin).await?;
+        proxy.randomize(RandomFaults {
+            seed: args.seed.wrapping_add(n as u64),
+            probability: 0.15,
+            faults: ProxyFault::all(stall),
+        });
+        let through = format!("{}{path}", proxy.endpoint());
+        worker_urls.push(
+            rewrite_store_url(endpoint_url, Some(&through), Some(CLIENT_TIMEOUT_S), prefix)
+                .map_err(anyhow::Error::msg)?,
         );
-        if verdict.acquisitions == 0 {
-            eprintln!("chaos: no worker ever acquired the lease; a run where nothing happened is not a pass (worker stderr in {})", dir.display());
-            return Ok(false);
+        proxies.push(proxy);
+    }
+    Ok((proxies, worker_urls))
+}
+
+/// The TTL to run with: `ttl_ms`, raised so that renewals every ttl/3
+/// respect the store's write rate per key; no more than that, since every
+/// takeover waits a whole TTL.
+fn paced_ttl_ms(store: &dyn CasStore, ttl_ms: u64) -> u64 {
+    match store.capabilities().min_write_interval {
+        Some(min) => ttl_ms.max(
+            u64::try_from((min * 3 + Duration::from_millis(60)).as_millis()).unwrap_or(u64::MAX),
+        ),
+        None => ttl_ms,
+    }
+}
+
+/// Kills or pauses a random worker every so often for `run_for`,
+/// replacing the dead, then thaws and kills every worker: the kills and
+/// pauses made.
+async fn disrupt(
+    pool: &mut Workers,
+    seed: u64,
+    run_for: Duration,
+    ttl: Duration,
+) -> Result<(u64, u64)> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let (mut kills, mut pauses) = (0u64, 0u64);
+    let deadline = Instant::now() + run_for;
+    let mut paused: Vec<(u32, Instant)> = Vec::new();
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(DISRUPTION_EVERY_MS))).await;
+        // Thaw the workers whose pause is over.
+        let now = Instant::now();
+        paused.retain(|(pid, until)| {
+            if *until <= now {
+                signal(*pid, "CONT");
+                false
+            } else {
+                true
+            }
+        });
+        pool.respawn_exited()?;
+        let candidates: Vec<usize> = (0..pool.live.len())
+            .filter(|i| !paused.iter().any(|(pid, _)| *pid == pool.live[*i].1.id()))
+            .collect();
+        if candidates.is_empty() {
+            continue;
         }
-        if verdict.violations() == 0
-            && let Some(shortfall) = MinimumWork::default().shortfall(&verdict)
-        {
-            // A clean run that did too little proves nothing.
-            eprintln!("chaos: {shortfall} (worker logs in {})", dir.display());
-            return Ok(false);
-        }
-        if verdict.violations() == 0 && keep_dir.is_none() {
-            let _ = std::fs::remove_dir_all(&dir);
+        let index = candidates[rng.random_range(0..candidates.len())];
+        let pid = pool.live[index].1.id();
+        if rng.random_bool(0.5) {
+            signal(pid, "KILL");
+            kills += 1;
+            let (_, mut child) = pool.live.remove(index);
+            let _ = child.wait();
+            pool.spawn()?;
         } else {
-            eprintln!("chaos: worker logs kept in {}", dir.display());
+            signal(pid, "STOP");
+            pauses += 1;
+            paused.push((pid, now + ttl.mul_f64(rng.random_range(0.2..3.0))));
         }
-        Ok(verdict.violations() == 0)
-    })
+    }
+    for (pid, _) in &paused {
+        signal(*pid, "CONT");
+    }
+    for (_, child) in &mut pool.live {
+        signal(child.id(), "KILL");
+        let _ = child.wait();
+    }
+    Ok((kills, pauses))
+}
+
+/// The text of every worker's log in `dir`.
+fn worker_logs(dir: &Path) -> Result<Vec<String>> {
+    let mut texts = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "log") {
+            texts.push(std::fs::read_to_string(&path)?);
+        }
+    }
+    Ok(texts)
+}
+
+/// Whether the run passed: something was acquired, nothing was violated,
+/// and enough work was done to show it. The logs in `dir` are removed after
+/// a pass unless `keep_dir`.
+fn passed(verdict: &Verdict, dir: &Path, keep_dir: bool) -> bool {
+    if verdict.acquisitions == 0 {
+        eprintln!(
+            "chaos: no worker ever acquired the lease; a run where nothing happened is not a pass (worker stderr in {})",
+            dir.display()
+        );
+        return false;
+    }
+    if verdict.violations() == 0
+        && let Some(shortfall) = MinimumWork::default().shortfall(verdict)
+    {
+        // A clean run that did too little proves nothing.
+        eprintln!("chaos: {shortfall} (worker logs in {})", dir.display());
+        return false;
+    }
+    if verdict.violations() == 0 && !keep_dir {
+        let _ = std::fs::remove_dir_all(dir);
+    } else {
+        eprintln!("chaos: worker logs kept in {}", dir.display());
+    }
+    verdict.violations() == 0
 }
 
 /// The counter and every log entry, read raw (the counter through the
