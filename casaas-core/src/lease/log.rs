@@ -440,17 +440,7 @@ where
                 if let Some(entry) = settled {
                     return Ok(entry);
                 }
-                let head = match attempts.pending.iter().next() {
-                    // Still live at `seq`: the log ends just before it.
-                    Some(write) => Ok(Head {
-                        seq: write.payload - 1,
-                        token: self.known_head().map_or(0, |h| h.token),
-                    }),
-                    // Another writer took our slot: find the end afresh.
-                    None if moved_on => self.find_head().await,
-                    None => self.head_for_append().await,
-                };
-                let head = match head {
+                let head = match self.head_before(&attempts.pending, moved_on).await {
                     Ok(head) => head,
                     Err(LeaseError::Store(err)) if err.is_retryable() => {
                         attempts.retry(err);
@@ -458,62 +448,23 @@ where
                     }
                     Err(other) => return Err(attempts.fail(other)),
                 };
-                if head.token > token {
-                    metrics::counter!(metric_names::FENCING_REJECTIONS).increment(1);
-                    return Err(attempts.fail(LeaseError::FencedOut {
-                        presented: token,
-                        recorded: head.token,
-                    }));
-                }
-                // A log at the last number cannot grow: refuse rather than
-                // aim at an entry that exists.
-                let Some(seq) = head.seq.checked_add(1) else {
-                    return Err(attempts.fail(LeaseError::Exhausted {
-                        key: self.prefix.clone(),
-                        counter: "log sequence number",
-                    }));
+                let seq = match self.next_seq(&head, token) {
+                    Ok(seq) => seq,
+                    Err(err) => return Err(attempts.fail(err)),
                 };
                 let key = self.entry_key(seq);
                 let nonce = self.policy.entropy.nonce();
-                let record = LogRecord {
-                    kind: LOG_KIND.to_string(),
-                    schema: LOG_SCHEMA,
-                    seq,
-                    token,
-                    nonce: nonce.clone(),
-                    value: &value,
-                };
-                let body = serde_json::to_vec(&record).map_err(|e| LeaseError::Codec {
-                    key: key.clone(),
-                    message: e.to_string(),
-                })?;
+                let body = encode_entry(&key, seq, token, &nonce, &value)?;
                 let write = PendingWrite {
                     nonce,
                     sent_at: attempts.now(),
                     condition: None,
                     payload: seq,
                 };
-                let request = self.store.create(&key, body.into());
+                let request = self.store.create(&key, body);
                 match attempts.send(write, &key, request).await {
                     Sent::Written(version) => {
-                        // We checked the entry before ours: tokens along
-                        // the log never decrease.
-                        debug_assert!(head.token <= token && head.seq < seq);
-                        self.learn(Head { seq, token });
-                        if seq % HEAD_HINT_EVERY == 0 {
-                            self.advance_hint(seq).await;
-                        }
-                        let value =
-                            serde_json::from_value(value).map_err(|e| LeaseError::Codec {
-                                key: key.clone(),
-                                message: e.to_string(),
-                            })?;
-                        return Ok(LogEntry {
-                            seq,
-                            token,
-                            value,
-                            version,
-                        });
+                        return self.appended(&head, seq, token, value, version).await;
                     }
                     // Lost the race for `seq` (the next round reads who won
                     // and moves on at once), or an unknown outcome (resolved
@@ -533,6 +484,74 @@ where
         }
         .instrument(span)
         .await
+    }
+
+    /// The entry after which this round appends: just before our live
+    /// writes, or the end of the log found afresh.
+    async fn head_before(
+        &self,
+        pending: &PendingWrites<u64>,
+        moved_on: bool,
+    ) -> Result<Head, LeaseError> {
+        match pending.iter().next() {
+            // Still live at `seq`: the log ends just before it.
+            Some(write) => Ok(Head {
+                seq: write.payload - 1,
+                token: self.known_head().map_or(0, |h| h.token),
+            }),
+            // Another writer took our slot: find the end afresh.
+            None if moved_on => self.find_head().await,
+            None => self.head_for_append().await,
+        }
+    }
+
+    /// The sequence number to append at after `head`, for a writer with
+    /// `token`: refused when the log holds a higher token, or is full.
+    fn next_seq(&self, head: &Head, token: u64) -> Result<u64, LeaseError> {
+        if head.token > token {
+            metrics::counter!(metric_names::FENCING_REJECTIONS).increment(1);
+            return Err(LeaseError::FencedOut {
+                presented: token,
+                recorded: head.token,
+            });
+        }
+        // A log at the last number cannot grow: refuse rather than aim at
+        // an entry that exists.
+        head.seq
+            .checked_add(1)
+            .ok_or_else(|| LeaseError::Exhausted {
+                key: self.prefix.clone(),
+                counter: "log sequence number",
+            })
+    }
+
+    /// Our create at `seq` landed after `head`: learn the new end and
+    /// return the entry.
+    async fn appended(
+        &self,
+        head: &Head,
+        seq: u64,
+        token: u64,
+        value: serde_json::Value,
+        version: Version,
+    ) -> Result<LogEntry<T>, LeaseError> {
+        // We checked the entry before ours: tokens along the log never
+        // decrease.
+        debug_assert!(head.token <= token && head.seq < seq);
+        self.learn(Head { seq, token });
+        if seq.is_multiple_of(HEAD_HINT_EVERY) {
+            self.advance_hint(seq).await;
+        }
+        let value = serde_json::from_value(value).map_err(|e| LeaseError::Codec {
+            key: self.entry_key(seq),
+            message: e.to_string(),
+        })?;
+        Ok(LogEntry {
+            seq,
+            token,
+            value,
+            version,
+        })
     }
 
     /// Reads the entry our unresolved writes went to: `Some` if one of
@@ -565,4 +584,28 @@ where
             }
         }
     }
+}
+
+/// The body of the entry at `seq` (stored under `key`).
+fn encode_entry(
+    key: &str,
+    seq: u64,
+    token: u64,
+    nonce: &str,
+    value: &serde_json::Value,
+) -> Result<bytes::Bytes, LeaseError> {
+    let record = LogRecord {
+        kind: LOG_KIND.to_string(),
+        schema: LOG_SCHEMA,
+        seq,
+        token,
+        nonce: nonce.to_string(),
+        value,
+    };
+    serde_json::to_vec(&record)
+        .map(bytes::Bytes::from)
+        .map_err(|e| LeaseError::Codec {
+            key: key.to_string(),
+            message: e.to_string(),
+        })
 }
