@@ -15,11 +15,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
 use super::{
-    Ctx, Procs, Server, Started, apt_install, dpkg_version, free_port, run, wait_for_http,
-    wait_for_tcp,
+    Ctx, Procs, Server, Started, apt_install, create_bucket_signed, dpkg_version, free_port, retry,
+    run, wait_for_http, wait_for_tcp,
 };
 
 /// The Debian packages that provide the daemons and tools used below
@@ -148,7 +148,7 @@ impl Server for Ceph {
             SECRET_KEY,
         ]))
         .context("creating the S3 user")?;
-        create_bucket(&endpoint, BUCKET)?;
+        create_bucket_signed(&endpoint, BUCKET, REGION, ACCESS_KEY, SECRET_KEY)?;
         eprintln!(
             "xtask: ceph: RGW answering with user and bucket after {:.1} s",
             started.elapsed().as_secs_f64()
@@ -239,46 +239,6 @@ rgw data = {d}/rgw
 rgw frontends = beast endpoint=127.0.0.1:{rgw_port} tcp_nodelay=1
 "
     )
-}
-
-/// Creates `bucket` with one SigV4-signed PUT (curl signs it; the payload
-/// hash header is required by RGW and not added by curl 7.88 itself).
-fn create_bucket(endpoint: &str, bucket: &str) -> Result<()> {
-    const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
-    let output = Command::new("curl")
-        .args(["--silent", "--show-error", "--max-time", "30", "-X", "PUT"])
-        .args(["--write-out", "\n%{http_code}"])
-        .arg("-H")
-        .arg(format!("x-amz-content-sha256: {EMPTY_SHA256}"))
-        .arg("--aws-sigv4")
-        .arg(format!("aws:amz:{REGION}:s3"))
-        .arg("--user")
-        .arg(format!("{ACCESS_KEY}:{SECRET_KEY}"))
-        .arg(format!("{endpoint}/{bucket}"))
-        .output()
-        .context("running curl to create the bucket")?;
-    let text = String::from_utf8_lossy(&output.stdout);
-    let status = text.lines().last().unwrap_or("");
-    if !output.status.success() || status != "200" {
-        bail!(
-            "creating bucket {bucket} failed (HTTP {status}): {text} {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    Ok(())
-}
-
-/// Runs `f` until it succeeds or `timeout` passes (the monitor may need a
-/// moment after it listens before it forms a quorum of one).
-fn retry(timeout: Duration, mut f: impl FnMut() -> Result<()>) -> Result<()> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match f() {
-            Ok(()) => return Ok(()),
-            Err(e) if Instant::now() > deadline => return Err(e),
-            Err(_) => std::thread::sleep(Duration::from_millis(250)),
-        }
-    }
 }
 
 /// A random UUID from the kernel.

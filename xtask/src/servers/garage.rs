@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::{Ctx, Procs, Server, Started, free_port, run, wait_for_http};
+use super::{Ctx, Procs, Server, Started, free_port, retry, run, wait_for_http};
 
 /// The pinned release.
 const VERSION: &str = "2.5.0";
@@ -189,19 +189,6 @@ fn output(command: &mut Command) -> Result<String> {
         );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// Runs `f` until it succeeds or `timeout` passes (the node needs a moment
-/// after start, and after a layout change, before it serves requests).
-fn retry(timeout: Duration, mut f: impl FnMut() -> Result<()>) -> Result<()> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match f() {
-            Ok(()) => return Ok(()),
-            Err(e) if Instant::now() > deadline => return Err(e),
-            Err(_) => std::thread::sleep(Duration::from_millis(300)),
-        }
-    }
 }
 
 /// `bytes` random bytes from the kernel, as lowercase hex.

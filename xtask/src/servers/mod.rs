@@ -275,6 +275,54 @@ pub fn run(command: &mut Command) -> Result<()> {
     Ok(())
 }
 
+/// Runs `f` until it succeeds or `timeout` passes (a server that listens
+/// may need a moment before it serves: a monitor forming its quorum of one,
+/// a node applying its layout).
+pub fn retry(timeout: Duration, mut f: impl FnMut() -> Result<()>) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match f() {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() > deadline => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(300)),
+        }
+    }
+}
+
+/// Creates `bucket` on an S3 server with one SigV4-signed PUT (curl signs
+/// it; the payload hash header, required by RGW, curl 7.88 does not add
+/// itself). 409 (already there) counts as created.
+pub fn create_bucket_signed(
+    endpoint: &str,
+    bucket: &str,
+    region: &str,
+    access_key: &str,
+    secret_key: &str,
+) -> Result<()> {
+    const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+    let output = Command::new("curl")
+        .args(["--silent", "--show-error", "--max-time", "30", "-X", "PUT"])
+        .args(["--write-out", "\n%{http_code}"])
+        .arg("-H")
+        .arg(format!("x-amz-content-sha256: {EMPTY_SHA256}"))
+        .arg("--aws-sigv4")
+        .arg(format!("aws:amz:{region}:s3"))
+        .arg("--user")
+        .arg(format!("{access_key}:{secret_key}"))
+        .arg(format!("{endpoint}/{bucket}"))
+        .output()
+        .context("running curl to create the bucket")?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let status = text.lines().last().unwrap_or("");
+    if !output.status.success() || (status != "200" && status != "409") {
+        bail!(
+            "creating bucket {bucket} failed (HTTP {status}): {text} {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(())
+}
+
 /// Installs Debian `packages` with apt-get unless every one of `binaries`
 /// is already on PATH.
 pub fn apt_install(label: &str, packages: &[&str], binaries: &[&str]) -> Result<()> {

@@ -12,11 +12,11 @@ use std::fs;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 
 use super::{
-    Ctx, Procs, Server, Started, free_port, pip_version, python_venv, s3_started, wait_for_http,
-    wait_for_tcp,
+    Ctx, Procs, Server, Started, create_bucket_signed, free_port, pip_version, python_venv, retry,
+    s3_started, wait_for_http, wait_for_tcp,
 };
 
 /// The pinned release.
@@ -146,7 +146,7 @@ impl Server for Seaweedfs {
         // The volume server registers with the master asynchronously; the
         // bucket creation is retried until the whole chain answers.
         retry(Duration::from_secs(60), || {
-            create_bucket(&endpoints[0], BUCKET)
+            create_bucket_signed(&endpoints[0], BUCKET, "us-east-1", ACCESS_KEY, SECRET_KEY)
         })?;
         eprintln!(
             "xtask: seaweedfs: two S3 gateways answering with bucket after {:.1} s",
@@ -167,45 +167,6 @@ fn identities() -> String {
     format!(
         r#"{{"identities":[{{"name":"casaas","credentials":[{{"accessKey":"{ACCESS_KEY}","secretKey":"{SECRET_KEY}"}}],"actions":["Admin","Read","Write","List","Tagging"]}}]}}"#
     )
-}
-
-/// Creates `bucket` with one SigV4-signed PUT (curl signs it).
-fn create_bucket(endpoint: &str, bucket: &str) -> Result<()> {
-    const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
-    let output = Command::new("curl")
-        .args(["--silent", "--show-error", "--max-time", "30", "-X", "PUT"])
-        .args(["--write-out", "\n%{http_code}"])
-        .arg("-H")
-        .arg(format!("x-amz-content-sha256: {EMPTY_SHA256}"))
-        .arg("--aws-sigv4")
-        .arg("aws:amz:us-east-1:s3")
-        .arg("--user")
-        .arg(format!("{ACCESS_KEY}:{SECRET_KEY}"))
-        .arg(format!("{endpoint}/{bucket}"))
-        .output()
-        .context("running curl to create the bucket")?;
-    let text = String::from_utf8_lossy(&output.stdout);
-    let status = text.lines().last().unwrap_or("");
-    // 409: already there.
-    if !output.status.success() || (status != "200" && status != "409") {
-        bail!(
-            "creating bucket {bucket} failed (HTTP {status}): {text} {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    Ok(())
-}
-
-/// Runs `f` until it succeeds or `timeout` passes.
-fn retry(timeout: Duration, mut f: impl FnMut() -> Result<()>) -> Result<()> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match f() {
-            Ok(()) => return Ok(()),
-            Err(e) if Instant::now() > deadline => return Err(e),
-            Err(_) => std::thread::sleep(Duration::from_millis(300)),
-        }
-    }
 }
 
 #[cfg(test)]
