@@ -169,6 +169,59 @@ async fn acquire_of_a_released_lock_is_one_get_and_one_replace() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn acquiring_again_after_our_release_is_one_replace_so_a_lock_costs_two_requests() {
+    let s = setup().await;
+    let a = lease(&s.store, "a", 1);
+    acquired(a.try_acquire().await.unwrap())
+        .release()
+        .await
+        .unwrap();
+    for round in 2..=4 {
+        let (outcome, c) = s.cost(a.try_acquire()).await;
+        let guard = acquired(outcome.unwrap());
+        assert_eq!(c, counts(0, 0, 1, 0, 0), "re-acquire, round {round}");
+        assert_eq!(guard.token(), round, "each holding gets the next token");
+        let (released, c) = s.cost(guard.release()).await;
+        released.unwrap();
+        assert_eq!(c, counts(0, 0, 1, 0, 0), "release, round {round}");
+    }
+    // The blocking acquire takes the same path.
+    let (guard, c) = s.cost(a.acquire(AcquireOptions::default())).await;
+    assert_eq!(c, counts(0, 0, 1, 0, 0), "acquire after release");
+    assert_eq!(guard.unwrap().token(), 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn acquiring_again_after_the_lock_moved_on_reads_it_and_keeps_tokens_growing() {
+    let s = setup().await;
+    let a = lease(&s.store, "a", 1);
+    let b = lease(&s.store, "b", 2);
+    acquired(a.try_acquire().await.unwrap())
+        .release()
+        .await
+        .unwrap();
+    // b holds and releases in between: a's remembered version is stale.
+    let held_by_b = acquired(b.try_acquire().await.unwrap());
+    assert_eq!(held_by_b.token(), 2);
+    let (outcome, c) = s.cost(a.try_acquire()).await;
+    assert!(
+        matches!(outcome.unwrap(), AcquireOutcome::Held(_)),
+        "b holds it"
+    );
+    assert_eq!(
+        c,
+        counts(1, 0, 1, 0, 0),
+        "the refused replace, then the read"
+    );
+    held_by_b.release().await.unwrap();
+    let (outcome, c) = s.cost(a.try_acquire()).await;
+    let guard = acquired(outcome.unwrap());
+    assert_eq!(c, counts(1, 0, 1, 0, 0), "a read, then the replace");
+    assert_eq!(guard.token(), 3);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_attempt_on_a_held_lock_is_one_get() {
     let s = setup().await;
     let a = lease(&s.store, "a", 1);

@@ -162,6 +162,9 @@ struct Lease<W, A> {
     now: u8,
     sends: u8,
     clients: [Phase<Req<W, A>>; CLIENTS],
+    /// The version and token each client's own release wrote, remembered
+    /// so that its next attempt can replace that version without reading.
+    released: [Option<(u8, u8)>; CLIENTS],
     max_granted: u8,
     token_regressed: bool,
 }
@@ -183,6 +186,7 @@ impl<W: Copy, A: Answer> Lease<W, A> {
             now: 0,
             sends: 0,
             clients: [Phase::Idle; CLIENTS],
+            released: [None; CLIENTS],
             max_granted: 0,
             token_regressed: false,
         }
@@ -261,6 +265,9 @@ impl<W: Copy, A: Answer> Lease<W, A> {
         match self.clients[c] {
             Phase::Idle | Phase::Watching { .. } => {
                 actions.push(Action::Read(c));
+                if self.released[c].is_some() && can_send {
+                    actions.push(Action::Reacquire(c));
+                }
                 if matches!(self.clients[c], Phase::Watching { .. }) && can_send {
                     actions.push(Action::Takeover(c));
                 }
@@ -297,6 +304,8 @@ enum Action {
     /// Read the lease and decide: create, take a released lease, or watch.
     Read(usize),
     Takeover(usize),
+    /// Replace the version our own release wrote, without reading.
+    Reacquire(usize),
     Renew(usize),
     Release(usize),
     StepDown(usize),
@@ -445,6 +454,9 @@ struct LeaseModel {
     /// takes it as its own and renews it. The protocol keeps that memory per
     /// task, and the rule never fires.
     shared_task_memory: bool,
+    /// The token a reacquisition from our remembered release asks for, as
+    /// an increment of the released token: 1 as designed, 0 a mutation.
+    reacquire_increment: u8,
 }
 
 impl LeaseModel {
@@ -466,6 +478,7 @@ impl LeaseModel {
             release: ReleaseRule::MarkReleased,
             expiry: ExpiryRule::Observed,
             shared_task_memory: false,
+            reacquire_increment: 1,
         }
     }
 
@@ -734,6 +747,15 @@ impl Model for LeaseModel {
                 };
                 s.lease.clients[c] = Phase::Acquiring(s.lease.send(op));
             }
+            Action::Reacquire(c) => {
+                let (version, token) = s.lease.released[c].take()?;
+                let body = self.body(&s, c, token + self.reacquire_increment, false);
+                let op = Op::Replace {
+                    expected: version,
+                    body,
+                };
+                s.lease.clients[c] = Phase::Acquiring(s.lease.send(op));
+            }
             Action::Renew(c) => {
                 let Phase::Holding {
                     version,
@@ -776,8 +798,12 @@ impl Model for LeaseModel {
                 // The handle is gone: no more belief, whatever the answer
                 // (a release that never arrives is a holder that stopped).
                 s.lease.sends += 1;
-                apply(&mut s, op);
+                let outcome = apply(&mut s, op);
                 s.lease.clients[c] = Phase::Idle;
+                if let (ReleaseRule::MarkReleased, Outcome::Ok(released)) = (self.release, outcome)
+                {
+                    s.lease.released[c] = Some((released, token));
+                }
             }
             Action::StepDown(c) => {
                 s.lease.clients[c] = Phase::Idle;
@@ -892,6 +918,21 @@ fn nonce_memory_shared_by_two_tasks_breaks_mutual_exclusion() {
         ..LeaseModel::correct()
     };
     expect_counterexample("model shared task memory", model, "mutual exclusion");
+}
+
+#[test]
+fn reacquiring_from_our_release_with_its_token_repeats_the_token() {
+    // Client 0 releases at token 1 and replaces its release's version with
+    // token 1 again: a second holding with the same token.
+    let model = LeaseModel {
+        reacquire_increment: 0,
+        ..LeaseModel::correct()
+    };
+    expect_counterexample(
+        "model reacquire with the released token",
+        model,
+        "fencing tokens increase",
+    );
 }
 
 #[test]
@@ -2005,6 +2046,8 @@ impl Model for EpochModel {
                 let req = *s.lease.clients[c].in_flight()?;
                 self.resolve(&mut s, c, req);
             }
+            // The epoch layout's model does not remember releases.
+            Action::Reacquire(_) => return None,
             Action::Collect(c) => {
                 let end = s.views[c].collecting_below;
                 match self.collect_step(&s, end)? {

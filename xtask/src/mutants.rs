@@ -74,6 +74,18 @@ const MUTANTS: &[Mutant] = &[
         replace: "pending.settle(version, |_| true)",
     },
     Mutant {
+        name: "acquiring again from our remembered release reuses its token",
+        file: "casaas-core/src/lease/acquire.rs",
+        find: "token: self.next_token(token)?,",
+        replace: "token,",
+    },
+    Mutant {
+        name: "acquiring again from our remembered release while our writes may still land",
+        file: "casaas-core/src/lease/acquire.rs",
+        find: "if !state.orphans.is_empty() {",
+        replace: "if false && !state.orphans.is_empty() {",
+    },
+    Mutant {
         name: "a takeover reuses the token",
         file: "casaas-core/src/lease/acquire.rs",
         find: ".checked_add(1)",

@@ -58,6 +58,23 @@ struct ContenderState {
     observed: Option<(Version, Duration)>,
     /// Writes of finished (or dropped) attempts that may still land.
     orphans: PendingWrites<()>,
+    /// The version and token of the release of ours that was, when it was
+    /// written, the lock's latest write: the next attempt can replace that
+    /// version at once instead of reading it first. Used once.
+    last_release: Option<(Version, u64)>,
+}
+
+/// Where a [`LeaseGuard`] notes its release for the [`Lease`] that
+/// acquired it, so that acquiring again costs one write.
+#[derive(Clone, Debug)]
+pub(crate) struct ReleaseNote(Arc<Mutex<ContenderState>>);
+
+impl ReleaseNote {
+    /// Our release wrote `version`, keeping `token`.
+    pub(crate) fn released(&self, version: Version, token: u64) {
+        let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        state.last_release = Some((version, token));
+    }
 }
 
 /// The writes one attempt has sent; whatever may still land is handed to
@@ -318,8 +335,10 @@ impl Lease {
     /// One acquisition attempt: a read, and a write if the lease is absent,
     /// released, expired, or ours from an earlier unresolved write.
     ///
-    /// Requests: 1 GET when held; 1 GET + 1 write when acquired; +1 GET to
-    /// resolve an ambiguous or precondition-failed write.
+    /// Requests: 1 GET when held; 1 GET + 1 write when acquired; 1 write
+    /// when acquiring again after this lease's own release, if nobody wrote
+    /// since (else that write is refused and the attempt reads as usual);
+    /// +1 GET to resolve an ambiguous or precondition-failed write.
     #[must_use = "an acquired lease is given up as soon as the returned guard is dropped"]
     pub async fn try_acquire(&self) -> Result<AcquireOutcome, LeaseError> {
         let span = tracing::debug_span!("lease.try_acquire", key = %self.key, owner = %self.owner);
@@ -337,6 +356,9 @@ impl Lease {
                 self.config.request_timeout,
             )
             .await?;
+        }
+        if let Some(outcome) = self.reacquire().await? {
+            return Ok(outcome);
         }
         let current = self.read().await?;
         let now = self.clock.now();
@@ -363,7 +385,7 @@ impl Lease {
                 } else if record.released {
                     Plan::Replace {
                         version: version.clone(),
-                        token: self.next_token(record)?,
+                        token: self.next_token(record.token)?,
                         acquired_at_ms: None,
                     }
                 } else {
@@ -376,7 +398,7 @@ impl Lease {
                             takeover_in: wait,
                         }));
                     }
-                    let token = self.next_token(record)?;
+                    let token = self.next_token(record.token)?;
                     tracing::info!(holder = %record.owner, token = record.token, "taking over an expired lease");
                     Plan::Replace {
                         version: version.clone(),
@@ -389,17 +411,45 @@ impl Lease {
         self.write(plan).await
     }
 
-    /// The token of the holder after `record`'s: refused at `u64::MAX`,
-    /// where the next holder would get the same token as this one.
-    fn next_token(&self, record: &LeaseRecord) -> Result<u64, LeaseError> {
-        let next = record
-            .token
-            .checked_add(1)
-            .ok_or_else(|| LeaseError::Exhausted {
-                key: self.key.clone(),
-                counter: "fencing token",
-            })?;
-        debug_assert!(next > record.token, "a fencing token never decreases");
+    /// After a release of ours, one conditional write from the version it
+    /// wrote, without reading: if the condition holds, the object is still
+    /// our released record, exactly what a read would have shown. `None`
+    /// when there is no such release, when writes of ours may still land
+    /// (only a read can settle them), or when the write was refused because
+    /// the lock moved on: then the caller reads as usual.
+    async fn reacquire(&self) -> Result<Option<AcquireOutcome>, LeaseError> {
+        let (version, token) = {
+            let mut state = self.lock();
+            if !state.orphans.is_empty() {
+                state.last_release = None;
+            }
+            match state.last_release.take() {
+                Some(release) => release,
+                None => return Ok(None),
+            }
+        };
+        let plan = Plan::Replace {
+            version,
+            token: self.next_token(token)?,
+            acquired_at_ms: None,
+        };
+        match self.write(plan).await {
+            Err(LeaseError::Store(err)) if err.kind() == ErrorKind::PreconditionFailed => {
+                tracing::debug!("the lock moved on since our release; reading it");
+                Ok(None)
+            }
+            outcome => outcome.map(Some),
+        }
+    }
+
+    /// The token of the holder after one holding `token`: refused at
+    /// `u64::MAX`, where the next holder would get the same token.
+    fn next_token(&self, token: u64) -> Result<u64, LeaseError> {
+        let next = token.checked_add(1).ok_or_else(|| LeaseError::Exhausted {
+            key: self.key.clone(),
+            counter: "fencing token",
+        })?;
+        debug_assert!(next > token, "a fencing token never decreases");
         Ok(next)
     }
 
@@ -530,6 +580,7 @@ impl Lease {
             record,
             version,
             sent_at,
+            release_note: Some(ReleaseNote(self.state.clone())),
         })
     }
 

@@ -11,6 +11,7 @@ use tracing::Instrument;
 
 use crate::{CasStore, ErrorKind, Version};
 
+use super::acquire::ReleaseNote;
 use super::clock::{Clock, Entropy};
 use super::config::LeaseConfig;
 use super::pending::{PendingWrite, PendingWrites, Settled};
@@ -28,6 +29,8 @@ pub(crate) struct HolderStart {
     pub(crate) record: LeaseRecord,
     pub(crate) version: Version,
     pub(crate) sent_at: Duration,
+    /// Where to note a successful release (the lease that acquired us).
+    pub(crate) release_note: Option<ReleaseNote>,
 }
 
 /// The state of a lease as its holder sees it.
@@ -92,6 +95,7 @@ pub(crate) struct Shared {
     state: Mutex<HolderState>,
     status: watch::Sender<LeaseStatus>,
     lost_token: CancellationToken,
+    release_note: Option<ReleaseNote>,
 }
 
 /// A held lease. Renews itself in the background every `renew_interval`
@@ -352,7 +356,10 @@ impl Shared {
             )
             .await;
             let err = match result {
-                Ok(_) => return Ok(()),
+                Ok(released) => {
+                    self.note_release(released);
+                    return Ok(());
+                }
                 Err(err) if err.kind() == ErrorKind::NotFound => {
                     return Err(LeaseError::Lost(LostReason::Deleted));
                 }
@@ -372,6 +379,13 @@ impl Shared {
             }
             let delay = backoff(&self.entropy, self.config.retry_period, Some(&err));
             self.clock.sleep(delay).await;
+        }
+    }
+
+    /// Tells the lease that acquired us that our release wrote `version`.
+    fn note_release(&self, version: Version) {
+        if let Some(note) = &self.release_note {
+            note.released(version, self.token);
         }
     }
 
@@ -398,6 +412,7 @@ impl Shared {
         );
         if ours && record.released {
             count_ambiguous("ours");
+            self.note_release(current);
             Ok(true)
         } else if ours {
             // A renewal of ours landed after all: release that version.
@@ -430,6 +445,7 @@ impl LeaseGuard {
             record,
             version,
             sent_at,
+            release_note,
         } = start;
         // Contenders wait for the TTL the record declares (whole
         // milliseconds), so the holder counts its validity from that too.
@@ -461,6 +477,7 @@ impl LeaseGuard {
             }),
             status,
             lost_token: CancellationToken::new(),
+            release_note,
         });
         let stop = CancellationToken::new();
         let span = tracing::info_span!("lease.renewal", key = %shared.key, token = shared.token);
