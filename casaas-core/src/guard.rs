@@ -446,7 +446,7 @@ impl StoreGuard {
         }
     }
 
-    /// Check 4: The refused writes left the object as the replace wrote it.
+    /// Check 4: the refused writes left the object as the replace wrote it.
     async fn check_refused_writes_change_nothing(
         &self,
         store: &dyn CasStore,

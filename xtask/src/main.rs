@@ -203,26 +203,30 @@ fn sim(
     primitives: &[String],
     explore_configs: bool,
 ) -> Result<()> {
-    let (ops, seed) = (ops.to_string(), seed.to_string());
-    let mut args = vec![
-        "run",
-        "--quiet",
-        "--release",
-        "-p",
-        "casaas-sim",
-        "--",
-        "--ops",
-        &ops,
-        "--seed",
-        &seed,
-    ];
+    let args = sim_args(ops, seed, primitives, explore_configs);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    cargo(root, &args)
+}
+
+/// The cargo arguments that run the simulation (here and in the mutants
+/// run).
+fn sim_args(ops: u64, seed: u64, primitives: &[String], explore_configs: bool) -> Vec<String> {
+    let mut args: Vec<String> = ["run", "--quiet", "--release", "-p", "casaas-sim", "--"]
+        .map(String::from)
+        .to_vec();
+    args.extend([
+        "--ops".into(),
+        ops.to_string(),
+        "--seed".into(),
+        seed.to_string(),
+    ]);
     for primitive in primitives {
-        args.extend(["--primitive", primitive.as_str()]);
+        args.extend(["--primitive".into(), primitive.clone()]);
     }
     if explore_configs {
-        args.push("--explore-configs");
+        args.push("--explore-configs".into());
     }
-    cargo(root, &args)
+    args
 }
 
 /// Servers the chaos run covers in CI, one minute each. S3 is Ceph RGW and

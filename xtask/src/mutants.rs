@@ -241,22 +241,7 @@ fn simulate(
     explore: bool,
 ) -> Result<Verdict> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let (ops, seed) = (ops.to_string(), seed.to_string());
-    let mut args = vec![
-        "run",
-        "--quiet",
-        "--release",
-        "-p",
-        "casaas-sim",
-        "--",
-        "--ops",
-        &ops,
-        "--seed",
-        &seed,
-    ];
-    if explore {
-        args.push("--explore-configs");
-    }
+    let args = crate::sim_args(ops, seed, &[], explore);
     let output = Command::new(cargo)
         .args(&args)
         .current_dir(workspace)
