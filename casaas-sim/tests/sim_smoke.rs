@@ -35,7 +35,7 @@ fn wall_clock_expiry_within_declared_skew_is_safe() {
 fn drift_beyond_the_declared_bound_is_caught() {
     // Clocks drift by up to 30% while the lease declares 5%: a frozen slow
     // holder still believes when a fast contender has waited its TTL out.
-    let report = run(&SimConfig::drift_beyond_bound(OPS, 1)).unwrap();
+    let report = run(&SimConfig::drift_beyond_bound(20_000, 1)).unwrap();
     assert!(
         report
             .violations

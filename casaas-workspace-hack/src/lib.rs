@@ -3,5 +3,6 @@
 //! It has no code: its `Cargo.toml` depends on every dependency whose
 //! features would otherwise differ between `cargo build -p casaas`,
 //! `-p casaas-conformance` and `--workspace`, with the union of their
-//! features, and every workspace member but `casaas-core` depends on it.
-//! So switching between those builds compiles only the binaries.
+//! features, and the workspace's crates with binaries and tests depend on
+//! it (not the libraries a user builds without the command). So switching
+//! between those builds compiles only the binaries.
