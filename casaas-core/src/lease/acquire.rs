@@ -12,8 +12,9 @@ use super::clock::{Clock, Entropy, SystemClock};
 use super::config::{ExpiryMode, LeaseConfig};
 use super::handle::{HolderStart, LeaseGuard};
 use super::pending::{PendingWrite, PendingWrites, Settled};
-use super::record::{LeaseRecord, unix_ms};
+use super::record::{LeaseRecord, SessionRef, unix_ms};
 use super::retry::{backoff, count_ambiguous, needs_resolution, read_record, timed};
+use super::session::SessionLink;
 use super::{LeaseError, metric_names};
 
 /// How many unresolved writes a contender remembers. Forgetting one is safe
@@ -49,19 +50,42 @@ pub struct Lease {
     clock: Arc<dyn Clock>,
     entropy: Entropy,
     state: Arc<Mutex<ContenderState>>,
+    /// The session our holdings hang from (see [`Session`](super::Session)).
+    session: Option<SessionLink>,
 }
 
 /// What a contender remembers between attempts.
 #[derive(Debug, Default)]
 struct ContenderState {
-    /// The held version last seen and when (on our clock) it was first seen.
-    observed: Option<(Version, Duration)>,
+    /// What was last seen blocking us and when (on our clock) it was first
+    /// seen unchanged.
+    observed: Option<(Sighting, Duration)>,
     /// Writes of finished (or dropped) attempts that may still land.
     orphans: PendingWrites<()>,
     /// The version and token of the release of ours that was, when it was
     /// written, the lock's latest write: the next attempt can replace that
     /// version at once instead of reading it first. Used once.
     last_release: Option<(Version, u64)>,
+}
+
+/// What a contender watches for expiry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Sighting {
+    /// A held lock record at this version.
+    Lock(Version),
+    /// The heartbeat of a lock's session, in the lock's term, at this version.
+    Heartbeat(String, Version),
+    /// A lock's session term not in its heartbeat object (the object absent,
+    /// or in a lower term after it was deleted and created again).
+    TermMissing(SessionRef),
+}
+
+/// Whether the session term a lock names is over.
+enum TermVerdict {
+    /// Over: the lock may be replaced from the version read.
+    Ended,
+    /// Not yet: try again after this long.
+    Running(Duration),
 }
 
 /// Where a [`LeaseGuard`] notes its release for the [`Lease`] that
@@ -252,7 +276,28 @@ impl Lease {
             clock: Arc::new(SystemClock::new()),
             entropy: Entropy::from_os(),
             state: Arc::default(),
+            session: None,
         })
+    }
+
+    /// A lease on `key` with this lease's store, owner, configuration,
+    /// clock and entropy, whose holdings hang from `session`.
+    pub(crate) fn under_session(&self, key: String, session: SessionLink) -> Lease {
+        Lease {
+            store: self.store.clone(),
+            key,
+            owner: self.owner.clone(),
+            config: self.config.clone(),
+            clock: self.clock.clone(),
+            entropy: self.entropy.clone(),
+            state: Arc::default(),
+            session: Some(session),
+        }
+    }
+
+    /// The session this lease's holdings hang from, if any.
+    pub fn session(&self) -> Option<&SessionRef> {
+        self.session.as_ref().map(|link| &link.session)
     }
 
     /// Uses `clock` for all timing (call before the first acquisition).
@@ -311,15 +356,38 @@ impl Lease {
     /// Decides, from a record just read at `now`, whether it is expired,
     /// updating the observation. Returns the remaining wait if held.
     fn observe(&self, record: &LeaseRecord, version: &Version, now: Duration) -> Duration {
-        let mut state = self.lock();
-        let since = match &state.observed {
-            Some((v, since)) if v == version => *since,
-            _ => {
-                state.observed = Some((version.clone(), now));
-                now
+        self.observe_unchanged(
+            Sighting::Lock(version.clone()),
+            Some(record),
+            record.ttl(),
+            now,
+        )
+    }
+
+    /// How long until `sighting`, first seen now or earlier and unchanged
+    /// since, has lasted the takeover wait for `ttl`. `record` (if any) gives
+    /// the advisory wall expiry for [`ExpiryMode::WallClock`].
+    fn observe_unchanged(
+        &self,
+        sighting: Sighting,
+        record: Option<&LeaseRecord>,
+        ttl: Duration,
+        now: Duration,
+    ) -> Duration {
+        let since = {
+            let mut state = self.lock();
+            match &state.observed {
+                Some((seen, since)) if *seen == sighting => *since,
+                _ => {
+                    state.observed = Some((sighting, now));
+                    now
+                }
             }
         };
-        let observed_wait = (since + self.config.takeover_wait(record.ttl())).saturating_sub(now);
+        let observed_wait = (since + self.config.takeover_wait(ttl)).saturating_sub(now);
+        let Some(record) = record else {
+            return observed_wait;
+        };
         match self.config.expiry {
             ExpiryMode::ObservedUnchanged => observed_wait,
             ExpiryMode::WallClock { max_skew } => {
@@ -357,6 +425,9 @@ impl Lease {
             )
             .await?;
         }
+        if let Some(link) = &self.session {
+            link.ensure_alive()?;
+        }
         if let Some(outcome) = self.reacquire().await? {
             return Ok(outcome);
         }
@@ -387,6 +458,26 @@ impl Lease {
                         version: version.clone(),
                         token: self.next_token(record.token)?,
                         acquired_at_ms: None,
+                    }
+                } else if let Some(session) = &record.session {
+                    // Read after the lock: the term it names is the one to judge.
+                    match self.judge_term(record, session).await? {
+                        TermVerdict::Running(wait) => {
+                            tracing::debug!(holder = %record.owner, token = record.token, session = %session.key, term = session.term, ?wait, "held under a running session");
+                            return Ok(AcquireOutcome::Held(HeldBy {
+                                owner: record.owner.clone(),
+                                token: record.token,
+                                takeover_in: wait,
+                            }));
+                        }
+                        TermVerdict::Ended => {
+                            tracing::info!(holder = %record.owner, token = record.token, session = %session.key, term = session.term, "taking over a lock whose session ended");
+                            Plan::Replace {
+                                version: version.clone(),
+                                token: self.next_token(record.token)?,
+                                acquired_at_ms: None,
+                            }
+                        }
                     }
                 } else {
                     let wait = self.observe(record, version, now);
@@ -456,7 +547,14 @@ impl Lease {
     async fn write(&self, plan: Plan) -> Result<AcquireOutcome, LeaseError> {
         let nonce = self.entropy.nonce();
         let wall_ms = unix_ms(self.clock.wall());
-        let ttl_ms = u64::try_from(self.config.ttl.as_millis()).unwrap_or(u64::MAX);
+        let ttl_ms = match &self.session {
+            // Contenders wait for the session's TTL, which the lock records.
+            Some(link) => {
+                link.ensure_alive()?;
+                link.heartbeat.ttl_ms()
+            }
+            None => u64::try_from(self.config.ttl.as_millis()).unwrap_or(u64::MAX),
+        };
         let (token, acquired_at_ms, condition) = match &plan {
             Plan::Create => (1, wall_ms, None),
             Plan::Replace {
@@ -472,6 +570,9 @@ impl Lease {
         let mut record =
             LeaseRecord::new(self.owner.clone(), nonce.clone(), token, ttl_ms, wall_ms);
         record.acquired_at_ms = acquired_at_ms;
+        if let Some(link) = &self.session {
+            record = record.under_session(link.session.clone());
+        }
         let body = record.encode();
         let sent_at = self.clock.now();
         let mut mine = AttemptWrites {
@@ -553,7 +654,12 @@ impl Lease {
             // earlier write of ours landed: let the caller retry at once.
             return Err(err.into());
         }
-        let wait = self.observe(&record, &version, now);
+        let wait = if record.session.is_some() {
+            // Its expiry is its session's: the next attempt judges that.
+            self.config.retry_period
+        } else {
+            self.observe(&record, &version, now)
+        };
         Ok(AcquireOutcome::Held(HeldBy {
             owner: record.owner,
             token: record.token,
@@ -581,13 +687,124 @@ impl Lease {
             version,
             sent_at,
             release_note: Some(ReleaseNote(self.state.clone())),
+            session: self.session.clone(),
         })
     }
 
-    /// Acquires, waiting (polling every `retry_period`, jittered) while
-    /// someone else holds the lease, until acquired, the deadline passes or
-    /// the token is cancelled. Retryable store errors are retried; others
-    /// (a foreign object, auth, configuration) are returned at once.
+    /// Judges the session term a lock record names, reading the session's
+    /// heartbeat *after* the lock (so the term is the lock's, never one the
+    /// lock moved to since). Over when the heartbeat is in a later term or
+    /// released in this one; when it is in this term and was seen unchanged
+    /// for its TTL·(1 + drift), over once our conditional write marked it
+    /// released; when the term is missing from the object (deleted, or
+    /// created again at a lower term), over after that was seen for the
+    /// lock's recorded TTL·(1 + drift).
+    async fn judge_term(
+        &self,
+        lock: &LeaseRecord,
+        session: &SessionRef,
+    ) -> Result<TermVerdict, LeaseError> {
+        let heartbeat = read_record(
+            self.store.as_ref(),
+            self.clock.as_ref(),
+            self.config.request_timeout,
+            &session.key,
+        )
+        .await?;
+        let now = self.clock.now();
+        match heartbeat {
+            Some((beat, _)) if beat.token > session.term => Ok(TermVerdict::Ended),
+            Some((beat, _)) if beat.token == session.term && beat.released => {
+                Ok(TermVerdict::Ended)
+            }
+            Some((beat, version)) if beat.token == session.term => {
+                let sighting = Sighting::Heartbeat(session.key.clone(), version.clone());
+                let wait = self.observe_unchanged(sighting, Some(&beat), beat.ttl(), now);
+                if !wait.is_zero() {
+                    return Ok(TermVerdict::Running(wait));
+                }
+                self.end_term(session, beat, version).await
+            }
+            _ => {
+                // A term whose heartbeat object was replaced outside the
+                // protocol: its holder's next renewal fails, so it ends at
+                // the latest one TTL after its last write, which came before
+                // we first saw the object without it.
+                let sighting = Sighting::TermMissing(session.clone());
+                let wait = self.observe_unchanged(sighting, None, lock.ttl(), now);
+                Ok(if wait.is_zero() {
+                    TermVerdict::Ended
+                } else {
+                    TermVerdict::Running(wait)
+                })
+            }
+        }
+    }
+
+    /// Ends an expired session term by marking its heartbeat released,
+    /// conditioned on the version seen unchanged. Without this write a
+    /// renewal sent before the holder's deadline could land after our
+    /// takeover of the lock (which is conditioned on the lock, not on the
+    /// heartbeat) and extend the holder's belief; with it, either the
+    /// renewal lands first (our write is refused: the session is alive) or
+    /// ours does (the renewal is refused: the holder learns it lost).
+    async fn end_term(
+        &self,
+        session: &SessionRef,
+        beat: LeaseRecord,
+        version: Version,
+    ) -> Result<TermVerdict, LeaseError> {
+        let mut ended = beat;
+        ended.nonce = self.entropy.nonce();
+        ended.released = true;
+        ended.renewed_at_ms = unix_ms(self.clock.wall());
+        let result = timed(
+            self.clock.as_ref(),
+            self.config.request_timeout,
+            &session.key,
+            self.store.replace(&session.key, &version, ended.encode()),
+        )
+        .await;
+        match result {
+            Ok(_) => {
+                tracing::info!(session = %session.key, term = session.term, holder = %ended.owner, "ended an expired session term");
+                Ok(TermVerdict::Ended)
+            }
+            Err(err) if needs_resolution(&err) => {
+                // Whether ours or the holder's renewal landed, the read says;
+                // a write of ours that lands later is still conditioned on
+                // the expired version, so it can only end the same term.
+                let now = read_record(
+                    self.store.as_ref(),
+                    self.clock.as_ref(),
+                    self.config.request_timeout,
+                    &session.key,
+                )
+                .await?;
+                Ok(match now {
+                    Some((beat, _))
+                        if beat.nonce == ended.nonce
+                            || beat.token > session.term
+                            || (beat.token == session.term && beat.released) =>
+                    {
+                        TermVerdict::Ended
+                    }
+                    _ => {
+                        tracing::debug!(error = %err, session = %session.key, "the session renewed before we could end its term");
+                        TermVerdict::Running(self.config.retry_period)
+                    }
+                })
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Acquires, waiting while someone else holds the lease (reading it
+    /// every [`poll_period`](LeaseConfig::poll_period), jittered, or sooner
+    /// when a takeover falls due), until acquired, the deadline passes or
+    /// the token is cancelled. Retryable store errors are retried after
+    /// [`retry_period`](LeaseConfig::retry_period) with backoff; others (a
+    /// foreign object, auth, configuration) are returned at once.
     #[must_use = "the lease is given up as soon as the returned guard is dropped; hold it while you work"]
     pub async fn acquire(&self, options: AcquireOptions) -> Result<LeaseGuard, LeaseError> {
         let span = tracing::info_span!("lease.acquire", key = %self.key, owner = %self.owner);
@@ -614,8 +831,8 @@ impl Lease {
                         return Ok(guard);
                     }
                     Ok(AcquireOutcome::Held(held)) => {
-                        let base = held.takeover_in.min(self.config.retry_period);
-                        base + self.entropy.jitter(self.config.poll_jitter())
+                        let base = held.takeover_in.min(self.config.poll_period);
+                        base.saturating_add(self.entropy.jitter(self.config.poll_jitter()))
                     }
                     // Lost races (the object changed or vanished between our
                     // read and write) are retried like transient failures.

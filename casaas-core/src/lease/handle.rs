@@ -1,7 +1,7 @@
 //! The holder side: [`LeaseGuard`] and its background renewal.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -17,6 +17,7 @@ use super::config::LeaseConfig;
 use super::pending::{PendingWrite, PendingWrites, Settled};
 use super::record::{LeaseRecord, unix_ms};
 use super::retry::{backoff, count_ambiguous, needs_resolution, read_record, timed};
+use super::session::SessionLink;
 use super::{LeaseError, LostReason, metric_names};
 
 /// What the contender hands to a new guard.
@@ -31,6 +32,8 @@ pub(crate) struct HolderStart {
     pub(crate) sent_at: Duration,
     /// Where to note a successful release (the lease that acquired us).
     pub(crate) release_note: Option<ReleaseNote>,
+    /// The session the lock is held under: then no renewal of its own.
+    pub(crate) session: Option<SessionLink>,
 }
 
 /// The state of a lease as its holder sees it.
@@ -96,6 +99,12 @@ pub(crate) struct Shared {
     status: watch::Sender<LeaseStatus>,
     lost_token: CancellationToken,
     release_note: Option<ReleaseNote>,
+    /// For a lock held under a session: the session's heartbeat, whose
+    /// validity is the lock's.
+    session: Option<SessionLink>,
+    /// For a session's heartbeat: the locks held under it, which end when it
+    /// ends. Weak, so a dropped lock guard is not kept alive by its session.
+    dependents: Mutex<Vec<Weak<Shared>>>,
 }
 
 /// A held lease. Renews itself in the background every `renew_interval`
@@ -117,8 +126,11 @@ pub(crate) struct Shared {
 #[must_use = "dropping a LeaseGuard stops renewal and gives the lease up at once; hold it while you work, then call release()"]
 pub struct LeaseGuard {
     shared: Arc<Shared>,
+    /// The renewal task; `None` for a lock held under a session.
     task: Option<JoinHandle<()>>,
     stop: CancellationToken,
+    /// Released or abandoned: nothing is left for `Drop` to do.
+    finished: bool,
 }
 
 enum Step {
@@ -134,6 +146,59 @@ impl Shared {
 
     fn valid_until(&self, last_send: Duration) -> Duration {
         last_send + self.config.holder_validity()
+    }
+
+    /// When validity ends on our clock, `None` once lost. A lock held under
+    /// a session is valid exactly as long as the session.
+    fn validity_end(&self) -> Option<Duration> {
+        let last_send = {
+            let state = self.lock();
+            if state.lost.is_some() {
+                return None;
+            }
+            state.last_send
+        };
+        match &self.session {
+            Some(link) => link.heartbeat.validity_end(),
+            None => Some(self.valid_until(last_send)),
+        }
+    }
+
+    /// Holds `lock` under this heartbeat: it ends when this ends.
+    pub(crate) fn add_dependent(&self, lock: &Arc<Shared>) {
+        let mut dependents = self.dependents.lock().unwrap_or_else(|p| p.into_inner());
+        // Forget the guards already gone, so that a long session taking many
+        // short locks keeps a list about as long as the locks it holds; at
+        // powers of two, so that taking N locks costs O(N) in all.
+        if dependents.len() >= 64 && dependents.len().is_power_of_two() {
+            dependents.retain(|d| d.upgrade().is_some_and(|d| d.lock().lost.is_none()));
+        }
+        dependents.push(Arc::downgrade(lock));
+    }
+
+    /// The locks held under this heartbeat now.
+    pub(crate) fn live_dependents(&self) -> Vec<Arc<Shared>> {
+        let dependents = self.dependents.lock().unwrap_or_else(|p| p.into_inner());
+        dependents
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|d| d.lock().lost.is_none())
+            .collect()
+    }
+
+    /// Is it lost (a lock under a session is lost with its session)?
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lock().lost.is_some()
+    }
+
+    /// Why it was lost, if it was.
+    pub(crate) fn lost_reason(&self) -> Option<LostReason> {
+        self.lock().lost.clone()
+    }
+
+    /// The TTL its record declares, in milliseconds.
+    pub(crate) fn ttl_ms(&self) -> u64 {
+        self.ttl_ms
     }
 
     /// Marks the lease lost (once) and tells everyone.
@@ -152,9 +217,15 @@ impl Shared {
             LostReason::RenewDeadlineExceeded => "renew_deadline",
             LostReason::Released => "released",
             LostReason::Dropped => "dropped",
+            LostReason::SessionLost { .. } => "session_lost",
         };
         if matches!(reason, LostReason::Released | LostReason::Dropped) {
             tracing::info!(key = %self.key, token = self.token, %reason, "lease given up");
+        } else if matches!(reason, LostReason::SessionLost { .. }) {
+            // The session says once why it ended; one line per lock would
+            // drown that in thousands.
+            tracing::debug!(key = %self.key, token = self.token, %reason, "lock ended with its session");
+            metrics::counter!(metric_names::LOST, "reason" => label).increment(1);
         } else {
             tracing::warn!(key = %self.key, token = self.token, %reason, "lease lost");
             metrics::counter!(metric_names::LOST, "reason" => label).increment(1);
@@ -162,7 +233,15 @@ impl Shared {
         let held = self.clock.now().saturating_sub(self.acquired_at);
         metrics::histogram!(metric_names::HOLD_TIME).record(held.as_secs_f64());
         self.lost_token.cancel();
-        self.status.send_replace(LeaseStatus::Lost(reason));
+        self.status.send_replace(LeaseStatus::Lost(reason.clone()));
+        // Marked lost before anything else can happen: a session's locks end
+        // before the write that releases the session is sent.
+        for lock in self.live_dependents() {
+            lock.lose(LostReason::SessionLost {
+                session: self.key.clone(),
+                reason: Box::new(reason.clone()),
+            });
+        }
     }
 
     fn record(&self, nonce: &str, released: bool) -> LeaseRecord {
@@ -170,7 +249,10 @@ impl Shared {
         let mut record = LeaseRecord::new(self.owner.clone(), nonce, self.token, self.ttl_ms, wall);
         record.acquired_at_ms = self.acquired_at_ms;
         record.released = released;
-        record
+        match &self.session {
+            Some(link) => record.under_session(link.session.clone()),
+            None => record,
+        }
     }
 
     /// One renewal attempt, with the step-down `deadline` (on our clock).
@@ -252,6 +334,16 @@ impl Shared {
             token: self.token,
             valid_until,
         });
+        // The locks under a session are valid as long as it: tell those
+        // someone watches.
+        for lock in self.live_dependents() {
+            if lock.status.receiver_count() > 0 {
+                lock.status.send_replace(LeaseStatus::Held {
+                    token: lock.token,
+                    valid_until,
+                });
+            }
+        }
     }
 
     /// Reads to learn whether one of our unresolved writes landed.
@@ -340,7 +432,11 @@ impl Shared {
     /// Writes `released = true` on our version, keeping the token. Retries
     /// until the lease would have expired anyway.
     async fn release_record(&self) -> Result<(), LeaseError> {
-        let give_up = self.lock().last_send + self.config.ttl;
+        let give_up = match &self.session {
+            // Never rewritten while held: it expires with its session.
+            Some(link) => link.heartbeat.lock().last_send + link.heartbeat.config.ttl,
+            None => self.lock().last_send + self.config.ttl,
+        };
         let mut attempts = 0u32;
         loop {
             attempts += 1;
@@ -446,12 +542,16 @@ impl LeaseGuard {
             version,
             sent_at,
             release_note,
+            session,
         } = start;
         // Contenders wait for the TTL the record declares (whole
         // milliseconds), so the holder counts its validity from that too.
         let mut config = config;
         config.ttl = config.ttl.min(Duration::from_millis(record.ttl_ms));
-        let valid_until = sent_at + config.holder_validity();
+        let valid_until = match &session {
+            Some(link) => link.heartbeat.validity_end().unwrap_or(sent_at),
+            None => sent_at + config.holder_validity(),
+        };
         let (status, _) = watch::channel(LeaseStatus::Held {
             token: record.token,
             valid_until,
@@ -473,19 +573,39 @@ impl LeaseGuard {
                 last_send: sent_at,
                 pending: PendingWrites::default(),
                 lost: None,
-                renewal_alive: true,
+                renewal_alive: session.is_none(),
             }),
             status,
             lost_token: CancellationToken::new(),
             release_note,
+            session,
+            dependents: Mutex::default(),
         });
         let stop = CancellationToken::new();
+        if let Some(link) = &shared.session {
+            link.heartbeat.add_dependent(&shared);
+            // The session may have ended after the lock was written and
+            // before it was registered: then the lock ended with it.
+            if let Some(reason) = link.heartbeat.lock().lost.clone() {
+                shared.lose(LostReason::SessionLost {
+                    session: link.heartbeat.key.clone(),
+                    reason: Box::new(reason),
+                });
+            }
+            return LeaseGuard {
+                shared,
+                task: None,
+                stop,
+                finished: false,
+            };
+        }
         let span = tracing::info_span!("lease.renewal", key = %shared.key, token = shared.token);
         let task = tokio::spawn(shared.clone().renew_loop(stop.clone()).instrument(span));
         LeaseGuard {
             shared,
             task: Some(task),
             stop,
+            finished: false,
         }
     }
 
@@ -512,24 +632,25 @@ impl LeaseGuard {
     /// Conservative validity left: the send time of our last successful
     /// write + `ttl·(1 − drift)` − safety margin − now, on our clock. Zero
     /// once lost.
+    ///
+    /// A lock held under a [`Session`](super::Session) has its session's
+    /// validity.
     pub fn remaining(&self) -> Duration {
-        let state = self.shared.lock();
-        if state.lost.is_some() {
-            return Duration::ZERO;
+        match self.shared.validity_end() {
+            Some(end) => end.saturating_sub(self.shared.clock.now()),
+            None => Duration::ZERO,
         }
-        self.shared
-            .valid_until(state.last_send)
-            .saturating_sub(self.shared.clock.now())
     }
 
     /// When validity ends, on the lease's clock ([`Clock::now`] scale);
     /// `None` once lost.
     pub fn valid_until(&self) -> Option<Duration> {
-        let state = self.shared.lock();
-        state
-            .lost
-            .is_none()
-            .then(|| self.shared.valid_until(state.last_send))
+        self.shared.validity_end()
+    }
+
+    /// The session this lock is held under, if any.
+    pub fn session(&self) -> Option<&super::SessionRef> {
+        self.shared.session.as_ref().map(|link| &link.session)
     }
 
     /// Why the lease was lost, if it was.
@@ -598,6 +719,7 @@ impl LeaseGuard {
     /// lease expires after its TTL (for tests and simulations; prefer
     /// [`release`](LeaseGuard::release)).
     pub fn abandon(mut self) {
+        self.finished = true;
         self.stop.cancel();
         // Detach the renewal task; it exits at its next wake-up.
         self.task.take();
@@ -614,6 +736,7 @@ impl LeaseGuard {
         let span =
             tracing::info_span!("lease.release", key = %self.shared.key, token = self.shared.token);
         async {
+            self.finished = true;
             self.stop.cancel();
             if let Some(task) = self.task.take() {
                 // The renewal task never panics; a join error means the
@@ -633,10 +756,21 @@ impl LeaseGuard {
 
 impl Shared {
     pub(crate) fn renew_deadline(&self) -> Duration {
-        self.config.renew_deadline
+        match &self.session {
+            Some(link) => link.heartbeat.renew_deadline(),
+            None => self.config.renew_deadline,
+        }
     }
 
     pub(crate) fn health(&self) -> Health {
+        if let Some(link) = &self.session {
+            // Its renewal is the session's heartbeat.
+            let session = link.heartbeat.health();
+            return Health {
+                held: session.held && !self.is_lost(),
+                ..session
+            };
+        }
         let state = self.lock();
         let since = self.clock.now().saturating_sub(state.last_send);
         Health {
@@ -650,9 +784,10 @@ impl Shared {
 
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
-        let Some(task) = self.task.take() else {
+        if self.finished {
             return;
-        };
+        }
+        let task = self.task.take();
         self.stop.cancel();
         let was_held = self.shared.lock().lost.is_none();
         self.shared.lose(LostReason::Dropped);
@@ -664,7 +799,9 @@ impl Drop for LeaseGuard {
             let span = tracing::info_span!("lease.release_on_drop", key = %shared.key, token = shared.token);
             runtime.spawn(
                 async move {
-                    let _ = task.await;
+                    if let Some(task) = task {
+                        let _ = task.await;
+                    }
                     if let Err(err) = shared.release_record().await {
                         tracing::debug!(error = %err, "best-effort release after drop failed; the lease will expire");
                     }

@@ -45,12 +45,14 @@ mod attempt;
 mod clock;
 mod config;
 mod election;
+mod fair;
 mod fenced;
 mod handle;
 mod log;
 mod pending;
 mod record;
 mod retry;
+mod session;
 
 pub(crate) use retry::timed;
 
@@ -61,10 +63,12 @@ pub use acquire::{AcquireOptions, AcquireOutcome, HeldBy, Lease, default_owner_i
 pub use clock::{Clock, DriftingClock, Entropy, SleepFuture, SystemClock};
 pub use config::{ExpiryMode, LeaseConfig};
 pub use election::{Election, ElectionRunner, HealthCheck, Leader, Leadership};
+pub use fair::FairLease;
 pub use fenced::{Fenced, FencedResource};
 pub use handle::{Health, LeaseGuard, LeaseStatus};
 pub use log::{FencedLog, LogEntry};
-pub use record::{LEASE_RECORD_KIND, LEASE_SCHEMA_VERSION, LeaseRecord};
+pub use record::{LEASE_RECORD_KIND, LEASE_SCHEMA_VERSION, LeaseRecord, SessionRef};
+pub use session::Session;
 
 use crate::{CasError, ErrorKind};
 
@@ -91,6 +95,14 @@ pub enum LostReason {
     Released,
     /// The handle was dropped without an explicit release.
     Dropped,
+    /// The [`Session`] the lock was held under ended (every lock under it
+    /// ends at the same moment); `reason` says why the session ended.
+    SessionLost {
+        /// The session's heartbeat key.
+        session: String,
+        /// Why the session ended.
+        reason: Box<LostReason>,
+    },
 }
 
 impl fmt::Display for LostReason {
@@ -113,6 +125,12 @@ impl fmt::Display for LostReason {
             }
             LostReason::Released => f.write_str("released"),
             LostReason::Dropped => f.write_str("the lease handle was dropped"),
+            LostReason::SessionLost { session, reason } => {
+                write!(
+                    f,
+                    "the session '{session}' it was held under ended: {reason}"
+                )
+            }
         }
     }
 }

@@ -11,8 +11,16 @@ use super::LeaseError;
 /// objects (anything else at the key is foreign and never overwritten).
 pub const LEASE_RECORD_KIND: &str = "casaas.lease";
 
-/// The schema version this library writes and understands.
-pub const LEASE_SCHEMA_VERSION: u64 = 1;
+/// The newest schema version this library writes and understands. A record
+/// of a lock held under a [`Session`](super::Session) is schema 2 (it names
+/// its session, and a library that knew only schema 1 would judge its expiry
+/// by the lock object alone, which a session lock never rewrites); every
+/// other record is still written as schema 1, so older readers keep reading
+/// them.
+pub const LEASE_SCHEMA_VERSION: u64 = 2;
+
+/// The schema of a record that names no session.
+const PLAIN_SCHEMA_VERSION: u64 = 1;
 
 /// One write of the lock object.
 ///
@@ -50,6 +58,34 @@ pub struct LeaseRecord {
     /// The holder gave the lease up; anyone may take it at once.
     #[serde(default)]
     pub released: bool,
+    /// The session this lock is held under, if any: then the holder never
+    /// rewrites the lock while holding it, and the lock expires only when
+    /// that session's term ends (see [`Session`](super::Session)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionRef>,
+}
+
+/// The session (its heartbeat key and term) a lock is held under.
+///
+/// The term is the session heartbeat lease's fencing token: it grows each
+/// time the session is opened again, so a lock names exactly one opening.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SessionRef {
+    /// The session's heartbeat key.
+    pub key: String,
+    /// The session's term (its heartbeat lease's fencing token).
+    pub term: u64,
+}
+
+impl SessionRef {
+    /// The session at heartbeat `key`, in term `term`.
+    pub fn new(key: impl Into<String>, term: u64) -> Self {
+        SessionRef {
+            key: key.into(),
+            term,
+        }
+    }
 }
 
 impl LeaseRecord {
@@ -63,7 +99,7 @@ impl LeaseRecord {
     ) -> Self {
         LeaseRecord {
             kind: LEASE_RECORD_KIND.to_string(),
-            schema: LEASE_SCHEMA_VERSION,
+            schema: PLAIN_SCHEMA_VERSION,
             owner: owner.into(),
             nonce: nonce.into(),
             token,
@@ -71,7 +107,15 @@ impl LeaseRecord {
             acquired_at_ms: now_ms,
             renewed_at_ms: now_ms,
             released: false,
+            session: None,
         }
+    }
+
+    /// The same record, held under `session` (schema 2).
+    pub fn under_session(mut self, session: SessionRef) -> Self {
+        self.session = Some(session);
+        self.schema = LEASE_SCHEMA_VERSION;
+        self
     }
 
     /// The body to store.
@@ -86,8 +130,20 @@ impl LeaseRecord {
     pub fn decode(key: &str, body: &[u8]) -> Result<Self, LeaseError> {
         let value: serde_json::Value =
             serde_json::from_slice(body).map_err(|_| foreign(key, body))?;
-        check_envelope(key, body, &value, LEASE_RECORD_KIND, LEASE_SCHEMA_VERSION)?;
-        serde_json::from_value(value).map_err(|_| foreign(key, body))
+        check_envelope_schemas(
+            key,
+            body,
+            &value,
+            LEASE_RECORD_KIND,
+            PLAIN_SCHEMA_VERSION..=LEASE_SCHEMA_VERSION,
+        )?;
+        let record: LeaseRecord = serde_json::from_value(value).map_err(|_| foreign(key, body))?;
+        // A session lock written as schema 1 would be read by older
+        // libraries as a lease that expires on its own: never trust one.
+        if record.session.is_some() != (record.schema == LEASE_SCHEMA_VERSION) {
+            return Err(foreign(key, body));
+        }
+        Ok(record)
     }
 
     /// The holder's TTL.
@@ -218,11 +274,53 @@ mod tests {
     #[test]
     fn future_schema_is_refused() {
         let mut v = serde_json::to_value(LeaseRecord::new("o", "n", 1, 10, 0)).unwrap();
+        v["schema"] = 3.into();
+        let body = serde_json::to_vec(&v).unwrap();
+        assert!(matches!(
+            LeaseRecord::decode("k", &body),
+            Err(LeaseError::UnsupportedSchema { version: 3, .. })
+        ));
+    }
+
+    #[test]
+    fn a_session_lock_is_schema_2_and_names_its_session() {
+        let record = LeaseRecord::new("o", "n", 4, 10, 0).under_session(SessionRef::new("s/w1", 7));
+        let body = record.encode();
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        assert!(text.contains(r#""schema":2"#), "{text}");
+        assert!(
+            text.contains(r#""session":{"key":"s/w1","term":7}"#),
+            "{text}"
+        );
+        assert_eq!(LeaseRecord::decode("k", &body).unwrap(), record);
+        // A plain record keeps schema 1 and no session field, so libraries
+        // that know only schema 1 still read it.
+        let plain =
+            String::from_utf8(LeaseRecord::new("o", "n", 4, 10, 0).encode().to_vec()).unwrap();
+        assert!(
+            plain.contains(r#""schema":1"#) && !plain.contains("session"),
+            "{plain}"
+        );
+    }
+
+    #[test]
+    fn a_session_and_a_schema_that_disagree_are_foreign() {
+        let mut v = serde_json::to_value(
+            LeaseRecord::new("o", "n", 1, 10, 0).under_session(SessionRef::new("s", 1)),
+        )
+        .unwrap();
+        v["schema"] = 1.into();
+        let body = serde_json::to_vec(&v).unwrap();
+        assert!(matches!(
+            LeaseRecord::decode("k", &body),
+            Err(LeaseError::ForeignObject { .. })
+        ));
+        let mut v = serde_json::to_value(LeaseRecord::new("o", "n", 1, 10, 0)).unwrap();
         v["schema"] = 2.into();
         let body = serde_json::to_vec(&v).unwrap();
         assert!(matches!(
             LeaseRecord::decode("k", &body),
-            Err(LeaseError::UnsupportedSchema { version: 2, .. })
+            Err(LeaseError::ForeignObject { .. })
         ));
     }
 
