@@ -29,6 +29,17 @@
 //!
 //! The correct protocol has no counterexample within the bounds; each test
 //! that removes one rule asserts that the checker finds one.
+//!
+//! The file holds four models: the lease on the record layout (above), the
+//! write-and-resolve model (how a primitive turns writes of unknown outcome
+//! into exactly-once updates), the lease on the epoch layout, and the
+//! session model: locks that hang from one heartbeat (a session lease),
+//! taken over by a contender that reads the lock, then the session object,
+//! waits out the session's TTL, ends the term with a conditional write on
+//! the session object and replaces the lock from the version it read first.
+//! Its mutants take a session lock without checking the session, read the
+//! session before the lock, or skip the term-ending write; each finds two
+//! holders.
 //! See docs/simulation.md.
 
 use std::fmt::Debug;
@@ -2160,4 +2171,829 @@ fn epoch_reads_without_the_marker_check_are_safe() {
         ..EpochModel::correct()
     };
     expect_no_counterexample("epoch model no read-side check", model);
+}
+
+// ---------------------------------------------------------------------------
+// The session model: locks that hang from one heartbeat.
+//
+// One store holds a session object S (`(version, {term, released, nonce})`)
+// and one lock object L (`(version, {token, session term or none,
+// released})`). Client 0 is the session holder (the slow clock): it opens
+// S (create, or replace a released S with the term + 1), renews it with
+// writes that stay in flight, land at any later step and whose answers are
+// delivered or lost (resolved by reading for the nonce), steps down at its
+// validity end, closes S (marking its lock lost, then releasing S), opens it
+// again under a new term, and takes L under its current term: L absent,
+// released, or naming a term that is dead. It never rewrites L while
+// holding it; its belief in L is its session's validity. Client 1 is a
+// contender without a session (the fast clock): it takes an absent or
+// released L, a plain L after observing it unchanged for its takeover wait,
+// and an L naming a session term by the session rule — read L, then S; the
+// term is dead if S's term differs or S is released; otherwise observe S's
+// version unchanged for the takeover wait, end the term with a conditional
+// write on S, then replace L from the version read first with token + 1.
+//
+// The holder's lock writes, its open and close, and all the contender's
+// writes are atomic (sent, applied and answered in one step): the lease
+// model covers writes of unknown outcome on one object; what is new here is
+// that the heartbeat lives on another object than the lock, so only the
+// heartbeat's renewals are left in flight.
+// ---------------------------------------------------------------------------
+
+const HOLDER: usize = 0;
+const CONTENDER: usize = 1;
+
+/// How a contender judges a lock record that names a session term.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SessionCheck {
+    /// The protocol: read the lock, then the session object.
+    LockThenSession,
+    /// Mutation (a): ignore the session; take the lock over after observing
+    /// the lock object unchanged, as for a plain lease.
+    LockOnly,
+    /// Mutation (b): read the session object before the lock.
+    SessionFirst,
+}
+
+#[derive(Clone, Debug)]
+struct SessionModel {
+    clocks: Clocks,
+    max_ticks: u8,
+    max_sends: u8,
+    check: SessionCheck,
+    /// The protocol ends the observed term with a conditional write on the
+    /// session object before taking the lock over; `false` is mutation (c).
+    end_term: bool,
+}
+
+impl SessionModel {
+    /// The protocol with the tests' bounds: 6 ticks and 6 writes unless
+    /// `MODEL_SESSION_TICKS` / `MODEL_SESSION_SENDS` say more (the longest
+    /// counterexample needs 5 writes: open, close, open again, lock,
+    /// takeover).
+    fn correct() -> Self {
+        SessionModel {
+            clocks: Clocks::correct(),
+            max_ticks: bound("MODEL_SESSION_TICKS", 6),
+            max_sends: bound("MODEL_SESSION_SENDS", 6),
+            check: SessionCheck::LockThenSession,
+            end_term: true,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct SessionBody {
+    term: u8,
+    released: bool,
+    nonce: u8,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct SessionRecord {
+    version: u8,
+    body: SessionBody,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct LockBody {
+    token: u8,
+    /// The session term the lock hangs from; `None` for a plain lease.
+    term: Option<u8>,
+    released: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct LockRecord {
+    version: u8,
+    body: LockBody,
+}
+
+/// A conditional write on the session object: replace `expected` (create
+/// if absent when `None`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct SessionWrite {
+    expected: Option<u8>,
+    body: SessionBody,
+}
+
+/// The holder's heartbeat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Heartbeat {
+    Closed,
+    Held {
+        version: u8,
+        term: u8,
+        valid_until: u8,
+        renew: Option<Req<SessionWrite, Outcome>>,
+    },
+}
+
+/// The contender's progress towards the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Contender {
+    Idle,
+    /// Mutation (b): the session object as read before the lock.
+    SessionRead(Option<SessionRecord>),
+    /// Read a lock naming `term`; the session object comes next.
+    LockRead {
+        version: u8,
+        token: u8,
+        term: u8,
+    },
+    /// Observing the lock object unchanged (a plain lease).
+    WatchingLock {
+        version: u8,
+        token: u8,
+        since: u8,
+    },
+    /// Observing the session object unchanged (`None`: absent).
+    WatchingSession {
+        lock_version: u8,
+        lock_token: u8,
+        session_version: Option<u8>,
+        term: u8,
+        since: u8,
+    },
+    /// The lock's term is over (dead, or ended by our write): take the lock
+    /// over from the version read first.
+    TermOver {
+        lock_version: u8,
+        lock_token: u8,
+        ended_by_us: bool,
+    },
+    Holding {
+        version: u8,
+        valid_until: u8,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct SessionState {
+    now: u8,
+    sends: u8,
+    next_version: u8,
+    session: Option<SessionRecord>,
+    lock: Option<LockRecord>,
+    heartbeat: Heartbeat,
+    /// The lock version the holder holds under its current term.
+    holder_lock: Option<u8>,
+    contender: Contender,
+    max_granted: u8,
+    token_regressed: bool,
+    /// Not vacuous: the contender took the lock after ending a live term.
+    took_after_ending_term: bool,
+    /// Not vacuous: the holder, under a later term, took the lock its
+    /// earlier term held.
+    relocked_under_new_term: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SessionAction {
+    Tick,
+    Open,
+    Renew,
+    /// The renewal in flight reaches the store.
+    ApplyRenewal,
+    DeliverRenewal,
+    /// The applied renewal's answer is lost: resolved by reading.
+    LoseRenewalAnswer,
+    /// 5xx before applying: resolved by reading.
+    RenewalServerError,
+    StepDown,
+    Close,
+    AcquireLock,
+    ReleaseLock,
+    ContenderReadLock,
+    ContenderReadSession,
+    EndTerm,
+    TakeOver,
+    ContenderRelease,
+    ContenderStepDown,
+}
+
+impl SessionState {
+    fn holder_believes(&self) -> bool {
+        matches!(self.heartbeat, Heartbeat::Held { valid_until, .. } if self.now < valid_until)
+    }
+
+    fn holder_believes_lock(&self) -> bool {
+        self.holder_lock.is_some() && self.holder_believes()
+    }
+
+    fn contender_believes(&self) -> bool {
+        matches!(self.contender, Contender::Holding { valid_until, .. } if self.now < valid_until)
+    }
+
+    fn new_version(&mut self) -> u8 {
+        let version = self.next_version;
+        self.next_version += 1;
+        version
+    }
+
+    /// Applies a conditional write to the session object.
+    fn write_session(&mut self, write: SessionWrite) -> Outcome {
+        if self.session.map(|r| r.version) != write.expected {
+            return Outcome::Failed;
+        }
+        let version = self.new_version();
+        self.session = Some(SessionRecord {
+            version,
+            body: write.body,
+        });
+        Outcome::Ok(version)
+    }
+
+    /// Applies a conditional write to the lock object (`expected`: `None`
+    /// creates if absent); the new version if it landed.
+    fn write_lock(&mut self, expected: Option<u8>, body: LockBody) -> Option<u8> {
+        if self.lock.map(|r| r.version) != expected {
+            return None;
+        }
+        let version = self.new_version();
+        self.lock = Some(LockRecord { version, body });
+        Some(version)
+    }
+
+    /// Records a lock acquisition's token.
+    fn granted(&mut self, token: u8) {
+        if token <= self.max_granted {
+            self.token_regressed = true;
+        }
+        self.max_granted = self.max_granted.max(token);
+    }
+
+    /// The session is lost, and with it the lock held under it.
+    fn lose_session(&mut self) {
+        self.heartbeat = Heartbeat::Closed;
+        self.holder_lock = None;
+    }
+
+    /// Is the lock's `term` over, as the session object `session` shows?
+    /// `None`: still to be observed.
+    fn term_dead(session: Option<SessionRecord>, term: u8) -> Option<bool> {
+        let record = session?;
+        Some(record.body.term != term || record.body.released)
+    }
+}
+
+impl SessionModel {
+    fn holder_actions(&self, s: &SessionState, can_send: bool, actions: &mut Vec<SessionAction>) {
+        match s.heartbeat {
+            Heartbeat::Closed => {
+                if can_send {
+                    actions.push(SessionAction::Open);
+                }
+            }
+            Heartbeat::Held { renew, .. } => {
+                let believes = s.holder_believes();
+                match renew {
+                    None if can_send => {
+                        if believes {
+                            actions.push(SessionAction::Renew);
+                            if s.holder_lock.is_none() {
+                                actions.push(SessionAction::AcquireLock);
+                            }
+                        }
+                        if s.holder_lock.is_some() {
+                            actions.push(SessionAction::ReleaseLock);
+                        }
+                        actions.push(SessionAction::Close);
+                    }
+                    None => {}
+                    Some(req) if req.outcome == Outcome::Pending => {
+                        actions.push(SessionAction::ApplyRenewal);
+                        actions.push(SessionAction::RenewalServerError);
+                    }
+                    Some(_) => {
+                        actions.push(SessionAction::DeliverRenewal);
+                        actions.push(SessionAction::LoseRenewalAnswer);
+                    }
+                }
+                if renew.is_none() && !believes {
+                    actions.push(SessionAction::StepDown);
+                }
+            }
+        }
+    }
+
+    fn contender_actions(
+        &self,
+        s: &SessionState,
+        can_send: bool,
+        actions: &mut Vec<SessionAction>,
+    ) {
+        match s.contender {
+            Contender::Idle if self.check == SessionCheck::SessionFirst => {
+                actions.push(SessionAction::ContenderReadSession);
+            }
+            Contender::Idle | Contender::SessionRead(_) | Contender::WatchingLock { .. } => {
+                actions.push(SessionAction::ContenderReadLock);
+                if matches!(s.contender, Contender::WatchingLock { .. }) && can_send {
+                    actions.push(SessionAction::TakeOver);
+                }
+            }
+            Contender::LockRead { .. } => actions.push(SessionAction::ContenderReadSession),
+            Contender::WatchingSession { .. } => {
+                if can_send || !self.end_term {
+                    actions.push(SessionAction::EndTerm);
+                }
+            }
+            Contender::TermOver { .. } => {
+                if can_send {
+                    actions.push(SessionAction::TakeOver);
+                }
+            }
+            Contender::Holding { .. } => {
+                if can_send {
+                    actions.push(SessionAction::ContenderRelease);
+                }
+                if !s.contender_believes() {
+                    actions.push(SessionAction::ContenderStepDown);
+                }
+            }
+        }
+    }
+
+    /// The holder's renewal `req` is settled: it landed at `landed`, or
+    /// not.
+    fn settle_renewal(&self, s: &mut SessionState, landed: Option<u8>) {
+        let Heartbeat::Held {
+            version,
+            term,
+            valid_until,
+            renew: Some(req),
+        } = s.heartbeat
+        else {
+            return;
+        };
+        match landed {
+            Some(new_version) if s.now < req.sent + self.clocks.hold[HOLDER] => {
+                s.heartbeat = Heartbeat::Held {
+                    version: new_version,
+                    term,
+                    valid_until: req.sent + self.clocks.hold[HOLDER],
+                    renew: None,
+                };
+            }
+            Some(_) => s.lose_session(),
+            // Not landed, our version still current: keep the earlier
+            // validity and renew again.
+            None if s.session.is_some_and(|r| r.version == version) => {
+                s.heartbeat = Heartbeat::Held {
+                    version,
+                    term,
+                    valid_until,
+                    renew: None,
+                };
+            }
+            None => s.lose_session(),
+        }
+    }
+
+    /// An ambiguous renewal, resolved by reading the session object for
+    /// its nonce.
+    fn resolve_renewal(&self, s: &mut SessionState) {
+        let Heartbeat::Held {
+            renew: Some(req), ..
+        } = s.heartbeat
+        else {
+            return;
+        };
+        let landed = s
+            .session
+            .filter(|r| r.body.nonce == req.op.body.nonce)
+            .map(|r| r.version);
+        self.settle_renewal(s, landed);
+    }
+
+    fn open(&self, s: &mut SessionState) -> Option<()> {
+        let (expected, term) = match s.session {
+            None => (None, 1),
+            Some(r) if r.body.released => (Some(r.version), r.body.term + 1),
+            // Held by an earlier term of ours that stepped down: the
+            // takeover wait would come first; not modelled.
+            Some(_) => return None,
+        };
+        s.sends += 1;
+        let body = SessionBody {
+            term,
+            released: false,
+            nonce: s.sends,
+        };
+        let Outcome::Ok(version) = s.write_session(SessionWrite { expected, body }) else {
+            return None;
+        };
+        s.heartbeat = Heartbeat::Held {
+            version,
+            term,
+            valid_until: s.now + self.clocks.hold[HOLDER],
+            renew: None,
+        };
+        Some(())
+    }
+
+    /// The holder, its session held, takes the lock under its term: absent,
+    /// released, or naming a term the session object shows over.
+    fn acquire_lock(&self, s: &mut SessionState) -> Option<()> {
+        let Heartbeat::Held { term, .. } = s.heartbeat else {
+            return None;
+        };
+        let (expected, token, relock) = match s.lock {
+            None => (None, 1, false),
+            Some(r) if r.body.released => (Some(r.version), r.body.token + 1, false),
+            Some(LockRecord {
+                version,
+                body:
+                    LockBody {
+                        token,
+                        term: Some(old),
+                        ..
+                    },
+            }) if SessionState::term_dead(s.session, old) == Some(true) => {
+                (Some(version), token + 1, true)
+            }
+            // Held by the contender, or by our live term: not ours to take.
+            Some(_) => return None,
+        };
+        s.sends += 1;
+        let body = LockBody {
+            token,
+            term: Some(term),
+            released: false,
+        };
+        let version = s.write_lock(expected, body)?;
+        s.granted(token);
+        s.holder_lock = Some(version);
+        s.relocked_under_new_term |= relock;
+        Some(())
+    }
+
+    /// Marks the lock at `version` released, keeping its token.
+    fn release_lock(s: &mut SessionState, version: u8) {
+        s.sends += 1;
+        if let Some(r) = s.lock.filter(|r| r.version == version) {
+            let body = LockBody {
+                released: true,
+                ..r.body
+            };
+            s.write_lock(Some(version), body);
+        }
+    }
+
+    /// The contender reads the lock object and decides.
+    fn contender_read_lock(&self, s: &mut SessionState, can_send: bool) -> Option<()> {
+        let record = match s.lock {
+            None
+            | Some(LockRecord {
+                body: LockBody { released: true, .. },
+                ..
+            }) => {
+                if !can_send {
+                    return None;
+                }
+                let expected = s.lock.map(|r| r.version);
+                let token = s.lock.map_or(1, |r| r.body.token + 1);
+                self.contender_take(s, expected, token, false);
+                return Some(());
+            }
+            Some(record) => record,
+        };
+        let (version, token) = (record.version, record.body.token);
+        let watch_lock = Contender::WatchingLock {
+            version,
+            token,
+            since: s.now,
+        };
+        s.contender = match (record.body.term, self.check, s.contender) {
+            // Same version again: keep observing from the first sighting.
+            (_, _, Contender::WatchingLock { version: seen, .. }) if seen == version => {
+                return None;
+            }
+            (None, _, _) | (Some(_), SessionCheck::LockOnly, _) => watch_lock,
+            (Some(term), SessionCheck::LockThenSession, _) => Contender::LockRead {
+                version,
+                token,
+                term,
+            },
+            (Some(term), SessionCheck::SessionFirst, Contender::SessionRead(session)) => {
+                self.judge(s, version, token, term, session)
+            }
+            (Some(_), SessionCheck::SessionFirst, _) => return None,
+        };
+        Some(())
+    }
+
+    /// The contender's verdict on a lock at `version` naming `term`, given
+    /// what it read of the session object.
+    fn judge(
+        &self,
+        s: &SessionState,
+        lock_version: u8,
+        lock_token: u8,
+        term: u8,
+        session: Option<SessionRecord>,
+    ) -> Contender {
+        match SessionState::term_dead(session, term) {
+            Some(true) => Contender::TermOver {
+                lock_version,
+                lock_token,
+                ended_by_us: false,
+            },
+            _ => Contender::WatchingSession {
+                lock_version,
+                lock_token,
+                session_version: session.map(|r| r.version),
+                term,
+                since: s.now,
+            },
+        }
+    }
+
+    /// After observing the session unchanged for the takeover wait, end its
+    /// term (or, mutation (c), only check it is still unchanged).
+    fn end_term(&self, s: &mut SessionState) -> Option<()> {
+        let Contender::WatchingSession {
+            lock_version,
+            lock_token,
+            session_version,
+            term,
+            since,
+        } = s.contender
+        else {
+            return None;
+        };
+        if s.now < since + self.clocks.wait[CONTENDER] {
+            return None;
+        }
+        let unchanged = if self.end_term {
+            s.sends += 1;
+            let write = SessionWrite {
+                expected: session_version,
+                body: SessionBody {
+                    term,
+                    released: true,
+                    nonce: s.sends,
+                },
+            };
+            s.write_session(write) != Outcome::Failed
+        } else {
+            s.session.map(|r| r.version) == session_version
+        };
+        s.contender = if unchanged {
+            Contender::TermOver {
+                lock_version,
+                lock_token,
+                ended_by_us: true,
+            }
+        } else {
+            // The session renewed: start again from the lock.
+            Contender::Idle
+        };
+        Some(())
+    }
+
+    /// The contender replaces the lock at `expected` with `token`.
+    fn contender_take(&self, s: &mut SessionState, expected: Option<u8>, token: u8, ended: bool) {
+        s.sends += 1;
+        let body = LockBody {
+            token,
+            term: None,
+            released: false,
+        };
+        s.contender = match s.write_lock(expected, body) {
+            Some(version) => {
+                s.granted(token);
+                s.took_after_ending_term |= ended;
+                Contender::Holding {
+                    version,
+                    valid_until: s.now + self.clocks.hold[CONTENDER],
+                }
+            }
+            None => Contender::Idle,
+        };
+    }
+}
+
+impl Model for SessionModel {
+    type State = SessionState;
+    type Action = SessionAction;
+
+    fn init_states(&self) -> Vec<SessionState> {
+        vec![SessionState {
+            now: 0,
+            sends: 0,
+            next_version: 1,
+            session: None,
+            lock: None,
+            heartbeat: Heartbeat::Closed,
+            holder_lock: None,
+            contender: Contender::Idle,
+            max_granted: 0,
+            token_regressed: false,
+            took_after_ending_term: false,
+            relocked_under_new_term: false,
+        }]
+    }
+
+    fn actions(&self, s: &SessionState, actions: &mut Vec<SessionAction>) {
+        if s.now < self.max_ticks {
+            actions.push(SessionAction::Tick);
+        }
+        let can_send = s.sends < self.max_sends;
+        self.holder_actions(s, can_send, actions);
+        self.contender_actions(s, can_send, actions);
+    }
+
+    fn next_state(&self, last: &SessionState, action: SessionAction) -> Option<SessionState> {
+        let mut s = last.clone();
+        let can_send = s.sends < self.max_sends;
+        match action {
+            SessionAction::Tick => s.now += 1,
+            SessionAction::Open => self.open(&mut s)?,
+            SessionAction::Renew => {
+                let Heartbeat::Held {
+                    version,
+                    term,
+                    valid_until,
+                    renew: None,
+                } = s.heartbeat
+                else {
+                    return None;
+                };
+                s.sends += 1;
+                let op = SessionWrite {
+                    expected: Some(version),
+                    body: SessionBody {
+                        term,
+                        released: false,
+                        nonce: s.sends,
+                    },
+                };
+                let req = Req {
+                    op,
+                    sent: s.now,
+                    outcome: Outcome::Pending,
+                };
+                s.heartbeat = Heartbeat::Held {
+                    version,
+                    term,
+                    valid_until,
+                    renew: Some(req),
+                };
+            }
+            SessionAction::ApplyRenewal => {
+                let Heartbeat::Held {
+                    renew: Some(mut req),
+                    version,
+                    term,
+                    valid_until,
+                } = s.heartbeat
+                else {
+                    return None;
+                };
+                req.outcome = s.write_session(req.op);
+                s.heartbeat = Heartbeat::Held {
+                    version,
+                    term,
+                    valid_until,
+                    renew: Some(req),
+                };
+            }
+            SessionAction::DeliverRenewal => {
+                let Heartbeat::Held {
+                    renew: Some(req), ..
+                } = s.heartbeat
+                else {
+                    return None;
+                };
+                let landed = match req.outcome {
+                    Outcome::Ok(version) => Some(version),
+                    _ => None,
+                };
+                if landed.is_some() {
+                    self.settle_renewal(&mut s, landed);
+                } else {
+                    // Refused: the term was ended (or taken); lost at once.
+                    s.lose_session();
+                }
+            }
+            SessionAction::LoseRenewalAnswer | SessionAction::RenewalServerError => {
+                self.resolve_renewal(&mut s)
+            }
+            SessionAction::StepDown => s.lose_session(),
+            SessionAction::Close => {
+                let Heartbeat::Held { version, term, .. } = s.heartbeat else {
+                    return None;
+                };
+                // Every lock is marked lost before the one write.
+                s.holder_lock = None;
+                s.sends += 1;
+                let body = SessionBody {
+                    term,
+                    released: true,
+                    nonce: s.sends,
+                };
+                s.write_session(SessionWrite {
+                    expected: Some(version),
+                    body,
+                });
+                s.heartbeat = Heartbeat::Closed;
+            }
+            SessionAction::AcquireLock => self.acquire_lock(&mut s)?,
+            SessionAction::ReleaseLock => {
+                let version = s.holder_lock.take()?;
+                Self::release_lock(&mut s, version);
+            }
+            SessionAction::ContenderReadLock => self.contender_read_lock(&mut s, can_send)?,
+            SessionAction::ContenderReadSession => {
+                s.contender = match s.contender {
+                    Contender::Idle => Contender::SessionRead(s.session),
+                    Contender::LockRead {
+                        version,
+                        token,
+                        term,
+                    } => self.judge(&s, version, token, term, s.session),
+                    _ => return None,
+                };
+            }
+            SessionAction::EndTerm => self.end_term(&mut s)?,
+            SessionAction::TakeOver => match s.contender {
+                Contender::WatchingLock {
+                    version,
+                    token,
+                    since,
+                } => {
+                    if s.now < since + self.clocks.wait[CONTENDER] {
+                        return None;
+                    }
+                    self.contender_take(&mut s, Some(version), token + 1, false);
+                }
+                Contender::TermOver {
+                    lock_version,
+                    lock_token,
+                    ended_by_us,
+                } => self.contender_take(&mut s, Some(lock_version), lock_token + 1, ended_by_us),
+                _ => return None,
+            },
+            SessionAction::ContenderRelease => {
+                let Contender::Holding { version, .. } = s.contender else {
+                    return None;
+                };
+                s.contender = Contender::Idle;
+                Self::release_lock(&mut s, version);
+            }
+            SessionAction::ContenderStepDown => s.contender = Contender::Idle,
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("mutual exclusion", |_, s: &SessionState| {
+                !(s.holder_believes_lock() && s.contender_believes())
+            }),
+            Property::always("fencing tokens increase", |_, s: &SessionState| {
+                !s.token_regressed
+            }),
+            Property::sometimes("takeover after ending a term", |_, s: &SessionState| {
+                s.took_after_ending_term
+            }),
+            Property::sometimes("a new term takes the lock again", |_, s: &SessionState| {
+                s.relocked_under_new_term
+            }),
+        ]
+    }
+}
+
+#[test]
+fn session_locks_have_no_counterexample() {
+    expect_no_counterexample("session model correct", SessionModel::correct());
+}
+
+#[test]
+fn session_lock_taken_without_checking_its_session_breaks_mutual_exclusion() {
+    let model = SessionModel {
+        check: SessionCheck::LockOnly,
+        ..SessionModel::correct()
+    };
+    expect_counterexample("session model lock only", model, "mutual exclusion");
+}
+
+#[test]
+fn session_read_before_the_lock_breaks_mutual_exclusion() {
+    let model = SessionModel {
+        check: SessionCheck::SessionFirst,
+        ..SessionModel::correct()
+    };
+    expect_counterexample("session model session first", model, "mutual exclusion");
+}
+
+#[test]
+fn session_lock_taken_without_ending_the_term_breaks_mutual_exclusion() {
+    let model = SessionModel {
+        end_term: false,
+        ..SessionModel::correct()
+    };
+    expect_counterexample("session model no end-term write", model, "mutual exclusion");
 }
