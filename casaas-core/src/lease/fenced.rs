@@ -98,6 +98,9 @@ struct UpdateWrite {
     value: serde_json::Value,
     /// The number of writes the record had when ours was made on it.
     before: Option<u64>,
+    /// Which call of the update function (from 0) produced the value: a
+    /// batch maps it back to the values its callers saw in that call.
+    call: usize,
 }
 
 /// A value read from a [`FencedResource`].
@@ -232,7 +235,21 @@ where
     ///
     /// Requests: 1 GET + 1 write; +1 GET per unanswered write and per lost
     /// race.
-    pub async fn update<F>(&self, token: u64, mut f: F) -> Result<Fenced<T>, LeaseError>
+    pub async fn update<F>(&self, token: u64, f: F) -> Result<Fenced<T>, LeaseError>
+    where
+        F: FnMut(Option<&T>) -> T + Send,
+    {
+        Ok(self.update_counted(token, f).await?.0)
+    }
+
+    /// [`update`](FencedResource::update), also saying which call of `f`
+    /// (from 0) produced the value that landed: a batch of updates applies
+    /// them all once per call, and answers each caller from that call.
+    pub(crate) async fn update_counted<F>(
+        &self,
+        token: u64,
+        mut f: F,
+    ) -> Result<(Fenced<T>, usize), LeaseError>
     where
         F: FnMut(Option<&T>) -> T + Send,
     {
@@ -241,6 +258,7 @@ where
             self.policy.verify(self.store.as_ref()).await?;
             let mut attempts: Attempts<'_, UpdateWrite> =
                 Attempts::new(&self.policy, &self.key, UNRESOLVED_UPDATE);
+            let mut calls = 0usize;
             while attempts.next().await {
                 let current = match self.read_full().await {
                     Ok(c) => c,
@@ -253,6 +271,7 @@ where
                 if let Some(landed) = self.settle(&mut attempts.pending, current.as_ref(), token)? {
                     return Ok(landed);
                 }
+                let call = calls;
                 let (expected, old, history) = match &current {
                     Some((fenced, history)) => {
                         if fenced.token > token {
@@ -275,6 +294,7 @@ where
                     None => (1, Vec::new()),
                 };
                 let value = f(old);
+                calls += 1;
                 let nonce = self.policy.entropy.nonce();
                 let record = FencedRecord {
                     kind: FENCED_KIND.to_string(),
@@ -297,6 +317,7 @@ where
                     payload: UpdateWrite {
                         value: serde_json::to_value(&record.value).map_err(codec)?,
                         before: history.map_or(Some(0), |h| h.seq),
+                        call,
                     },
                 };
                 let request = match &expected {
@@ -305,11 +326,12 @@ where
                 };
                 match attempts.send(write, &self.key, request).await {
                     Sent::Written(version) => {
-                        return Ok(Fenced {
+                        let written = Fenced {
                             value: record.value,
                             token,
                             version,
-                        });
+                        };
+                        return Ok((written, call));
                     }
                     Sent::Unknown(err) => {
                         // Unknown outcome (or a 412 that may be our own
@@ -338,7 +360,7 @@ where
         pending: &mut PendingWrites<UpdateWrite>,
         current: Option<&(Fenced<T>, WriteHistory)>,
         token: u64,
-    ) -> Result<Option<Fenced<T>>, LeaseError> {
+    ) -> Result<Option<(Fenced<T>, usize)>, LeaseError> {
         if pending.is_empty() {
             return Ok(None);
         }
@@ -370,11 +392,12 @@ where
                         key: self.key.clone(),
                         message: e.to_string(),
                     })?;
-                Ok(Some(Fenced {
+                let landed = Fenced {
                     value,
                     token,
                     version: fenced.version.clone(),
-                }))
+                };
+                Ok(Some((landed, write.payload.call)))
             }
             Settled::NotLanded => {
                 count_ambiguous("not_ours");

@@ -20,7 +20,11 @@ use super::retry::{RequestPolicy, count_ambiguous, timed};
 use super::{LeaseError, metric_names};
 
 const LOG_KIND: &str = "casaas.log";
+/// An entry holding one record (`value`): what [`FencedLog::append`] writes.
 const LOG_SCHEMA: u64 = 1;
+/// An entry holding a batch of records (`values`, in order): what a
+/// [group commit](super::GroupLog) writes. Readers of schema 1 only refuse it.
+const LOG_SCHEMA_BATCH: u64 = 2;
 /// Digits of the zero-padded sequence number in entry keys (sorts numerically).
 const SEQ_DIGITS: usize = 20;
 /// How an append that may still land reports an error.
@@ -60,17 +64,60 @@ struct LogRecord<T> {
     value: T,
 }
 
+#[derive(Serialize)]
+struct BatchRecord<'a> {
+    kind: &'a str,
+    schema: u64,
+    seq: u64,
+    token: u64,
+    nonce: &'a str,
+    values: &'a [serde_json::Value],
+}
+
+/// The envelope of an entry of either schema; its records are read apart.
+#[derive(Deserialize)]
+struct EntryHeader {
+    schema: u64,
+    seq: u64,
+    token: u64,
+    nonce: String,
+}
+
+/// What one append writes in its entry.
+#[derive(Debug, Clone, Copy)]
+enum EntryPayload<'a> {
+    /// One record (schema 1, readable by every version).
+    One(&'a serde_json::Value),
+    /// Records in order (schema 2).
+    Batch(&'a [serde_json::Value]),
+}
+
+/// An entry as stored: its records still encoded.
+#[derive(Debug)]
+struct StoredEntry {
+    seq: u64,
+    token: u64,
+    nonce: String,
+    records: Vec<serde_json::Value>,
+    version: Version,
+}
+
 /// One entry of a [`FencedLog`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LogEntry<T> {
-    /// Sequence number, from 1.
+    /// Sequence number of the entry holding the record, from 1.
     pub seq: u64,
+    /// The record's place in its entry, from 0: always 0 in an entry
+    /// written by [`FencedLog::append`]; a [group commit](super::GroupLog)
+    /// writes several records in one entry. Records are ordered by
+    /// `(seq, offset)`.
+    pub offset: usize,
     /// The fencing token of the writer.
     pub token: u64,
-    /// The entry's value.
+    /// The record's value.
     pub value: T,
-    /// The object's version.
+    /// The version of the entry's object.
     pub version: Version,
 }
 
@@ -113,13 +160,26 @@ pub struct LogEntry<T> {
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct FencedLog<T> {
     store: Arc<dyn CasStore>,
     prefix: String,
     policy: RequestPolicy,
     head: Arc<Mutex<Option<Head>>>,
     _value: PhantomData<fn() -> T>,
+}
+
+// By hand: a derive would ask `T: Clone`, which a handle never needs.
+impl<T> Clone for FencedLog<T> {
+    fn clone(&self) -> Self {
+        FencedLog {
+            store: self.store.clone(),
+            prefix: self.prefix.clone(),
+            policy: self.policy.clone(),
+            head: self.head.clone(),
+            _value: PhantomData,
+        }
+    }
 }
 
 impl<T> FencedLog<T>
@@ -181,9 +241,43 @@ where
         Ok((head.seq > 0).then_some(head.seq))
     }
 
-    /// Reads entry `seq` (one GET).
+    /// Reads the first record of entry `seq` (one GET): the entry's only
+    /// record unless a [group commit](super::GroupLog) wrote it;
+    /// [`read_records`](FencedLog::read_records) returns them all.
     pub async fn read(&self, seq: u64) -> Result<Option<LogEntry<T>>, LeaseError> {
-        Ok(self.read_full(seq).await?.map(|(e, _)| e))
+        Ok(self.read_records(seq).await?.into_iter().next())
+    }
+
+    /// Reads every record of entry `seq`, in order (one GET; empty if the
+    /// entry is absent).
+    pub async fn read_records(&self, seq: u64) -> Result<Vec<LogEntry<T>>, LeaseError> {
+        match self.read_stored(seq).await? {
+            Some(entry) => self.records_of(entry),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The records of a stored entry, decoded.
+    fn records_of(&self, entry: StoredEntry) -> Result<Vec<LogEntry<T>>, LeaseError> {
+        let key = self.entry_key(entry.seq);
+        entry
+            .records
+            .into_iter()
+            .enumerate()
+            .map(|(offset, value)| {
+                let value = serde_json::from_value(value).map_err(|e| LeaseError::Codec {
+                    key: key.clone(),
+                    message: e.to_string(),
+                })?;
+                Ok(LogEntry {
+                    seq: entry.seq,
+                    offset,
+                    token: entry.token,
+                    value,
+                    version: entry.version.clone(),
+                })
+            })
+            .collect()
     }
 
     async fn get(&self, key: &str) -> Result<Option<crate::StoredObject>, CasError> {
@@ -196,40 +290,23 @@ where
         .await
     }
 
-    async fn read_full(&self, seq: u64) -> Result<Option<(LogEntry<T>, String)>, LeaseError> {
+    /// Reads entry `seq` of either schema, its records still encoded.
+    async fn read_stored(&self, seq: u64) -> Result<Option<StoredEntry>, LeaseError> {
         let key = self.entry_key(seq);
         let Some(object) = self.get(&key).await? else {
             return Ok(None);
         };
-        let value: serde_json::Value =
-            serde_json::from_slice(&object.body).map_err(|_| foreign(&key, &object.body))?;
-        check_envelope(&key, &object.body, &value, LOG_KIND, LOG_SCHEMA)?;
-        let record: LogRecord<T> =
-            serde_json::from_value(value).map_err(|e| LeaseError::Codec {
-                key: key.clone(),
-                message: e.to_string(),
-            })?;
-        if record.seq != seq {
-            return Err(foreign(&key, &object.body));
-        }
+        let entry = decode_entry(&key, seq, &object.body, object.version)?;
         self.learn(Head {
             seq,
-            token: record.token,
+            token: entry.token,
         });
-        Ok(Some((
-            LogEntry {
-                seq: record.seq,
-                token: record.token,
-                value: record.value,
-                version: object.version,
-            },
-            record.nonce,
-        )))
+        Ok(Some(entry))
     }
 
     /// Reads entry `seq` as a head, `None` if absent.
     async fn probe(&self, seq: u64) -> Result<Option<Head>, LeaseError> {
-        Ok(self.read_full(seq).await?.map(|(e, _)| Head {
+        Ok(self.read_stored(seq).await?.map(|e| Head {
             seq,
             token: e.token,
         }))
@@ -381,27 +458,33 @@ where
         }
     }
 
-    /// The latest entry (two GETs on a warm handle).
+    /// The latest record: the last of the latest entry (two GETs on a warm
+    /// handle).
     pub async fn latest(&self) -> Result<Option<LogEntry<T>>, LeaseError> {
         let head = self.find_head().await?;
         if head.seq == 0 {
             return Ok(None);
         }
-        match self.read(head.seq).await? {
-            Some(entry) => Ok(Some(entry)),
+        match self.read_stored(head.seq).await? {
+            Some(entry) => Ok(self.records_of(entry)?.pop()),
             None => Err(self.vanished(head.seq)),
         }
     }
 
-    /// Entries from `from` (inclusive) to the latest, in order (one GET
-    /// each; entries pruned from the start are skipped).
+    /// The records of the entries from `from` (inclusive) to the latest,
+    /// in order: one item per record, so a batch entry gives several (one
+    /// GET per entry; entries pruned from the start are skipped).
     pub async fn entries(&self, from: u64) -> Result<Vec<LogEntry<T>>, LeaseError> {
         let head = self.find_head().await?;
         let mut out = Vec::new();
+        let mut seen_one = false;
         for seq in from.max(1)..=head.seq {
-            match self.read(seq).await? {
-                Some(entry) => out.push(entry),
-                None if out.is_empty() => {}
+            match self.read_stored(seq).await? {
+                Some(entry) => {
+                    seen_one = true;
+                    out.extend(self.records_of(entry)?);
+                }
+                None if !seen_one => {}
                 None => return Err(self.vanished(seq)),
             }
         }
@@ -416,74 +499,116 @@ where
     pub async fn append(&self, token: u64, value: T) -> Result<LogEntry<T>, LeaseError> {
         let span = tracing::debug_span!("log.append", prefix = %self.prefix, token);
         async {
-            // The guard checks what the log relies on: on a create-only store,
-            // create-if-absent (through the epoch view), not replace.
-            let view = crate::layout::lease_view(self.store.clone());
-            self.policy.verify(view.as_ref()).await?;
-            let value = serde_json::to_value(&value).map_err(|e| LeaseError::Codec {
+            let encoded = serde_json::to_value(&value).map_err(|e| LeaseError::Codec {
                 key: self.prefix.clone(),
                 message: e.to_string(),
             })?;
-            // Our writes whose outcome is unknown; all at one sequence
-            // number, since a new attempt moves on only once they are dead.
-            let mut attempts: Attempts<'_, u64> =
-                Attempts::new(&self.policy, &self.prefix, UNRESOLVED_APPEND);
-            while attempts.next().await {
-                let (settled, moved_on) = match self.settle(&mut attempts.pending).await {
-                    Ok(settled) => settled,
-                    Err(LeaseError::Store(err)) if err.is_retryable() => {
-                        attempts.retry(err);
-                        continue;
-                    }
-                    Err(other) => return Err(attempts.fail(other)),
-                };
-                if let Some(entry) = settled {
-                    return Ok(entry);
-                }
-                let head = match self.head_before(&attempts.pending, moved_on).await {
-                    Ok(head) => head,
-                    Err(LeaseError::Store(err)) if err.is_retryable() => {
-                        attempts.retry(err);
-                        continue;
-                    }
-                    Err(other) => return Err(attempts.fail(other)),
-                };
-                let seq = match self.next_seq(&head, token) {
-                    Ok(seq) => seq,
-                    Err(err) => return Err(attempts.fail(err)),
-                };
-                let key = self.entry_key(seq);
-                let nonce = self.policy.entropy.nonce();
-                let body = encode_entry(&key, seq, token, &nonce, &value)?;
-                let write = PendingWrite {
-                    nonce,
-                    sent_at: attempts.now(),
-                    condition: None,
-                    payload: seq,
-                };
-                let request = self.store.create(&key, body);
-                match attempts.send(write, &key, request).await {
-                    Sent::Written(version) => {
-                        return self.appended(&head, seq, token, value, version).await;
-                    }
-                    // Lost the race for `seq` (the next round reads who won
-                    // and moves on at once), or an unknown outcome (resolved
-                    // after a pause).
-                    Sent::Unknown(err) if err.kind() == ErrorKind::PreconditionFailed => {}
-                    Sent::Unknown(err) => attempts.retry(err),
-                    Sent::Refused(err) => {
-                        // Nothing was written.
-                        if !err.is_retryable() {
-                            return Err(attempts.fail(err.into()));
-                        }
-                        attempts.retry(err);
-                    }
-                }
-            }
-            Err(attempts.give_up())
+            let (seq, version) = self
+                .append_payload(token, EntryPayload::One(&encoded))
+                .await?;
+            Ok(LogEntry {
+                seq,
+                offset: 0,
+                token,
+                value,
+                version,
+            })
         }
         .instrument(span)
         .await
+    }
+
+    /// Appends `records` (at least one) as one entry, fenced by `token`:
+    /// they land together or not at all. Returns the entry's number and
+    /// version.
+    pub(crate) async fn append_batch(
+        &self,
+        token: u64,
+        records: &[serde_json::Value],
+    ) -> Result<(u64, Version), LeaseError> {
+        let span = tracing::debug_span!(
+            "log.append_batch",
+            prefix = %self.prefix,
+            token,
+            records = records.len()
+        );
+        // One record is written as schema 1, readable by every version.
+        let payload = match records {
+            [one] => EntryPayload::One(one),
+            _ => EntryPayload::Batch(records),
+        };
+        self.append_payload(token, payload).instrument(span).await
+    }
+
+    /// The attempts of one append of `payload`: the entry's number and
+    /// version once it landed (answered, or found again by its nonce).
+    async fn append_payload(
+        &self,
+        token: u64,
+        payload: EntryPayload<'_>,
+    ) -> Result<(u64, Version), LeaseError> {
+        // The guard checks what the log relies on: on a create-only store,
+        // create (through the epoch view), not replace.
+        let view = crate::layout::lease_view(self.store.clone());
+        self.policy.verify(view.as_ref()).await?;
+        // Our writes whose outcome is unknown; all at one sequence
+        // number, since a new attempt moves on only once they are dead.
+        let mut attempts: Attempts<'_, u64> =
+            Attempts::new(&self.policy, &self.prefix, UNRESOLVED_APPEND);
+        while attempts.next().await {
+            let (settled, moved_on) = match self.settle(&mut attempts.pending).await {
+                Ok(settled) => settled,
+                Err(LeaseError::Store(err)) if err.is_retryable() => {
+                    attempts.retry(err);
+                    continue;
+                }
+                Err(other) => return Err(attempts.fail(other)),
+            };
+            if let Some(landed) = settled {
+                return Ok(landed);
+            }
+            let head = match self.head_before(&attempts.pending, moved_on).await {
+                Ok(head) => head,
+                Err(LeaseError::Store(err)) if err.is_retryable() => {
+                    attempts.retry(err);
+                    continue;
+                }
+                Err(other) => return Err(attempts.fail(other)),
+            };
+            let seq = match self.next_seq(&head, token) {
+                Ok(seq) => seq,
+                Err(err) => return Err(attempts.fail(err)),
+            };
+            let key = self.entry_key(seq);
+            let nonce = self.policy.entropy.nonce();
+            let body = encode_entry(&key, seq, token, &nonce, payload)?;
+            let write = PendingWrite {
+                nonce,
+                sent_at: attempts.now(),
+                condition: None,
+                payload: seq,
+            };
+            let request = self.store.create(&key, body);
+            match attempts.send(write, &key, request).await {
+                Sent::Written(version) => {
+                    self.appended(&head, seq, token).await;
+                    return Ok((seq, version));
+                }
+                // Lost the race for `seq` (the next round reads who won
+                // and moves on at once), or an unknown outcome (resolved
+                // after a pause).
+                Sent::Unknown(err) if err.kind() == ErrorKind::PreconditionFailed => {}
+                Sent::Unknown(err) => attempts.retry(err),
+                Sent::Refused(err) => {
+                    // Nothing was written.
+                    if !err.is_retryable() {
+                        return Err(attempts.fail(err.into()));
+                    }
+                    attempts.retry(err);
+                }
+            }
+        }
+        Err(attempts.give_up())
     }
 
     /// The entry after which this round appends: just before our live
@@ -525,16 +650,9 @@ where
             })
     }
 
-    /// Our create at `seq` landed after `head`: learn the new end and
-    /// return the entry.
-    async fn appended(
-        &self,
-        head: &Head,
-        seq: u64,
-        token: u64,
-        value: serde_json::Value,
-        version: Version,
-    ) -> Result<LogEntry<T>, LeaseError> {
+    /// Our create at `seq` landed after `head`: learn the new end (and
+    /// advance the hint every 64 entries).
+    async fn appended(&self, head: &Head, seq: u64, token: u64) {
         // We checked the entry before ours: tokens along the log never
         // decrease.
         debug_assert!(head.token <= token && head.seq < seq);
@@ -542,16 +660,6 @@ where
         if seq.is_multiple_of(HEAD_HINT_EVERY) {
             self.advance_hint(seq).await;
         }
-        let value = serde_json::from_value(value).map_err(|e| LeaseError::Codec {
-            key: self.entry_key(seq),
-            message: e.to_string(),
-        })?;
-        Ok(LogEntry {
-            seq,
-            token,
-            value,
-            version,
-        })
     }
 
     /// Reads the entry our unresolved writes went to: `Some` if one of
@@ -560,19 +668,19 @@ where
     async fn settle(
         &self,
         pending: &mut PendingWrites<u64>,
-    ) -> Result<(Option<LogEntry<T>>, bool), LeaseError> {
+    ) -> Result<(Option<(u64, Version)>, bool), LeaseError> {
         let Some(seq) = pending.iter().next().map(|w| w.payload) else {
             return Ok((None, false));
         };
-        let found = self.read_full(seq).await?;
+        let found = self.read_stored(seq).await?;
         let (version, nonce) = match &found {
-            Some((entry, nonce)) => (Some(&entry.version), nonce.as_str()),
+            Some(entry) => (Some(&entry.version), entry.nonce.as_str()),
             None => (None, ""),
         };
         match pending.settle(version, |n| n == nonce) {
             Settled::Landed(_) => {
                 count_ambiguous("ours");
-                Ok((found.map(|(entry, _)| entry), false))
+                Ok((found.map(|entry| (seq, entry.version)), false))
             }
             Settled::NotLanded => {
                 count_ambiguous(if found.is_some() {
@@ -592,20 +700,77 @@ fn encode_entry(
     seq: u64,
     token: u64,
     nonce: &str,
-    value: &serde_json::Value,
+    payload: EntryPayload<'_>,
 ) -> Result<bytes::Bytes, LeaseError> {
-    let record = LogRecord {
-        kind: LOG_KIND.to_string(),
-        schema: LOG_SCHEMA,
-        seq,
-        token,
-        nonce: nonce.to_string(),
-        value,
+    let encoded = match payload {
+        EntryPayload::One(value) => serde_json::to_vec(&LogRecord {
+            kind: LOG_KIND.to_string(),
+            schema: LOG_SCHEMA,
+            seq,
+            token,
+            nonce: nonce.to_string(),
+            value,
+        }),
+        EntryPayload::Batch(values) => serde_json::to_vec(&BatchRecord {
+            kind: LOG_KIND,
+            schema: LOG_SCHEMA_BATCH,
+            seq,
+            token,
+            nonce,
+            values,
+        }),
     };
-    serde_json::to_vec(&record)
+    encoded
         .map(bytes::Bytes::from)
         .map_err(|e| LeaseError::Codec {
             key: key.to_string(),
             message: e.to_string(),
         })
+}
+
+/// The entry stored at `seq` (under `key`), of either schema.
+fn decode_entry(
+    key: &str,
+    seq: u64,
+    body: &[u8],
+    version: Version,
+) -> Result<StoredEntry, LeaseError> {
+    let mut value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|_| foreign(key, body))?;
+    // A schema newer than both is refused by the check against schema 1.
+    let schema = match value.get("schema").and_then(serde_json::Value::as_u64) {
+        Some(LOG_SCHEMA_BATCH) => LOG_SCHEMA_BATCH,
+        _ => LOG_SCHEMA,
+    };
+    check_envelope(key, body, &value, LOG_KIND, schema)?;
+    let codec = |message: String| LeaseError::Codec {
+        key: key.to_string(),
+        message,
+    };
+    let header: EntryHeader =
+        serde_json::from_value(value.clone()).map_err(|e| codec(e.to_string()))?;
+    if header.seq != seq {
+        return Err(foreign(key, body));
+    }
+    // Schema 1 holds one record; a record may itself be JSON null, so the
+    // field is taken as it is rather than through an Option.
+    let records = match header.schema {
+        LOG_SCHEMA => vec![
+            value
+                .get_mut("value")
+                .map(serde_json::Value::take)
+                .ok_or_else(|| codec("the entry has no value".to_string()))?,
+        ],
+        _ => match value.get_mut("values").map(serde_json::Value::take) {
+            Some(serde_json::Value::Array(values)) if !values.is_empty() => values,
+            _ => return Err(codec("a batch entry holds no records".to_string())),
+        },
+    };
+    Ok(StoredEntry {
+        seq,
+        token: header.token,
+        nonce: header.nonce,
+        records,
+        version,
+    })
 }
