@@ -263,11 +263,12 @@ proptest! {
 // ---------------------------------------------------------------------------
 
 /// The configuration fields, as named in messages.
-const FIELDS: [&str; 8] = [
+const FIELDS: [&str; 9] = [
     "ttl",
     "renew_interval",
     "renew_deadline",
     "retry_period",
+    "poll_period",
     "drift_margin",
     "safety_margin",
     "request_timeout",
@@ -325,6 +326,16 @@ fn oracle(c: &LeaseConfig) -> Vec<Constraint> {
             name: "retry_period > 0",
             fix: &["retry_period"],
             holds: Some(!c.retry_period.is_zero()),
+        },
+        Constraint {
+            name: "poll_period > 0",
+            fix: &["poll_period"],
+            holds: Some(!c.poll_period.is_zero()),
+        },
+        Constraint {
+            name: "poll_period <= ttl",
+            fix: &["poll_period", "ttl"],
+            holds: Some(c.poll_period <= c.ttl),
         },
         Constraint {
             name: "renew_interval > 0",

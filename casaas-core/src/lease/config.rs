@@ -5,6 +5,11 @@ use std::time::Duration;
 use super::LeaseError;
 use crate::Capabilities;
 
+/// The longest default [`LeaseConfig::poll_period`]: a lock released
+/// gracefully sits idle about half of it on average, which a `flock` user
+/// does not notice, at 10 GETs per waiting second.
+const DEFAULT_POLL_PERIOD: Duration = Duration::from_millis(100);
+
 /// How a contender decides that a held lease has expired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -55,9 +60,17 @@ pub struct LeaseConfig {
     /// [`holder_validity`](LeaseConfig::holder_validity), so the holder steps
     /// down before its validity ends.
     pub renew_deadline: Duration,
-    /// Pause between retries of a failed renewal, and the polling period of
-    /// a waiting acquirer (jittered).
+    /// Pause between retries of a failed request (a renewal, or an
+    /// acquisition attempt that met a store error), before its backoff.
     pub retry_period: Duration,
+    /// How often a waiting [`Lease::acquire`](crate::lease::Lease::acquire)
+    /// reads a lock someone else holds (plus up to
+    /// [`poll_jitter`](LeaseConfig::poll_jitter), so waiters do not poll in
+    /// step). Each poll is one GET, so a waiter costs `1 s / poll_period`
+    /// GETs per second it waits: 10 with the default 100 ms. A lock
+    /// released gracefully is taken by a waiter about half a poll later on
+    /// average, a whole poll at worst. Default `min(ttl/10, 100 ms)`.
+    pub poll_period: Duration,
     /// Bound on clock-rate drift relative to real time, as a fraction
     /// (0.01 = clocks may run 1% fast or slow). Holders shorten their
     /// validity by it and contenders lengthen their wait by it.
@@ -113,6 +126,13 @@ impl LeaseConfig {
         self
     }
 
+    /// Sets [`poll_period`](LeaseConfig::poll_period).
+    #[must_use = "the setter returns the changed configuration"]
+    pub fn poll_period(mut self, poll_period: Duration) -> Self {
+        self.poll_period = poll_period;
+        self
+    }
+
     /// Sets [`drift_margin`](LeaseConfig::drift_margin).
     #[must_use = "the setter returns the changed configuration"]
     pub fn drift_margin(mut self, drift_margin: f64) -> Self {
@@ -151,14 +171,16 @@ impl LeaseConfig {
 
 impl LeaseConfig {
     /// Derived defaults for `ttl`: renew every `ttl/3`, renew deadline
-    /// `2·ttl/3`, retry every `ttl/10`, 1% drift, safety margin `ttl/20`,
-    /// request timeout `ttl/5`, observed-unchanged expiry.
+    /// `2·ttl/3`, retry every `ttl/10`, poll a held lock every
+    /// `min(ttl/10, 100 ms)`, 1% drift, safety margin `ttl/20`, request
+    /// timeout `ttl/5`, observed-unchanged expiry.
     pub fn with_ttl(ttl: Duration) -> Self {
         LeaseConfig {
             ttl,
             renew_interval: ttl / 3,
             renew_deadline: ttl / 3 * 2,
             retry_period: ttl / 10,
+            poll_period: (ttl / 10).min(DEFAULT_POLL_PERIOD),
             drift_margin: 0.01,
             safety_margin: ttl / 20,
             request_timeout: ttl / 5,
@@ -182,20 +204,20 @@ impl LeaseConfig {
 
     /// The most a waiting [`Lease::acquire`](crate::lease::Lease::acquire)
     /// adds to each wait between polls, so that contenders woken by one
-    /// event do not poll in step: `retry_period / 5`.
+    /// event do not poll in step: `poll_period / 5`.
     pub fn poll_jitter(&self) -> Duration {
-        self.retry_period / 5
+        self.poll_period / 5
     }
 
     /// The longest a contender already waiting in
     /// [`Lease::acquire`](crate::lease::Lease::acquire) can take to hold the
     /// lease after its holder (with this configuration's TTL) crashed, on a
     /// store whose read takes at most `read` and write at most `write`:
-    /// `takeover_wait(ttl) + retry_period + 2·poll_jitter + read + write`.
+    /// `takeover_wait(ttl) + poll_period + 2·poll_jitter + read + write`.
     ///
     /// The worst case is a holder that renewed just after the contender's
     /// poll and died at once. The contender sees that renewal at its next
-    /// poll, at most `retry_period + poll_jitter` later; it then waits
+    /// poll, at most `poll_period + poll_jitter` later; it then waits
     /// `takeover_wait(ttl)` on its own clock, wakes at most `poll_jitter`
     /// past that moment, and reads and writes.
     ///
@@ -204,14 +226,14 @@ impl LeaseConfig {
     /// use casaas_core::lease::LeaseConfig;
     ///
     /// let config = LeaseConfig::with_ttl(Duration::from_secs(2));
-    /// // 2020 ms of waiting out the TTL with its 1% drift margin, 200 ms of
-    /// // polling, 2 × 40 ms of jitter, and the two requests.
+    /// // 2020 ms of waiting out the TTL with its 1% drift margin, 100 ms of
+    /// // polling, 2 × 20 ms of jitter, and the two requests.
     /// let bound = config.failover_bound(Duration::from_millis(5), Duration::from_millis(10));
-    /// assert_eq!(bound, Duration::from_millis(2020 + 200 + 80 + 15));
+    /// assert_eq!(bound, Duration::from_millis(2020 + 100 + 40 + 15));
     /// ```
     pub fn failover_bound(&self, read: Duration, write: Duration) -> Duration {
         self.takeover_wait(self.ttl)
-            .saturating_add(self.retry_period)
+            .saturating_add(self.poll_period)
             .saturating_add(self.poll_jitter().saturating_mul(2))
             .saturating_add(read)
             .saturating_add(write)
@@ -232,6 +254,18 @@ impl LeaseConfig {
         }
         if self.retry_period.is_zero() {
             return bad("retry_period must be positive".to_string());
+        }
+        if self.poll_period.is_zero() {
+            return bad(
+                "poll_period must be positive: it is the pause between a waiter's reads of a held lock (e.g. 100ms)"
+                    .to_string(),
+            );
+        }
+        if self.poll_period > self.ttl {
+            return bad(format!(
+                "poll_period ({:?}) must not exceed ttl ({:?}): a waiter would notice a released lock later than a crashed holder's lease expires; lower poll_period",
+                self.poll_period, self.ttl
+            ));
         }
         if self.renew_interval.is_zero() {
             return bad("renew_interval must be positive".to_string());
@@ -374,6 +408,24 @@ mod tests {
             panic!()
         };
         assert!(m.starts_with("renew_interval"));
+    }
+
+    #[test]
+    fn the_poll_period_is_its_own_setting_and_checked() {
+        let c = LeaseConfig::default();
+        assert_eq!(c.poll_period, Duration::from_millis(100));
+        assert_eq!(c.retry_period, Duration::from_millis(1_500));
+        assert_eq!(c.poll_jitter(), Duration::from_millis(20));
+        // Below a 1 s TTL the poll follows the retry period, as it used to.
+        let short = LeaseConfig::with_ttl(Duration::from_millis(500));
+        assert_eq!(short.poll_period, Duration::from_millis(50));
+        let zero = LeaseConfig::default().poll_period(Duration::ZERO);
+        assert!(message(&zero).starts_with("poll_period must be positive"));
+        let slow = LeaseConfig::default().poll_period(Duration::from_secs(16));
+        assert!(message(&slow).starts_with("poll_period (16s) must not exceed ttl"));
+        let tuned = LeaseConfig::default().poll_period(Duration::from_millis(20));
+        assert!(tuned.validate().is_ok());
+        assert_eq!(tuned.retry_period, Duration::from_millis(1_500));
     }
 
     #[test]

@@ -1,0 +1,190 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+//! Fair turns (`FairLease`): first come first served among waiters that
+//! arrive one after another, a crashed waiter's ticket expiring, and a
+//! foreign object in the queue left untouched. Memory store, paused tokio
+//! time behind the lease's clock.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use casaas_core::lease::{
+    AcquireOptions, Entropy, FairLease, Lease, LeaseConfig, LeaseError, LeaseRecord,
+};
+use casaas_core::{CasStore, MemoryStore};
+
+const KEY: &str = "locks/fair";
+const QUEUE: &str = "locks/fair.queue/";
+
+fn config() -> LeaseConfig {
+    LeaseConfig::with_ttl(Duration::from_secs(10))
+}
+
+fn fair(store: &Arc<dyn CasStore>, owner: &str, seed: u64) -> FairLease {
+    let lease = Lease::new(store.clone(), KEY, owner, config())
+        .unwrap()
+        .with_entropy(Entropy::seeded(seed));
+    FairLease::new(lease)
+        .unwrap()
+        .with_entropy(Entropy::seeded(seed + 1_000))
+}
+
+fn ticket(number: u64) -> String {
+    format!("{QUEUE}{number:020}")
+}
+
+async fn tickets(store: &dyn CasStore) -> Vec<String> {
+    store
+        .list(QUEUE)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.key)
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiters_that_arrive_one_after_another_are_served_in_order_and_a_releaser_goes_last() {
+    let store: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
+    let first = fair(&store, "first", 1);
+    let held = first.acquire(AcquireOptions::default()).await.unwrap();
+    assert!(
+        tickets(store.as_ref()).await.is_empty(),
+        "the holder's ticket ended"
+    );
+
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let names = ["b", "c", "d", "e", "f", "g"];
+    let mut waiters = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let waiter = fair(&store, name, 10 + i as u64);
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = waiter.acquire(AcquireOptions::default()).await.unwrap();
+            order
+                .lock()
+                .unwrap()
+                .push((waiter.lease().owner().to_string(), guard.token()));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            guard.release().await.unwrap();
+        }));
+        // Arrive one after another: each ticket is taken before the next
+        // waiter lists the queue.
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        assert_eq!(tickets(store.as_ref()).await.len(), i + 1);
+    }
+    assert_eq!(
+        tickets(store.as_ref()).await,
+        (1..=6).map(ticket).collect::<Vec<_>>()
+    );
+
+    // The holder releases and wants the lock again at once: it queues last.
+    held.release().await.unwrap();
+    let again = first.acquire(AcquireOptions::default()).await.unwrap();
+    order
+        .lock()
+        .unwrap()
+        .push(("first".to_string(), again.token()));
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    let owners: Vec<&str> = order.iter().map(|(o, _)| o.as_str()).collect();
+    assert_eq!(owners, ["b", "c", "d", "e", "f", "g", "first"]);
+    // The lock decided each turn: one holder after another, tokens rising.
+    let tokens: Vec<u64> = order.iter().map(|(_, t)| *t).collect();
+    assert_eq!(tokens, (2..=8).collect::<Vec<_>>());
+    again.release().await.unwrap();
+    assert!(
+        tickets(store.as_ref()).await.is_empty(),
+        "tickets left behind"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crashed_waiters_ticket_expires_and_the_queue_moves_on() {
+    let store: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
+    let holder = fair(&store, "holder", 1)
+        .acquire(AcquireOptions::default())
+        .await
+        .unwrap();
+    // A waiter took ticket 1 and died: its record is never renewed.
+    let crashed = LeaseRecord::new("crashed", "feedface", 1, 10_000, 0);
+    store.create(&ticket(1), crashed.encode()).await.unwrap();
+
+    let start = tokio::time::Instant::now();
+    let waiter = fair(&store, "waiter", 2);
+    let waiting = tokio::spawn(async move {
+        let guard = waiter.acquire(AcquireOptions::default()).await.unwrap();
+        (guard, tokio::time::Instant::now())
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(tickets(store.as_ref()).await, [ticket(1), ticket(2)]);
+    holder.release().await.unwrap();
+    // The lock is free, but the waiter waits its turn behind ticket 1
+    // until that ticket has been seen unchanged for ttl·(1+ρ).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!waiting.is_finished(), "jumped a live-looking ticket");
+    let (guard, held_at) = waiting.await.unwrap();
+    let waited = held_at.duration_since(start);
+    let expiry = config().takeover_wait(Duration::from_secs(10));
+    assert!(waited >= expiry, "{waited:?}");
+    assert!(waited <= expiry + Duration::from_secs(1), "{waited:?}");
+    assert_eq!(guard.token(), 2);
+    assert!(
+        tickets(store.as_ref()).await.is_empty(),
+        "the expired ticket stayed"
+    );
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_foreign_object_in_the_queue_is_an_error_and_never_overwritten() {
+    let store: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
+    let body = Bytes::from_static(b"not a ticket");
+    store.create(&ticket(1), body.clone()).await.unwrap();
+    let waiter = fair(&store, "waiter", 1);
+    let err = waiter
+        .acquire(AcquireOptions::default().deadline(Duration::from_secs(60)))
+        .await
+        .unwrap_err();
+    match &err {
+        LeaseError::ForeignObject { key, .. } => assert_eq!(key, &ticket(1)),
+        other => panic!("expected a foreign object error, got {other:?}"),
+    }
+    assert!(err.to_string().contains("refusing to touch it"), "{err}");
+    assert_eq!(store.get(&ticket(1)).await.unwrap().unwrap().body, body);
+    // Our own ticket was ended, and the lock never written.
+    assert_eq!(tickets(store.as_ref()).await, [ticket(1)]);
+    assert!(store.get(KEY).await.unwrap().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_that_gives_up_leaves_no_ticket_and_a_barging_lease_is_not_queued() {
+    let store: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
+    let holder = fair(&store, "holder", 1)
+        .acquire(AcquireOptions::default())
+        .await
+        .unwrap();
+    let err = fair(&store, "impatient", 2)
+        .acquire(AcquireOptions::default().deadline(Duration::from_secs(2)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LeaseError::DeadlineExceeded(_)), "{err:?}");
+    assert!(tickets(store.as_ref()).await.is_empty());
+
+    // Fair mode binds only those who use it: a plain Lease takes a free
+    // lock ahead of a queued fair waiter.
+    let queued = fair(&store, "queued", 3);
+    let waiting = tokio::spawn(async move { queued.acquire(AcquireOptions::default()).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let barger = Lease::new(store.clone(), KEY, "barger", config()).unwrap();
+    holder.release().await.unwrap();
+    let barged = barger.acquire(AcquireOptions::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!waiting.is_finished());
+    barged.release().await.unwrap();
+    let guard = waiting.await.unwrap().unwrap();
+    assert_eq!(guard.token(), 3);
+    guard.release().await.unwrap();
+}
