@@ -115,11 +115,20 @@ fn dynamo_per_hour() -> f64 {
     3600.0 / DYNAMODB_HEARTBEAT.as_secs_f64()
 }
 
-/// The two casaas patterns priced: the default configuration, and a TTL of
-/// 30 s.
-fn casaas_patterns() -> [Pattern; 2] {
+/// Locks under the one session the cost table prices.
+const SESSION_LOCKS: usize = 10_000;
+
+/// The casaas patterns priced: the default configuration, a TTL of 30 s,
+/// and a lock among [`SESSION_LOCKS`] under one session at the default TTL
+/// (the heartbeat's writes shared by every lock under it).
+fn casaas_patterns() -> [Pattern; 3] {
     let default = LeaseConfig::default();
     let ttl30 = LeaseConfig::with_ttl(Duration::from_secs(30));
+    let mut session = casaas_pattern(
+        &format!("casaas, per lock under a session of {SESSION_LOCKS} locks (default TTL)"),
+        &default,
+    );
+    session.writes_per_hour /= SESSION_LOCKS as f64;
     [
         casaas_pattern(
             &format!(
@@ -136,6 +145,7 @@ fn casaas_patterns() -> [Pattern; 2] {
             ),
             &ttl30,
         ),
+        session,
     ]
 }
 
@@ -158,6 +168,15 @@ pub fn section(measured_per_acquisition: Option<f64>) -> Section {
          are cheap everywhere. etcd and Redis have no per-request price: their cost is the machines \
          (three for an etcd cluster that survives one failure) and the people running them.\n\n",
         PRICES[0].write_per_1000 / 1000.0 / (DYNAMODB_WRU_PER_MILLION / 1e6)
+    ));
+    let session_month =
+        patterns[2].writes_per_hour * PRICES[0].write_per_1000 / 1000.0 * HOURS_PER_MONTH;
+    md.push_str(&format!(
+        "Under one `Session` the heartbeat's writes are shared by every lock held under it: a lock \
+         among {SESSION_LOCKS} held all month costs ${session_month:.6} in S3 Standard PUTs at the \
+         default TTL, {:.0}× less than the DynamoDB lock client's lease (which heartbeats each lock \
+         on its own).\n\n",
+        dynamo_month / session_month
     ));
     Section {
         markdown: md,
@@ -183,8 +202,15 @@ fn requests_table(md: &mut String, patterns: &[Pattern], measured_per_acquisitio
     md.push_str("| pattern | writes per held lease-hour | requests per acquisition (acquire + release) |\n|---|---|---|\n");
     for p in patterns {
         md.push_str(&format!(
-            "| {} | {:.0} | {:.0} read + {:.0} writes |\n",
-            p.label, p.writes_per_hour, p.acquisition_reads, p.acquisition_writes
+            "| {} | {} | {:.0} read + {:.0} writes |\n",
+            p.label,
+            if p.writes_per_hour >= 10.0 {
+                format!("{:.0}", p.writes_per_hour)
+            } else {
+                format!("{:.3}", p.writes_per_hour)
+            },
+            p.acquisition_reads,
+            p.acquisition_writes
         ));
     }
     md.push_str(&format!(
@@ -217,7 +243,11 @@ fn prices_table(md: &mut String, patterns: &[Pattern]) -> f64 {
         ));
         for p in patterns {
             let (month, million) = (per_month(p, price), per_million(p, price));
-            md.push_str(&format!("${month:.2} | ${million:.2} | "));
+            if month >= 0.01 {
+                md.push_str(&format!("${month:.2} | ${million:.2} | "));
+            } else {
+                md.push_str(&format!("${month:.6} | ${million:.2} | "));
+            }
         }
         md.push_str(&format!("{} | {} |\n", price.source, price.read_on));
     }

@@ -6,6 +6,7 @@
 //! ```text
 //! casaas-bench run --out FILE --work-dir DIR [--quick] [--server NAME=ENV_FILE]... [--version NAME=TEXT]...
 //! casaas-bench layouts [--work-dir DIR] [--server NAME=ENV_FILE]... [--iterations N]
+//! casaas-bench sessions --work-dir DIR [--server NAME=ENV_FILE]... [--locks N] [--hold-s S] [--trials T]
 //! casaas-bench hold --url URL [--env-file FILE] --key KEY --ttl-ms MS    (failover holder)
 //! casaas-bench hold-etcd --endpoint URL --key KEY --ttl-s S              (failover holder)
 //! ```
@@ -21,6 +22,7 @@ mod report;
 mod rtt;
 mod scale;
 mod section;
+mod session;
 mod stats;
 mod targets;
 
@@ -93,6 +95,24 @@ enum Command {
         /// Timed round trips per layout and store.
         #[arg(long, default_value_t = 500)]
         iterations: usize,
+    },
+    /// Many locks under one session and its failover (a section of `run`).
+    Sessions {
+        /// Scratch directory (the file backend lives here).
+        #[arg(long)]
+        work_dir: PathBuf,
+        /// A running server: NAME=ENV_FILE (ceph, moto, azurite).
+        #[arg(long = "server")]
+        servers: Vec<String>,
+        /// Locks held under the session.
+        #[arg(long, default_value_t = 10_000)]
+        locks: usize,
+        /// Seconds to hold them.
+        #[arg(long, default_value_t = 60)]
+        hold_s: u64,
+        /// Failover trials per store.
+        #[arg(long, default_value_t = 10)]
+        trials: usize,
     },
     /// Failover holder: acquire a casaas lease, print `ready`, renew until killed.
     Hold {
@@ -262,6 +282,7 @@ async fn run(
     sections.push(layouts::run(&targets, plan.layouts_iterations).await?);
     sections.push(failover_section(&exe, &targets, &plan).await?);
     sections.push(scale_section(&targets, &plan).await?);
+    sections.push(session_section(&targets, &plan).await?);
     sections.push(contention_section(&targets, &plan).await?);
     sections.push(cost::section(rtt.row("casaas file").map(|r| r.requests)));
 
@@ -355,6 +376,56 @@ async fn scale_section(targets: &Targets, plan: &Plan) -> Result<Section> {
         );
     }
     Ok(scale::section(&scale_rows, SCALE_TTL))
+}
+
+/// Many locks under one session on the memory and file stores (and Ceph in
+/// a full run), and the failover of a session lock on the file store and S3.
+async fn session_section(targets: &Targets, plan: &Plan) -> Result<Section> {
+    let file = targets.store("file").context("no file store")?;
+    let mut rows = Vec::new();
+    for name in ["memory", "file"] {
+        let store = if name == "memory" {
+            casaas_core::open_store("memory://bench-session/locks").await?
+        } else {
+            file.open().await?
+        };
+        eprintln!("bench: session {name}: {} locks", plan.scale_leases);
+        rows.push(session::run(name, store, plan.scale_leases, SCALE_TTL, plan.scale_hold).await?);
+    }
+    if plan.scale_ceph_leases > 0
+        && let Some(ceph) = targets.store("ceph")
+    {
+        eprintln!("bench: session ceph: {} locks", plan.scale_leases);
+        rows.push(
+            session::run(
+                "ceph",
+                ceph.open().await?,
+                plan.scale_leases,
+                SCALE_TTL,
+                plan.scale_hold,
+            )
+            .await?,
+        );
+    }
+    let mut failovers = Vec::new();
+    let mut failover_targets = vec![file.clone()];
+    failover_targets.extend(targets.s3().cloned());
+    for target in &failover_targets {
+        eprintln!(
+            "bench: session failover {} ({} trials)",
+            target.name, plan.failover_trials
+        );
+        failovers.push(
+            session::failover(
+                &target.name,
+                target.open().await?,
+                plan.failover_trials,
+                FAILOVER_TTL,
+            )
+            .await?,
+        );
+    }
+    Ok(session::section(&rows, &failovers, SCALE_TTL, FAILOVER_TTL))
 }
 
 /// Contenders for one lease, at each of [`CONTENTION_N`], on the file
@@ -506,6 +577,24 @@ async fn dispatch(command: Command) -> Result<()> {
             servers,
             iterations,
         } => run_layouts(work_dir, &servers, iterations).await,
+        Command::Sessions {
+            work_dir,
+            servers,
+            locks,
+            hold_s,
+            trials,
+        } => {
+            let targets = targets(&work_dir, &pairs(&servers, "server")?)?;
+            let plan = Plan {
+                scale_leases: locks,
+                scale_ceph_leases: locks,
+                scale_hold: Duration::from_secs(hold_s),
+                failover_trials: trials,
+                ..Plan::new(true)
+            };
+            print_section(session_section(&targets, &plan).await?);
+            Ok(())
+        }
         Command::Hold {
             url,
             env_file,
