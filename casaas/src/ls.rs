@@ -5,13 +5,14 @@ use std::time::{Duration, SystemTime};
 
 use casaas_core::CasStore;
 use casaas_core::layout::EpochStore;
-use casaas_core::lease::{LeaseError, LeaseRecord};
+use casaas_core::lease::{LeaseError, LeaseRecord, SessionRef};
 use futures::StreamExt;
 use serde::Serialize;
 
 use crate::cli::LsArgs;
 use crate::duration::human;
 use crate::exit::Failure;
+use crate::sessions::{Heartbeat, Places, SessionState};
 use crate::target;
 use crate::time::rfc3339;
 
@@ -28,8 +29,10 @@ struct Entry {
     /// The key, relative to the prefix.
     key: String,
     /// `held`, `expired` (its holder's last write plus its TTL is past on
-    /// this machine's clock: as far as seen, advisory), `released`, or
-    /// `foreign` (not a casaas lock).
+    /// this machine's clock: as far as seen, advisory; for a lock under a
+    /// session, its heartbeat's), `released`, `foreign` (not a casaas
+    /// lock) or `unknown` (a lock under a session whose heartbeat is
+    /// unreadable).
     state: &'static str,
     holder: Option<String>,
     token: Option<u64>,
@@ -46,6 +49,18 @@ struct Entry {
     /// What a foreign object starts with.
     #[serde(skip_serializing_if = "Option::is_none")]
     found: Option<String>,
+    /// The key of the session the lock is held under (its heartbeat key,
+    /// as the holder named it); absent for a lock held on its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session: Option<String>,
+    /// The session term the lock names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session_term: Option<u64>,
+    /// What the heartbeat says of that term: `alive`, `expired` (its last
+    /// write plus its TTL is past on this machine's clock), `released`,
+    /// `superseded`, `missing` or `unreadable`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session_state: Option<&'static str>,
 }
 
 /// Runs `casaas ls`.
@@ -81,16 +96,30 @@ pub async fn run(args: LsArgs) -> Result<u8, Failure> {
         .collect::<Vec<_>>()
         .await;
     let mut entries = Vec::new();
+    let mut under_sessions = Vec::new();
     for read in reads {
         // Deleted between the listing and the read: gone, not listed.
         let Some((key, layout, object)) = read.map_err(explain)? else {
             continue;
         };
-        let mut entry = entry(key, &object.body, object.version.to_string(), now);
+        let (mut entry, record) = entry(key, &object.body, object.version.to_string(), now);
         if entry.layout.is_some() {
             entry.layout = Some(layout);
         }
+        if let Some(record) = record.filter(|r| r.session.is_some() && !r.released) {
+            under_sessions.push((entries.len(), record));
+        }
         entries.push(entry);
+    }
+    // Every lock was read before any heartbeat (the term to judge is the
+    // one the lock names), and each distinct heartbeat is read once.
+    let mut places = Places::new(&prefix.store_url, &prefix.display, store.clone());
+    for (at, record) in under_sessions {
+        let (Some(entry), Some(session)) = (entries.get_mut(at), &record.session) else {
+            continue;
+        };
+        let beat = places.heartbeat(&entry.key, session).await?;
+        judge_entry(entry, session, &beat, now);
     }
     if args.json {
         println!(
@@ -103,7 +132,34 @@ pub async fn run(args: LsArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
-fn entry(key: String, body: &[u8], version: String, now: SystemTime) -> Entry {
+/// Sets the state of a session lock's entry from its session's heartbeat:
+/// its holder never rewrites the lock while holding it, so the lock's own
+/// times say nothing.
+fn judge_entry(entry: &mut Entry, session: &SessionRef, beat: &Heartbeat, now: SystemTime) {
+    let (state, session_state) = match &beat.state {
+        SessionState::Alive => match &beat.read {
+            Some((record, _)) if record.wall_expiry() <= now => ("expired", "expired"),
+            _ => ("held", "alive"),
+        },
+        SessionState::Released => ("released", "released"),
+        SessionState::Superseded => ("expired", "superseded"),
+        // A contender takes it only after watching the absence for the
+        // lock's TTL, which one read cannot do.
+        SessionState::Missing => ("held", "missing"),
+        SessionState::Unreadable(_) => ("unknown", "unreadable"),
+    };
+    entry.state = state;
+    entry.session = Some(session.key.clone());
+    entry.session_term = Some(session.term);
+    entry.session_state = Some(session_state);
+}
+
+fn entry(
+    key: String,
+    body: &[u8],
+    version: String,
+    now: SystemTime,
+) -> (Entry, Option<LeaseRecord>) {
     let record = match LeaseRecord::decode(&key, body) {
         Ok(record) => record,
         Err(e) => {
@@ -111,7 +167,7 @@ fn entry(key: String, body: &[u8], version: String, now: SystemTime) -> Entry {
                 LeaseError::ForeignObject { found, .. } => found,
                 other => other.to_string(),
             };
-            return Entry {
+            let entry = Entry {
                 key,
                 state: "foreign",
                 holder: None,
@@ -122,7 +178,11 @@ fn entry(key: String, body: &[u8], version: String, now: SystemTime) -> Entry {
                 version,
                 layout: None,
                 found: Some(found),
+                session: None,
+                session_term: None,
+                session_state: None,
             };
+            return (entry, None);
         }
     };
     let state = if record.released {
@@ -132,7 +192,7 @@ fn entry(key: String, body: &[u8], version: String, now: SystemTime) -> Entry {
     } else {
         "held"
     };
-    Entry {
+    let entry = Entry {
         key,
         state,
         holder: Some(record.owner.clone()),
@@ -143,15 +203,23 @@ fn entry(key: String, body: &[u8], version: String, now: SystemTime) -> Entry {
         version,
         layout: Some("record"),
         found: None,
-    }
+        // A session lock's own fields are set from its heartbeat later.
+        session: record.session.as_ref().map(|s| s.key.clone()),
+        session_term: record.session.as_ref().map(|s| s.term),
+        session_state: None,
+    };
+    (entry, Some(record))
 }
 
 fn table(entries: &[Entry]) -> String {
-    let rows: Vec<[String; 6]> = entries
+    // The session column only when some lock is held under a session, so a
+    // listing without any reads as before.
+    let sessions = entries.iter().any(|e| e.session.is_some());
+    let rows: Vec<Vec<String>> = entries
         .iter()
         .map(|e| {
             let dash = || "-".to_string();
-            [
+            let mut row = vec![
                 e.key.clone(),
                 e.state.to_string(),
                 e.holder
@@ -161,27 +229,34 @@ fn table(entries: &[Entry]) -> String {
                 e.token.map_or_else(dash, |t| t.to_string()),
                 e.ttl_ms
                     .map_or_else(dash, |ms| human(Duration::from_millis(ms))),
-                e.renewed_at.clone().unwrap_or_else(dash),
-            ]
+            ];
+            if sessions {
+                row.push(match (&e.session, e.session_term) {
+                    (Some(key), Some(term)) => format!(
+                        "{key} (term {term}, {})",
+                        e.session_state.unwrap_or("released with the lock")
+                    ),
+                    _ => dash(),
+                });
+            }
+            row.push(e.renewed_at.clone().unwrap_or_else(dash));
+            row
         })
         .collect();
-    let header = [
-        "KEY",
-        "STATE",
-        "HOLDER",
-        "TOKEN",
-        "TTL",
-        "WRITTEN (holder's clock)",
-    ];
-    let mut widths = header.map(str::len);
+    let mut header = vec!["KEY", "STATE", "HOLDER", "TOKEN", "TTL"];
+    if sessions {
+        header.push("SESSION");
+    }
+    header.push("WRITTEN (holder's clock)");
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
     }
-    let line = |cells: [&str; 6]| {
+    let line = |cells: &[&str]| {
         let mut out = String::new();
-        for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
+        for (i, (cell, width)) in cells.iter().zip(&widths).enumerate() {
             if i + 1 == cells.len() {
                 out.push_str(cell);
             } else {
@@ -190,9 +265,10 @@ fn table(entries: &[Entry]) -> String {
         }
         out.trim_end().to_string() + "\n"
     };
-    let mut out = line(header);
+    let mut out = line(&header);
     for row in &rows {
-        out.push_str(&line(row.each_ref().map(String::as_str)));
+        let cells: Vec<&str> = row.iter().map(String::as_str).collect();
+        out.push_str(&line(&cells));
     }
     out
 }

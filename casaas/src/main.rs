@@ -20,6 +20,7 @@ mod logging;
 mod ls;
 mod providers;
 mod release;
+mod sessions;
 mod status;
 mod target;
 mod time;

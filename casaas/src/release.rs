@@ -4,17 +4,25 @@
 //! the one shown, by the same record marked released with a fresh nonce.
 //! The token is kept (the next holder gets token + 1) and the object is
 //! never deleted.
+//!
+//! A lock held under a session is broken only once its session's term is
+//! over (or its heartbeat is gone): its holder never rewrites it, so it
+//! would not learn of a break while its heartbeat still succeeds. The
+//! session's heartbeat, a plain lease, is what to break instead.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use casaas_core::lease::{Entropy, LeaseError, LeaseRecord};
+use std::sync::Arc;
+
+use casaas_core::lease::{Entropy, LeaseError, LeaseRecord, SessionRef};
 use casaas_core::{CasStore, ErrorKind, Version};
 
 use crate::cli::ReleaseArgs;
 use crate::duration::human;
 use crate::exit::{FREE, Failure};
 use crate::logging;
+use crate::sessions::{Heartbeat, Places, SessionState};
 use crate::target::LockTarget;
 use crate::time::rfc3339;
 use crate::{holding, target};
@@ -47,7 +55,12 @@ pub async fn run(args: ReleaseArgs) -> Result<u8, Failure> {
         ));
         return Ok(0);
     }
-    eprint!("{}", describe(&target, &record, &version));
+    // Read after the lock: the term to judge is the one it names.
+    let session = match &record.session {
+        Some(session) => Some(session_of(&target, store.clone(), &record, session).await?),
+        None => None,
+    };
+    eprint!("{}", describe(&target, &record, &version, session.as_ref()));
     if !args.yes && !confirm()? {
         logging::notice("not released");
         return Ok(NOT_RELEASED);
@@ -90,6 +103,47 @@ pub async fn run(args: ReleaseArgs) -> Result<u8, Failure> {
                 now.token
             ),
         )),
+    }
+}
+
+/// The heartbeat of the session `lock` is held under, if breaking the lock
+/// is safe: the term is over (the session was closed or is in a later
+/// term), or its heartbeat is missing (its holder's next renewal finds no
+/// heartbeat, so it learns it lost as it would of a broken plain lock).
+/// While the term runs, the holder would never learn of it: it does not
+/// rewrite the lock while holding it, and its heartbeat keeps succeeding.
+async fn session_of(
+    target: &LockTarget,
+    store: Arc<dyn CasStore>,
+    lock: &LeaseRecord,
+    session: &SessionRef,
+) -> Result<Heartbeat, Failure> {
+    let dir_display = target::parse_prefix(&target.store_url)
+        .map_or_else(|_| target.display.clone(), |p| p.display);
+    let mut places = Places::new(&target.store_url, &dir_display, store);
+    let beat = places.heartbeat(&target.key, session).await?;
+    match &beat.state {
+        SessionState::Alive => Err(Failure::with_code(
+            NOT_RELEASED,
+            format!(
+                "{url} is held by {owner:?} under session '{key}' (term {term}), which is alive: its heartbeat {hb} \
+                 is in that term and not released. The holder of a lock under a session never rewrites the lock, \
+                 so it would never learn that it was broken; nothing was written. Break the session instead: \
+                 `casaas release --force {hb}` ends every lock of that session, and its holder learns it at its \
+                 next heartbeat; this lock is free from then on (`casaas lock` takes it at once)",
+                url = target.display,
+                owner = lock.owner,
+                key = session.key,
+                term = session.term,
+                hb = beat.url,
+            ),
+        )),
+        SessionState::Unreadable(found) => Err(Failure::usage(format!(
+            "{}: held under session '{}' (term {}), but its heartbeat {} is unreadable ({found}): \
+             whether the session is alive cannot be known, so nothing was written",
+            target.display, session.key, session.term, beat.url
+        ))),
+        SessionState::Released | SessionState::Superseded | SessionState::Missing => Ok(beat),
     }
 }
 
@@ -141,8 +195,34 @@ async fn break_observed(
     }
 }
 
-fn describe(target: &LockTarget, record: &LeaseRecord, version: &Version) -> String {
+fn describe(
+    target: &LockTarget,
+    record: &LeaseRecord,
+    version: &Version,
+    session: Option<&Heartbeat>,
+) -> String {
     let age = Duration::from_millis(now_ms().saturating_sub(record.renewed_at_ms));
+    if let (Some(beat), Some(named)) = (session, &record.session) {
+        let consequence = match beat.state {
+            SessionState::Missing => {
+                "Its session's heartbeat is missing: if the holder is still running, it loses the session\n\
+                 (and this lock) at its next heartbeat, which finds none.\n"
+            }
+            _ => "Its session's term is over: nobody holds this lock any more.\n",
+        };
+        return format!(
+            "About to break the lock {url}\n  holder   {owner}\n  token    {token} (kept; the next holder gets {next})\n  \
+             session  {key} (term {term}): {state}\n  heartbeat {hb}\n  version  {version}\n{consequence}",
+            url = target.display,
+            owner = record.owner,
+            token = record.token,
+            next = record.token + 1,
+            key = named.key,
+            term = named.term,
+            state = beat.state.name(),
+            hb = beat.url,
+        );
+    }
     format!(
         "About to break the lock {url}\n  holder   {owner}\n  token    {token} (kept; the next holder gets {next})\n  \
          ttl      {ttl}\n  written  {written} (holder's clock: {age} ago)\n  version  {version}\n\

@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::cli::StatusArgs;
 use crate::duration::human;
 use crate::exit::{FREE, Failure, USAGE};
+use crate::sessions::{self, Heartbeat, Places, SessionState};
 use crate::target::LockTarget;
 use crate::time::rfc3339;
 use crate::{holding, target};
@@ -45,6 +46,27 @@ struct StatusReport {
     /// What a foreign object starts with.
     #[serde(skip_serializing_if = "Option::is_none")]
     found: Option<String>,
+    /// The key of the session the lock is held under (its heartbeat key,
+    /// as the holder named it); absent for a lock held on its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session: Option<String>,
+    /// The session term the lock names (the heartbeat's fencing token).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session_term: Option<u64>,
+    /// What the heartbeat says of that term: `alive`, `expired` (in the
+    /// term, unchanged for a full TTL while watched), `released`,
+    /// `superseded` (in a later term) or `missing`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session_state: Option<&'static str>,
+    /// Where the heartbeat was found (or first looked for).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session_url: Option<String>,
+    /// The heartbeat's TTL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session_ttl_ms: Option<u64>,
+    /// The heartbeat's version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session_version: Option<String>,
 }
 
 /// Runs `casaas status`.
@@ -52,13 +74,18 @@ pub async fn run(args: StatusArgs) -> Result<u8, Failure> {
     let target = target::parse(&args.url)?;
     let store = target::open_read_only(&target).await?;
     let config = holding::lease_config(Duration::from_secs(15));
-    let reader = holding::lease(store, &target, "casaas-status", config.clone())?;
+    let reader = holding::lease(store.clone(), &target, "casaas-status", config.clone())?;
+    let dir_display = target::parse_prefix(&target.store_url)
+        .map_or_else(|_| target.display.clone(), |p| p.display);
+    let mut places = Places::new(&target.store_url, &dir_display, store);
     let start = Instant::now();
     let watch = args.observe_for.unwrap_or(Duration::ZERO);
     let mut seen: Option<(Version, Instant)> = None;
-    let current = loop {
+    // For a lock under a session, what is watched is its heartbeat (or its
+    // absence), as a contender watches it.
+    let mut seen_beat: Option<(String, Instant)> = None;
+    let (current, beat) = loop {
         let read = reader.read().await;
-        let now = Instant::now();
         let current = match read {
             Ok(current) => current,
             Err(LeaseError::ForeignObject { key, found }) => {
@@ -66,23 +93,46 @@ pub async fn run(args: StatusArgs) -> Result<u8, Failure> {
             }
             Err(e) => return Err(Failure::usage(format!("{}: {e}", target.display))),
         };
+        // Read after the lock: the term to judge is the one it names.
+        let beat = match &current {
+            Some((record, _)) if !record.released => match &record.session {
+                Some(session) => {
+                    places.forget_reads();
+                    Some(places.heartbeat(&target.key, session).await?)
+                }
+                None => None,
+            },
+            _ => None,
+        };
+        let now = Instant::now();
         if let Some((_, version)) = &current
             && seen.as_ref().is_none_or(|(v, _)| v != version)
         {
             seen = Some((version.clone(), now));
         }
+        if let (Some(beat), Some((record, _))) = (&beat, &current) {
+            let sighting = sighting(beat, record);
+            if seen_beat.as_ref().is_none_or(|(s, _)| *s != sighting) {
+                seen_beat = Some((sighting, now));
+            }
+        }
         let elapsed = now.duration_since(start);
         if elapsed >= watch {
-            break current;
+            break (current, beat);
         }
         tokio::time::sleep(OBSERVE_PERIOD.min(watch - elapsed)).await;
     };
     let observed_for = start.elapsed();
-    let report = match current {
-        None => StatusReport::empty(&target, "free", observed_for),
-        Some((record, version)) => {
+    let report = match (current, beat) {
+        (None, _) => StatusReport::empty(&target, "free", observed_for),
+        (Some((record, version)), None) => {
             let unchanged = seen.map_or(Duration::ZERO, |(_, since)| since.elapsed());
             held_report(&target, &record, &version, unchanged, observed_for, &config)
+        }
+        (Some((record, version)), Some(beat)) => {
+            let unchanged = seen_beat.map_or(Duration::ZERO, |(_, since)| since.elapsed());
+            let plain = held_report(&target, &record, &version, unchanged, observed_for, &config);
+            session_report(&target, plain, &record, &beat, unchanged, &config)?
         }
     };
     if args.json {
@@ -94,6 +144,81 @@ pub async fn run(args: StatusArgs) -> Result<u8, Failure> {
         print!("{}", report.table(args.observe_for.is_some()));
     }
     Ok(if report.state == "held" { 0 } else { FREE })
+}
+
+/// What is watched of a session lock's heartbeat: its version while in the
+/// lock's term, or the term's absence from it.
+fn sighting(beat: &Heartbeat, lock: &LeaseRecord) -> String {
+    match (&beat.read, &lock.session) {
+        (Some((_, version)), _) if beat.state == SessionState::Alive => {
+            format!("{} at {version}", beat.url)
+        }
+        (_, Some(session)) => format!(
+            "{} {} of {} term {}",
+            beat.state.name(),
+            beat.url,
+            session.key,
+            session.term
+        ),
+        _ => beat.state.name().to_string(),
+    }
+}
+
+/// The report of a lock held under a session: its state is its session
+/// term's, judged from the heartbeat read after it, never from the lock
+/// object, which its holder does not rewrite while holding it.
+fn session_report(
+    target: &LockTarget,
+    plain: StatusReport,
+    lock: &LeaseRecord,
+    beat: &Heartbeat,
+    unchanged: Duration,
+    config: &casaas_core::lease::LeaseConfig,
+) -> Result<StatusReport, Failure> {
+    let Some(session) = &lock.session else {
+        return Ok(plain);
+    };
+    let (state, session_state, takeover) = match &beat.state {
+        SessionState::Unreadable(found) => {
+            return Err(Failure::usage(format!(
+                "{}: held under session '{}' (term {}), but its heartbeat {} is unreadable: {found}; \
+                 no contender can judge this lock until that object is a casaas lease again",
+                target.display, session.key, session.term, beat.url
+            )));
+        }
+        SessionState::Released => ("released", "released", Duration::ZERO),
+        SessionState::Superseded => ("expired", "superseded", Duration::ZERO),
+        SessionState::Alive => {
+            let ttl = beat.read.as_ref().map_or(lock.ttl(), |(b, _)| b.ttl());
+            let wait = sessions::takeover_in(config, ttl, unchanged);
+            if wait.is_zero() {
+                ("expired", "expired", wait)
+            } else {
+                ("held", "alive", wait)
+            }
+        }
+        SessionState::Missing => {
+            // As a contender does: the term is over once its absence was
+            // seen for the lock's own TTL.
+            let wait = sessions::takeover_in(config, lock.ttl(), unchanged);
+            (
+                if wait.is_zero() { "expired" } else { "held" },
+                "missing",
+                wait,
+            )
+        }
+    };
+    Ok(StatusReport {
+        state,
+        takeover_possible_in_ms: Some(millis(takeover)),
+        session: Some(session.key.clone()),
+        session_term: Some(session.term),
+        session_state: Some(session_state),
+        session_url: Some(beat.url.clone()),
+        session_ttl_ms: beat.read.as_ref().map(|(b, _)| b.ttl_ms),
+        session_version: beat.read.as_ref().map(|(_, v)| v.to_string()),
+        ..plain
+    })
 }
 
 fn held_report(
@@ -176,6 +301,12 @@ impl StatusReport {
             observed_unchanged_ms: None,
             takeover_possible_in_ms: None,
             found: None,
+            session: None,
+            session_term: None,
+            session_state: None,
+            session_url: None,
+            session_ttl_ms: None,
+            session_version: None,
         }
     }
 
@@ -196,20 +327,56 @@ impl StatusReport {
                 "acquired   {acquired} (holder's clock, advisory)\nwritten    {renewed} (holder's clock, advisory)\n"
             ));
         }
+        if let (Some(session), Some(term), Some(state), Some(url)) = (
+            &self.session,
+            self.session_term,
+            self.session_state,
+            &self.session_url,
+        ) {
+            out.push_str(&format!(
+                "session    {session} (term {term}): {state}\nheartbeat  {url}\n           \
+                 a lock under a session is not rewritten while held: its session's heartbeat says whether it is\n"
+            ));
+        }
+        let watched_what = if self.session.is_some() {
+            "heartbeat unchanged"
+        } else {
+            "unchanged"
+        };
         let unchanged = Duration::from_millis(self.observed_unchanged_ms.unwrap_or(0));
         if watched {
             out.push_str(&format!(
-                "unchanged  {} (watched for {})\n",
+                "unchanged  {} ({watched_what}; watched for {})\n",
                 human(unchanged),
                 human(Duration::from_millis(self.observed_for_ms))
             ));
+        } else if self.session.is_some() {
+            out.push_str("unchanged  not watched (--observe-for DURATION watches whether the session's holder still renews its heartbeat)\n");
         } else {
             out.push_str("unchanged  not watched (--observe-for DURATION watches whether the holder still renews)\n");
         }
         let takeover = Duration::from_millis(self.takeover_possible_in_ms.unwrap_or(0));
-        out.push_str(&match self.state {
-            "released" => "takeover   now: released by its holder\n".to_string(),
-            "expired" => "takeover   now: not renewed for a full TTL\n".to_string(),
+        out.push_str(&match (self.state, self.session_state) {
+            ("released", Some("released")) => "takeover   now: its session was closed\n".to_string(),
+            ("released", _) => "takeover   now: released by its holder\n".to_string(),
+            ("expired", Some("superseded")) => {
+                "takeover   now: its session is in a later term\n".to_string()
+            }
+            ("expired", Some("missing")) => {
+                "takeover   now: its session's heartbeat was missing for a full TTL\n".to_string()
+            }
+            ("expired", Some(_)) => {
+                "takeover   now: its session's heartbeat was not renewed for a full TTL\n".to_string()
+            }
+            ("expired", None) => "takeover   now: not renewed for a full TTL\n".to_string(),
+            (_, Some("missing")) => format!(
+                "takeover   in {} at the earliest: its session's heartbeat is missing\n",
+                human(takeover)
+            ),
+            (_, Some(_)) => format!(
+                "takeover   in {} at the earliest, if the session's holder stops renewing its heartbeat\n",
+                human(takeover)
+            ),
             _ => format!(
                 "takeover   in {} at the earliest, if the holder stops renewing\n",
                 human(takeover)

@@ -1,0 +1,366 @@
+//! Locks held under a session: finding the session's heartbeat and judging
+//! the lock's term from it, for `status`, `ls` and `release`.
+//!
+//! A lock held under a session is never rewritten by its holder while held,
+//! so its own version and times say nothing about whether it is still held:
+//! its session's heartbeat does. The heartbeat key in the lock record is
+//! relative to the store the holder opened, which may be the lock's
+//! directory or any directory above it (a holder that opened
+//! `file:///srv/locks` and locked `shards/7` names `sessions/worker-1`;
+//! `casaas status file:///srv/locks/shards/7` opens `file:///srv/locks/shards`).
+//! So the heartbeat is looked for from the lock's directory upwards, and the
+//! nearest object at that key is the session's.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use casaas_core::lease::{Lease, LeaseConfig, LeaseError, LeaseRecord, SessionRef};
+use casaas_core::provider::split_adapter;
+use casaas_core::{CasStore, Version};
+use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
+
+use crate::exit::Failure;
+use crate::target;
+
+/// How many directories above the first one are searched: far more than
+/// any real layout nests, and a bound on the reads spent on a heartbeat
+/// that is missing everywhere.
+const MAX_LEVELS: usize = 32;
+
+/// Characters escaped in a path segment of a heartbeat URL (the inverse of
+/// the decoding `target::parse` applies to the lock name).
+const SEGMENT: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}');
+
+/// What the heartbeat says of the lock's session term.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionState {
+    /// The heartbeat is in the lock's term and not released: the session
+    /// holds the lock as long as its holder renews the heartbeat.
+    Alive,
+    /// The heartbeat is in the lock's term and released: the session was
+    /// closed, and the lock is free.
+    Released,
+    /// The heartbeat is in a later term: the lock's term is over.
+    Superseded,
+    /// No heartbeat in the lock's term (no object, or a lower token): its
+    /// holder's next renewal fails; a contender takes the lock after
+    /// watching this for the lock's TTL.
+    Missing,
+    /// The object at the heartbeat key is not a lease record this build
+    /// reads (what was found): nobody can judge the lock.
+    Unreadable(String),
+}
+
+impl SessionState {
+    /// The name used in tables and JSON.
+    pub fn name(&self) -> &'static str {
+        match self {
+            SessionState::Alive => "alive",
+            SessionState::Released => "released",
+            SessionState::Superseded => "superseded",
+            SessionState::Missing => "missing",
+            SessionState::Unreadable(_) => "unreadable",
+        }
+    }
+}
+
+/// One read of a lock's heartbeat.
+#[derive(Debug, Clone)]
+pub struct Heartbeat {
+    /// The heartbeat's URL (without user-info): where it was found, or,
+    /// when found nowhere, where it was first looked for.
+    pub url: String,
+    /// The record read and its version (none when missing everywhere or
+    /// unreadable).
+    pub read: Option<(LeaseRecord, Version)>,
+    /// The judgement of the lock's term.
+    pub state: SessionState,
+}
+
+/// Judges the term `session` names from the heartbeat record read after the
+/// lock (`None`: no object).
+pub fn judge(session: &SessionRef, beat: Option<&LeaseRecord>) -> SessionState {
+    match beat {
+        Some(beat) if beat.token > session.term => SessionState::Superseded,
+        Some(beat) if beat.token == session.term && beat.released => SessionState::Released,
+        Some(beat) if beat.token == session.term => SessionState::Alive,
+        _ => SessionState::Missing,
+    }
+}
+
+/// A directory a heartbeat may be in: the first one given, and those above
+/// it, opened read-only when first needed.
+#[derive(Debug)]
+struct Dir {
+    /// Its store URL (with whatever secrets the user gave: never shown).
+    url: String,
+    /// Its URL without user-info, for output.
+    display: String,
+    store: Option<Arc<dyn CasStore>>,
+}
+
+/// A place to look: a directory (index into [`Places::dirs`]) and a key
+/// prefix within its store (`shards/` for a lock listed as `shards/7`).
+pub type Place = (usize, String);
+
+/// The directories heartbeats are looked for in, and every heartbeat read
+/// so far (each distinct heartbeat is read once per command run).
+#[derive(Debug)]
+pub struct Places {
+    dirs: Vec<Dir>,
+    /// Whether the directory above the last one is known not to exist.
+    at_top: bool,
+    reads: HashMap<(usize, String), Option<Result<(LeaseRecord, Version), String>>>,
+}
+
+impl Places {
+    /// Starts from the store `store` at `url` (shown as `display`).
+    pub fn new(url: &str, display: &str, store: Arc<dyn CasStore>) -> Self {
+        Places {
+            dirs: vec![Dir {
+                url: url.to_string(),
+                display: display.to_string(),
+                store: Some(store),
+            }],
+            at_top: false,
+            reads: HashMap::new(),
+        }
+    }
+
+    /// Forgets every read (for a command that reads again, `--observe-for`).
+    pub fn forget_reads(&mut self) {
+        self.reads.clear();
+    }
+
+    /// The places to look for the heartbeat of a lock at `lock_key` in the
+    /// first directory, nearest first.
+    pub fn candidates(lock_key: &str) -> Vec<Place> {
+        let mut places = Vec::new();
+        let mut dir = lock_key;
+        while let Some((parent, _)) = dir.rsplit_once('/') {
+            places.push((0, format!("{parent}/")));
+            dir = parent;
+        }
+        places.push((0, String::new()));
+        places.extend((1..=MAX_LEVELS).map(|level| (level, String::new())));
+        places
+    }
+
+    /// Whether directory `level` exists above the first, working out its
+    /// URL when first asked.
+    fn reach(&mut self, level: usize) -> bool {
+        while self.dirs.len() <= level && !self.at_top {
+            let Some(last) = self.dirs.last() else {
+                return false;
+            };
+            // A directory's parent is what a lock URL naming it would be in.
+            match target::parse(&last.url) {
+                Ok(lock) => {
+                    let display = target::parse_prefix(&lock.store_url)
+                        .map_or_else(|_| lock.store_url.clone(), |p| p.display);
+                    self.dirs.push(Dir {
+                        url: lock.store_url,
+                        display,
+                        store: None,
+                    });
+                }
+                Err(_) => self.at_top = true,
+            }
+        }
+        self.dirs.len() > level
+    }
+
+    /// The URL (without user-info) of `key` under `place`.
+    fn url_of(&self, place: &Place, key: &str) -> String {
+        let dir = self.dirs.get(place.0).map_or("", |d| d.display.as_str());
+        join(dir, &format!("{}{key}", place.1))
+    }
+
+    async fn store(&mut self, level: usize) -> Result<Arc<dyn CasStore>, Failure> {
+        let dir = self
+            .dirs
+            .get_mut(level)
+            .ok_or_else(|| Failure::usage("no such directory"))?;
+        if let Some(store) = &dir.store {
+            return Ok(store.clone());
+        }
+        let opened = target::open_read_only(&target::LockTarget {
+            store_url: dir.url.clone(),
+            key: String::new(),
+            display: dir.display.clone(),
+        })
+        .await?;
+        dir.store = Some(opened.clone());
+        Ok(opened)
+    }
+
+    /// Reads `key` under `place` (once per command run).
+    async fn read(
+        &mut self,
+        place: &Place,
+        key: &str,
+    ) -> Result<Option<Result<(LeaseRecord, Version), String>>, Failure> {
+        let full = format!("{}{key}", place.1);
+        let slot = (place.0, full.clone());
+        if let Some(done) = self.reads.get(&slot) {
+            return Ok(done.clone());
+        }
+        let store = self.store(place.0).await?;
+        let url = self.url_of(place, key);
+        let reader = Lease::new(
+            store,
+            full,
+            "casaas-status",
+            LeaseConfig::with_ttl(Duration::from_secs(15)),
+        )
+        .map_err(|e| Failure::usage(format!("{url}: {e}")))?;
+        let read = match reader.read().await {
+            Ok(Some(read)) => Some(Ok(read)),
+            Ok(None) => None,
+            Err(LeaseError::ForeignObject { found, .. }) => {
+                Some(Err(format!("not a casaas lease (found {found})")))
+            }
+            Err(e @ LeaseError::UnsupportedSchema { .. }) => Some(Err(e.to_string())),
+            Err(e) => {
+                return Err(Failure::usage(format!(
+                    "reading the session heartbeat {url}: {e}"
+                )));
+            }
+        };
+        self.reads.insert(slot, read.clone());
+        Ok(read)
+    }
+
+    /// Reads the heartbeat of `session` for a lock at `lock_key` in the
+    /// first directory: the nearest object at the session's key, from the
+    /// lock's directory upwards. Call it after reading the lock: the term to
+    /// judge is the one the lock names.
+    pub async fn heartbeat(
+        &mut self,
+        lock_key: &str,
+        session: &SessionRef,
+    ) -> Result<Heartbeat, Failure> {
+        let candidates = Self::candidates(lock_key);
+        let first = self.url_of(&candidates[0], &session.key);
+        for place in &candidates {
+            if !self.reach(place.0) {
+                break;
+            }
+            let url = self.url_of(place, &session.key);
+            match self.read(place, &session.key).await? {
+                None => continue,
+                Some(Ok((record, version))) => {
+                    let state = judge(session, Some(&record));
+                    return Ok(Heartbeat {
+                        url,
+                        read: Some((record, version)),
+                        state,
+                    });
+                }
+                Some(Err(found)) => {
+                    return Ok(Heartbeat {
+                        url,
+                        read: None,
+                        state: SessionState::Unreadable(found),
+                    });
+                }
+            }
+        }
+        Ok(Heartbeat {
+            url: first,
+            read: None,
+            state: SessionState::Missing,
+        })
+    }
+}
+
+/// The URL of `key` (slashes separate directories) in the store at `dir`.
+pub fn join(dir: &str, key: &str) -> String {
+    if let Some((adapter, inner)) = split_adapter(dir) {
+        return format!("{adapter}+{}", join(inner, key));
+    }
+    let cut = dir.find(['?', '#']).unwrap_or(dir.len());
+    let (path, rest) = dir.split_at(cut);
+    let encoded: Vec<String> = key
+        .split('/')
+        .map(|segment| utf8_percent_encode(segment, SEGMENT).to_string())
+        .collect();
+    format!("{}/{}{rest}", path.trim_end_matches('/'), encoded.join("/"))
+}
+
+/// How long until a contender could take over a lock whose heartbeat it
+/// saw unchanged for `unchanged`: the takeover wait for `ttl` minus that.
+pub fn takeover_in(config: &LeaseConfig, ttl: Duration, unchanged: Duration) -> Duration {
+    config.takeover_wait(ttl).saturating_sub(unchanged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candidates_go_from_the_lock_directory_upwards() {
+        let places = Places::candidates("a/b/k");
+        assert_eq!(
+            &places[..4],
+            &[
+                (0, "a/b/".to_string()),
+                (0, "a/".to_string()),
+                (0, String::new()),
+                (1, String::new())
+            ]
+        );
+        assert_eq!(Places::candidates("k")[0], (0, String::new()));
+    }
+
+    #[test]
+    fn a_joined_url_names_the_heartbeat() {
+        let url = join("s3://b/locks?region=x", "sessions/my worker");
+        assert_eq!(url, "s3://b/locks/sessions/my%20worker?region=x");
+        let lock = target::parse(&url).unwrap();
+        assert_eq!(
+            (lock.store_url.as_str(), lock.key.as_str()),
+            ("s3://b/locks/sessions?region=x", "my worker")
+        );
+        assert_eq!(join("file:///", "s/w"), "file:///s/w");
+        assert_eq!(
+            join("opendal+fs:///srv/locks", "s/w"),
+            "opendal+fs:///srv/locks/s/w"
+        );
+    }
+
+    #[test]
+    fn the_term_is_judged_by_the_heartbeat_token() {
+        let session = SessionRef::new("s", 5);
+        let beat = |token, released| {
+            let mut r = LeaseRecord::new("o", "n", token, 1_000, 0);
+            r.released = released;
+            r
+        };
+        assert_eq!(judge(&session, None), SessionState::Missing);
+        assert_eq!(
+            judge(&session, Some(&beat(4, false))),
+            SessionState::Missing
+        );
+        assert_eq!(judge(&session, Some(&beat(5, false))), SessionState::Alive);
+        assert_eq!(
+            judge(&session, Some(&beat(5, true))),
+            SessionState::Released
+        );
+        assert_eq!(
+            judge(&session, Some(&beat(6, false))),
+            SessionState::Superseded
+        );
+    }
+}
