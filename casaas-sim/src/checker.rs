@@ -808,3 +808,101 @@ mod tests {
         assert_eq!(fenced_log::entries_from_appends(&h, &bad, "t").len(), 1);
     }
 }
+
+/// `session`: the lease checkers run per lock (see `crate::report`); here
+/// what is particular to locks held under a session.
+pub mod session {
+    use std::time::Duration;
+
+    use crate::history::lease::History as LockHistory;
+    use crate::history::session::History;
+    use crate::secs;
+
+    /// Validity rests on the heartbeat: a lock's holder never believes
+    /// longer than the TTL (its client's, in true time) after the store
+    /// applied the latest heartbeat write of the session term it holds the
+    /// lock under (a lock is never rewritten while held: its validity is
+    /// the session's).
+    pub fn belief_rests_on_heartbeat(
+        lock: usize,
+        locks: &LockHistory,
+        h: &History,
+        ttls: &[Duration],
+        context: &str,
+    ) -> Vec<String> {
+        // Records keep whole milliseconds.
+        let slack = Duration::from_millis(1);
+        let mut violations = Vec::new();
+        for (g, guard) in locks.guards.iter().enumerate() {
+            let Some(&term) = h.guard_terms.get(lock).and_then(|t| t.get(g)) else {
+                violations.push(format!("{context}: lock {lock} guard {g} has no term recorded"));
+                continue;
+            };
+            let ttl = ttls.get(guard.client).copied().unwrap_or_default();
+            for &(_, end) in &guard.beliefs {
+                let latest = h
+                    .heartbeat_writes
+                    .iter()
+                    .filter(|w| w.client == guard.client && w.term == term && w.at < end)
+                    .map(|w| w.at)
+                    .max();
+                match latest {
+                    Some(at) if end <= at + ttl + slack => {}
+                    Some(at) => violations.push(format!(
+                        "{context}: validity: client {} held lock {lock} (token {}, term {term}) until {}, more than the TTL ({}) after its session's latest heartbeat landed at {}",
+                        guard.client,
+                        guard.token,
+                        secs(end),
+                        secs(ttl),
+                        secs(at)
+                    )),
+                    None => violations.push(format!(
+                        "{context}: validity: client {} held lock {lock} (token {}, term {term}) until {} with no heartbeat of that term applied before",
+                        guard.client,
+                        guard.token,
+                        secs(end)
+                    )),
+                }
+            }
+        }
+        violations
+    }
+
+    /// Heartbeat writes that marked a term released although its holder
+    /// never closed it: contenders ending an expired term.
+    pub fn terms_ended_by_contenders(h: &History) -> usize {
+        h.heartbeat_writes
+            .iter()
+            .filter(|w| w.released && !h.closed_terms.contains(&(w.client, w.term)))
+            .count()
+    }
+
+    /// Takeovers of one lock (a token increase over a record not
+    /// released): `(after a close, after an expiry)`, by whether the
+    /// session term the replaced record named was closed or dropped by its
+    /// holder (one write ends it) or crashed or lost (its heartbeat had to
+    /// be waited out and the term ended by a contender).
+    pub fn takeovers(lock: usize, locks: &LockHistory, h: &History) -> (usize, usize) {
+        let terms = h.lock_terms.get(lock).map_or(&[][..], Vec::as_slice);
+        let mut after_close = 0;
+        let mut after_expiry = 0;
+        for (i, pair) in locks.lock_writes.windows(2).enumerate() {
+            let (before, after) = (&pair[0], &pair[1]);
+            if after.2 <= before.2 || before.3 {
+                continue;
+            }
+            let closed = terms.get(i).cloned().flatten().is_some_and(|(key, term)| {
+                key.rsplit('-')
+                    .next()
+                    .and_then(|c| c.parse::<usize>().ok())
+                    .is_some_and(|client| h.closed_terms.contains(&(client, term)))
+            });
+            if closed {
+                after_close += 1;
+            } else {
+                after_expiry += 1;
+            }
+        }
+        (after_close, after_expiry)
+    }
+}

@@ -31,11 +31,15 @@ pub enum Primitive {
     LeaseCreateOnly,
     /// The `election` primitive on a create-only store (epoch layout).
     ElectionCreateOnly,
+    /// Locks held under sessions (one heartbeat each, many locks): never
+    /// two believed holders of one lock, tokens per lock increasing, and
+    /// locks of expired sessions taken over.
+    Session,
 }
 
 impl Primitive {
     /// Every primitive, in the order they run and report.
-    pub const ALL: [Primitive; 7] = [
+    pub const ALL: [Primitive; 8] = [
         Primitive::Lease,
         Primitive::SharedLease,
         Primitive::Election,
@@ -43,6 +47,7 @@ impl Primitive {
         Primitive::FencedLog,
         Primitive::LeaseCreateOnly,
         Primitive::ElectionCreateOnly,
+        Primitive::Session,
     ];
 
     /// The name printed in `primitive=NAME`.
@@ -55,6 +60,7 @@ impl Primitive {
             Primitive::FencedLog => "fenced_log",
             Primitive::LeaseCreateOnly => "lease_create_only",
             Primitive::ElectionCreateOnly => "election_create_only",
+            Primitive::Session => "session",
         }
     }
 
@@ -63,9 +69,10 @@ impl Primitive {
         Primitive::ALL.into_iter().find(|p| p.name() == name)
     }
 
-    /// Its share of the operations, in percent: the lease-based primitives
-    /// get more, since handovers (where mutual exclusion is at stake) are
-    /// rarer per request than increments or appends.
+    /// Its share of the operations, in parts of the sum of every share:
+    /// the lease-based primitives get more, since handovers (where mutual
+    /// exclusion is at stake) are rarer per request than increments or
+    /// appends.
     fn share(self) -> u64 {
         match self {
             Primitive::Lease | Primitive::SharedLease => 18,
@@ -73,6 +80,7 @@ impl Primitive {
             Primitive::LeaseCreateOnly => 14,
             Primitive::FencedResource | Primitive::FencedLog => 12,
             Primitive::ElectionCreateOnly => 10,
+            Primitive::Session => 12,
         }
     }
 }
@@ -208,7 +216,13 @@ impl SimConfig {
     /// The operations `primitive` runs: its share of `ops` (the last one
     /// takes the remainder, so the shares add up to `ops`).
     pub fn ops_for(&self, primitive: Primitive) -> u64 {
-        let share = |p: Primitive| self.ops / 100 * p.share() + self.ops % 100 * p.share() / 100;
+        // Out of the sum of every share, so that adding a primitive needs no
+        // other share changed.
+        let total: u64 = Primitive::ALL.iter().map(|p| p.share()).sum();
+        let share = |p: Primitive| {
+            u64::try_from(u128::from(self.ops) * u128::from(p.share()) / u128::from(total))
+                .unwrap_or(self.ops)
+        };
         let (last, others) = Primitive::ALL
             .split_last()
             .unwrap_or((&Primitive::Lease, &[]));

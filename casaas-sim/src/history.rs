@@ -202,3 +202,47 @@ pub mod fenced_log {
         pub op: u64,
     }
 }
+
+/// `session`: per lock, a lease history (`lease::History`, kept by the
+/// client beside this one); here what ties the locks to their sessions.
+pub mod session {
+    use std::collections::HashSet;
+    use std::time::Duration;
+
+    /// A write the store applied to a session's heartbeat object.
+    #[derive(Debug, Clone, Copy)]
+    pub struct HeartbeatWrite {
+        pub at: Duration,
+        /// The client whose session key it was written to.
+        pub client: usize,
+        /// The heartbeat's token: the session's term.
+        pub term: u64,
+        pub released: bool,
+    }
+
+    /// Everything the session checkers look at besides the per-lock
+    /// histories.
+    #[derive(Debug, Default)]
+    pub struct History {
+        /// Per lock, parallel to its history's `guards`: the term of the
+        /// session each guard was held under.
+        pub guard_terms: Vec<Vec<u64>>,
+        /// Per lock, parallel to its history's `lock_writes`: the session
+        /// `(key, term)` each applied lock record names.
+        pub lock_terms: Vec<Vec<Option<(String, u64)>>>,
+        pub heartbeat_writes: Vec<HeartbeatWrite>,
+        /// `(client, term)` of every session closed or dropped (its end
+        /// writes a release); the others crashed or were lost.
+        pub closed_terms: HashSet<(usize, u64)>,
+        pub opened: u64,
+        pub acquisitions: u64,
+        pub lock_releases: u64,
+        pub lock_drops: u64,
+        pub closes: u64,
+        pub abandons: u64,
+        pub drops: u64,
+        /// Sessions found lost when their holder came to end them.
+        pub lost: u64,
+        pub freezes: u64,
+    }
+}

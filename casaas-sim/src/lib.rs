@@ -97,6 +97,10 @@ async fn simulate(
                 config, seed, &r.world, &r.history, &r.logs, r.entries, r.freezes,
             )
         }
+        Primitive::Session => {
+            let r = client::session::simulate(config, ops, seed).await?;
+            report::session::report(config, seed, &r.world, &r.locks, &r.history)
+        }
     })
 }
 

@@ -367,3 +367,155 @@ pub mod fenced_log {
         PrimitiveReport::new(Primitive::FencedLog, ops, findings, digest, summary)
     }
 }
+
+/// `session`: every lease checker per lock, validity resting on the
+/// heartbeat, and proof that sessions expired and their locks were taken.
+pub mod session {
+    use std::fmt::Write as _;
+    use std::time::Duration;
+
+    use crate::checker::lease as lease_check;
+    use crate::checker::session as check;
+    use crate::config::{Findings, Primitive, PrimitiveReport, SimConfig};
+    use crate::history::lease::History as LockHistory;
+    use crate::history::session::History;
+    use crate::network::World;
+    use crate::{fnv, secs};
+
+    /// From this many requests on, a run in which no lock was taken over
+    /// from a session that expired (rather than closed) is reported as
+    /// inconclusive: the term-ending rule went untested.
+    const MIN_OPS_FOR_EXPIRY_TAKEOVERS: u64 = 100_000;
+
+    /// Checks the histories and describes the run.
+    pub fn report(
+        config: &SimConfig,
+        seed: u64,
+        world: &World,
+        locks: &[LockHistory],
+        h: &History,
+    ) -> PrimitiveReport {
+        let context = format!("seed {} {}", config.seed, Primitive::Session.name());
+        let mut findings = check_all(world, locks, h, &context);
+        let (mut after_close, mut after_expiry) = (0, 0);
+        let mut believed = Duration::ZERO;
+        for (i, lock) in locks.iter().enumerate() {
+            let (c, e) = check::takeovers(i, lock, h);
+            after_close += c;
+            after_expiry += e;
+            believed += lease_check::handovers(lock).believed;
+        }
+        findings.add("exercised", exercised(world, h, after_expiry, &context));
+        let ops = world.ops();
+        let faults = world.faults();
+        let digest = fnv(&history_text(locks, h, ops, &faults));
+        let summary = format!(
+            "world_seed={seed} clients={} locks={} rates=[{}] sessions={} acquisitions={} takeovers_after_close={after_close} \
+             takeovers_after_expiry={after_expiry} terms_ended_by_contenders={} believed={} heartbeat_writes={} lock_writes={} lock_releases={} lock_drops={} \
+             closes={} crashes={} drops={} sessions_lost={} freezes={} {} faults: {faults:?} digest={digest:016x}",
+            world.rates.len(),
+            locks.len(),
+            world
+                .rates
+                .iter()
+                .map(|r| format!("{r:.3}"))
+                .collect::<Vec<_>>()
+                .join(","),
+            h.opened,
+            h.acquisitions,
+            check::terms_ended_by_contenders(h),
+            secs(believed),
+            h.heartbeat_writes.len(),
+            locks.iter().map(|l| l.lock_writes.len()).sum::<usize>(),
+            h.lock_releases,
+            h.lock_drops,
+            h.closes,
+            h.abandons,
+            h.drops,
+            h.lost,
+            h.freezes,
+            world.late_summary(),
+        );
+        PrimitiveReport::new(Primitive::Session, ops, findings, digest, summary)
+    }
+
+    /// The lease checkers on every lock (mutual exclusion of its guards'
+    /// beliefs, tokens in order, the lock object's token never
+    /// decreasing), and validity resting on the heartbeat.
+    fn check_all(world: &World, locks: &[LockHistory], h: &History, context: &str) -> Findings {
+        let rates = &world.rates;
+        let ttls: Vec<Duration> = world.leases.iter().map(|l| l.ttl).collect();
+        let mut exclusion = Vec::new();
+        let mut order = Vec::new();
+        let mut monotonic = Vec::new();
+        let mut validity = Vec::new();
+        for (i, lock) in locks.iter().enumerate() {
+            let who = |g: usize| {
+                let r = &lock.guards[g];
+                let term = h.guard_terms[i].get(g).copied().unwrap_or_default();
+                format!(
+                    "lock {i}: client {} (rate {:.3}) term {term} token {}",
+                    r.client, rates[r.client], r.token
+                )
+            };
+            exclusion.extend(lease_check::mutual_exclusion(lock, &who, context));
+            order.extend(lease_check::token_order(lock, &who, context));
+            let lock_context = format!("{context} lock {i}");
+            monotonic.extend(lease_check::lock_token_monotonic(lock, &lock_context));
+            validity.extend(check::belief_rests_on_heartbeat(
+                i, lock, h, &ttls, context,
+            ));
+        }
+        let mut findings = Findings::default();
+        findings.add("mutual_exclusion", exclusion);
+        findings.add("token_order", order);
+        findings.add("lock_token_monotonic", monotonic);
+        findings.add("belief_rests_on_heartbeat", validity);
+        findings
+    }
+
+    /// A run that took no lock, or (long enough) none from an expired
+    /// session, proves less than it says.
+    fn exercised(world: &World, h: &History, after_expiry: usize, context: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        if h.acquisitions == 0 {
+            found.push(format!(
+                "{context}: inconclusive: {} requests and no lock acquired",
+                world.ops()
+            ));
+        }
+        if world.ops() >= MIN_OPS_FOR_EXPIRY_TAKEOVERS && after_expiry == 0 {
+            found.push(format!(
+                "{context}: inconclusive: {} requests and no lock taken over from an expired session",
+                world.ops()
+            ));
+        }
+        found
+    }
+
+    fn history_text(
+        locks: &[LockHistory],
+        h: &History,
+        ops: u64,
+        faults: &impl std::fmt::Debug,
+    ) -> String {
+        let mut text = String::new();
+        for (i, lock) in locks.iter().enumerate() {
+            for (g, r) in lock.guards.iter().enumerate() {
+                let _ = writeln!(
+                    text,
+                    "lock {i} guard {g} client {} token {} term {:?} at {:?} beliefs {:?}",
+                    r.client,
+                    r.token,
+                    h.guard_terms[i].get(g),
+                    r.acquired_at,
+                    r.beliefs
+                );
+            }
+            let _ = writeln!(text, "lock {i} writes {:?}", lock.lock_writes);
+        }
+        let _ = writeln!(text, "heartbeats {:?}", h.heartbeat_writes);
+        let _ = writeln!(text, "ops {ops} faults {faults:?}");
+        text
+    }
+}

@@ -67,7 +67,7 @@ fn record_applied(h: &mut History, at: Duration, key: &str, body: &Bytes) {
 /// Records the belief intervals of one guard, from its status watch: the
 /// holder believes while its status is `Held` and its own clock is before
 /// `valid_until` (exactly when `remaining()` is positive).
-async fn watch_beliefs(
+pub(crate) async fn watch_beliefs(
     history: Arc<Mutex<History>>,
     guard_id: usize,
     clock: SimClock,

@@ -9,3 +9,4 @@ mod fenced;
 pub mod fenced_log;
 pub mod fenced_resource;
 pub mod lease;
+pub mod session;
