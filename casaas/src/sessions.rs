@@ -296,7 +296,9 @@ pub fn join(dir: &str, key: &str) -> String {
         .split('/')
         .map(|segment| utf8_percent_encode(segment, SEGMENT).to_string())
         .collect();
-    format!("{}/{}{rest}", path.trim_end_matches('/'), encoded.join("/"))
+    // A root (`file:///`, `s3://bucket/`) already ends with the separator.
+    let separator = if path.ends_with('/') { "" } else { "/" };
+    format!("{path}{separator}{}{rest}", encoded.join("/"))
 }
 
 /// How long until a contender could take over a lock whose heartbeat it
@@ -338,6 +340,27 @@ mod tests {
             join("opendal+fs:///srv/locks", "s/w"),
             "opendal+fs:///srv/locks/s/w"
         );
+    }
+
+    #[tokio::test]
+    async fn each_distinct_heartbeat_is_read_once() {
+        use casaas_core::MemoryStore;
+        use casaas_core::testkit::CountingStore;
+
+        let counting = Arc::new(CountingStore::new(MemoryStore::new()));
+        let beat = LeaseRecord::new("w", "n0", 3, 1_000, 0);
+        counting.create("sessions/w", beat.encode()).await.unwrap();
+        let store: Arc<dyn CasStore> = counting.clone();
+        let mut places = Places::new("memory://t/", "memory://t/", store);
+        let session = SessionRef::new("sessions/w", 3);
+        let before = counting.counts().get;
+        for lock in ["shards/1", "shards/2", "shards/3"] {
+            let found = places.heartbeat(lock, &session).await.unwrap();
+            assert_eq!(found.state, SessionState::Alive);
+            assert_eq!(found.url, "memory://t/sessions/w");
+        }
+        // `shards/sessions/w` (absent) and `sessions/w`, once each.
+        assert_eq!(counting.counts().get - before, 2);
     }
 
     #[test]
