@@ -110,6 +110,10 @@ struct Dir {
     store: Option<Arc<dyn CasStore>>,
 }
 
+/// One read of a heartbeat key: nothing there, a lease record and its
+/// version, or what was found instead of a lease record.
+type Read = Option<Result<(LeaseRecord, Version), String>>;
+
 /// A place to look: a directory (index into [`Places::dirs`]) and a key
 /// prefix within its store (`shards/` for a lock listed as `shards/7`).
 pub type Place = (usize, String);
@@ -121,7 +125,7 @@ pub struct Places {
     dirs: Vec<Dir>,
     /// Whether the directory above the last one is known not to exist.
     at_top: bool,
-    reads: HashMap<(usize, String), Option<Result<(LeaseRecord, Version), String>>>,
+    reads: HashMap<(usize, String), Read>,
 }
 
 impl Places {
@@ -206,11 +210,7 @@ impl Places {
     }
 
     /// Reads `key` under `place` (once per command run).
-    async fn read(
-        &mut self,
-        place: &Place,
-        key: &str,
-    ) -> Result<Option<Result<(LeaseRecord, Version), String>>, Failure> {
+    async fn read(&mut self, place: &Place, key: &str) -> Result<Read, Failure> {
         let full = format!("{}{key}", place.1);
         let slot = (place.0, full.clone());
         if let Some(done) = self.reads.get(&slot) {
