@@ -293,3 +293,68 @@ fn an_abandoned_session_expires_and_is_broken_through_its_heartbeat() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     drop(guard);
 }
+
+#[test]
+fn a_later_term_frees_the_lock_and_a_missing_heartbeat_does_not_yet() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("file://{}", dir.path().display());
+    let lock = format!("{prefix}/shards/7");
+    let rt = runtime();
+    let (session, guard) = rt.block_on(session_with_lock(&prefix, TTL));
+    rt.block_on(session.close()).unwrap();
+    // The session opened again: its heartbeat is in term 2, the lock names 1.
+    let reopened = rt.block_on(async {
+        let heartbeat = Lease::new(
+            store(&prefix).await,
+            "sessions/worker-1",
+            "worker-1",
+            LeaseConfig::with_ttl(TTL),
+        )
+        .unwrap();
+        Session::open(heartbeat, Default::default()).await.unwrap()
+    });
+    assert_eq!(reopened.term(), 2);
+    let (code, report) = status_json(&[&lock]);
+    assert_eq!(
+        (code, report["state"].as_str()),
+        (3, Some("expired")),
+        "{report}"
+    );
+    assert_eq!(report["session_state"], "superseded", "{report}");
+    rt.block_on(reopened.close()).unwrap();
+
+    // The heartbeat object deleted: the term is not in it, and a contender
+    // waits the lock's TTL before taking the lock, so it is not free yet.
+    rt.block_on(async {
+        let store = store(&prefix).await;
+        let beat = store.get("sessions/worker-1").await?.expect("a heartbeat");
+        store.delete("sessions/worker-1", &beat.version).await
+    })
+    .unwrap();
+    let (code, report) = status_json(&[&lock]);
+    assert_eq!(
+        (code, report["state"].as_str()),
+        (0, Some("held")),
+        "{report}"
+    );
+    assert_eq!(report["session_state"], "missing", "{report}");
+    let entry = ls_entry(&prefix, "shards/7");
+    assert_eq!(
+        (entry["state"].as_str(), entry["session_state"].as_str()),
+        (Some("held"), Some("missing")),
+        "{entry}"
+    );
+    let (code, report) = status_json(&["--observe-for", "1.5s", &lock]);
+    assert_eq!(
+        (code, report["state"].as_str()),
+        (3, Some("expired")),
+        "{report}"
+    );
+    // A holder with no heartbeat object learns at its next renewal that it
+    // lost: breaking the lock is as safe as breaking a plain one.
+    let out = run(&["release", "--force", "--yes", &lock]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("heartbeat is missing"), "{stderr}");
+    drop(guard);
+}
