@@ -35,11 +35,15 @@ pub enum Primitive {
     /// two believed holders of one lock, tokens per lock increasing, and
     /// locks of expired sessions taken over.
     Session,
+    /// `GroupResource` and `GroupLog`: many tasks per process batched
+    /// behind one conditional write; every update and record exactly once
+    /// when reported, never twice, in each caller's order.
+    GroupCommit,
 }
 
 impl Primitive {
     /// Every primitive, in the order they run and report.
-    pub const ALL: [Primitive; 8] = [
+    pub const ALL: [Primitive; 9] = [
         Primitive::Lease,
         Primitive::SharedLease,
         Primitive::Election,
@@ -48,6 +52,7 @@ impl Primitive {
         Primitive::LeaseCreateOnly,
         Primitive::ElectionCreateOnly,
         Primitive::Session,
+        Primitive::GroupCommit,
     ];
 
     /// The name printed in `primitive=NAME`.
@@ -61,6 +66,7 @@ impl Primitive {
             Primitive::LeaseCreateOnly => "lease_create_only",
             Primitive::ElectionCreateOnly => "election_create_only",
             Primitive::Session => "session",
+            Primitive::GroupCommit => "group_commit",
         }
     }
 
@@ -81,6 +87,7 @@ impl Primitive {
             Primitive::FencedResource | Primitive::FencedLog => 12,
             Primitive::ElectionCreateOnly => 10,
             Primitive::Session => 12,
+            Primitive::GroupCommit => 12,
         }
     }
 }

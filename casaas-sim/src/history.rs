@@ -158,6 +158,9 @@ pub mod fenced_resource {
     }
 }
 
+/// `group_commit` (in a file of its own).
+pub mod group_commit;
+
 /// `fenced_log`: each append and what it was told; and the entries the
 /// store holds at the end, read directly.
 pub mod fenced_log {

@@ -101,6 +101,10 @@ async fn simulate(
             let r = client::session::simulate(config, ops, seed).await?;
             report::session::report(config, seed, &r.world, &r.locks, &r.history)
         }
+        Primitive::GroupCommit => {
+            let r = client::group_commit::simulate(config, ops, seed).await?;
+            report::group_commit::report(config, seed, &r.world, &r.history)
+        }
     })
 }
 

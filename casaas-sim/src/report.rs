@@ -278,6 +278,9 @@ pub mod fenced_resource {
     }
 }
 
+/// `group_commit` (in a file of its own).
+pub mod group_commit;
+
 /// `fenced_log`.
 pub mod fenced_log {
     use std::collections::BTreeMap;

@@ -8,5 +8,6 @@ pub mod election;
 mod fenced;
 pub mod fenced_log;
 pub mod fenced_resource;
+pub mod group_commit;
 pub mod lease;
 pub mod session;
