@@ -6,6 +6,7 @@
 //! ```text
 //! casaas-bench run --out FILE --work-dir DIR [--quick] [--server NAME=ENV_FILE]... [--version NAME=TEXT]...
 //! casaas-bench layouts [--work-dir DIR] [--server NAME=ENV_FILE]... [--iterations N]
+//! casaas-bench contention --work-dir DIR [--quick] [--server NAME=ENV_FILE]...
 //! casaas-bench sessions --work-dir DIR [--server NAME=ENV_FILE]... [--locks N] [--hold-s S] [--trials T]
 //! casaas-bench hold --url URL [--env-file FILE] --key KEY --ttl-ms MS    (failover holder)
 //! casaas-bench hold-etcd --endpoint URL --key KEY --ttl-s S              (failover holder)
@@ -16,6 +17,7 @@ mod contention;
 mod cost;
 mod failover;
 mod guard;
+mod handoff;
 mod layouts;
 mod plot;
 mod report;
@@ -114,6 +116,20 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         trials: usize,
     },
+    /// Contention (with and without fair turns) and the handoff after a
+    /// release (sections of `run`), on the file store and the first S3
+    /// server given.
+    Contention {
+        /// Scratch directory (the file backend lives here).
+        #[arg(long)]
+        work_dir: PathBuf,
+        /// Shorter runs, as in `run --quick`.
+        #[arg(long)]
+        quick: bool,
+        /// A running server: NAME=ENV_FILE (ceph, moto).
+        #[arg(long = "server")]
+        servers: Vec<String>,
+    },
     /// Failover holder: acquire a casaas lease, print `ready`, renew until killed.
     Hold {
         #[arg(long)]
@@ -146,6 +162,7 @@ struct Plan {
     scale_ceph_leases: usize,
     scale_hold: Duration,
     contention_time: Duration,
+    handoff_time: Duration,
 }
 
 impl Plan {
@@ -160,6 +177,7 @@ impl Plan {
                 scale_ceph_leases: 0,
                 scale_hold: Duration::from_secs(60),
                 contention_time: Duration::from_secs(3),
+                handoff_time: Duration::from_secs(5),
             }
         } else {
             Plan {
@@ -171,6 +189,7 @@ impl Plan {
                 scale_ceph_leases: 1_000,
                 scale_hold: Duration::from_secs(180),
                 contention_time: Duration::from_secs(10),
+                handoff_time: Duration::from_secs(20),
             }
         }
     }
@@ -284,6 +303,7 @@ async fn run(
     sections.push(scale_section(&targets, &plan).await?);
     sections.push(session_section(&targets, &plan).await?);
     sections.push(contention_section(&targets, &plan).await?);
+    sections.push(handoff_section(&targets, &plan).await?);
     sections.push(cost::section(rtt.row("casaas file").map(|r| r.requests)));
 
     let version_lines = version_lines(&targets, &versions).await?;
@@ -450,8 +470,30 @@ async fn contention_section(targets: &Targets, plan: &Plan) -> Result<Section> {
                 .await?,
             );
         }
+        for n in CONTENTION_N {
+            eprintln!("bench: contention {} with fair turns: N = {n}", target.name);
+            contention_rows
+                .push(contention::run_fair(&target.name, store.clone(), n, CONTENTION_TTL).await?);
+        }
     }
     contention::section(&contention_rows, CONTENTION_TTL, plan.contention_time)
+}
+
+/// The handoff after a graceful release on the file store and S3, each way
+/// of waiting one after another on the same store.
+async fn handoff_section(targets: &Targets, plan: &Plan) -> Result<Section> {
+    let file = targets.store("file").context("no file store")?;
+    let mut stores = vec![file.clone()];
+    stores.extend(targets.s3().cloned());
+    let mut rows = Vec::new();
+    for target in &stores {
+        let store = target.open().await?;
+        for waiting in handoff::Waiting::ALL {
+            eprintln!("bench: handoff {}: {}", target.name, waiting.label());
+            rows.push(handoff::run(&target.name, store.clone(), waiting, plan.handoff_time).await?);
+        }
+    }
+    Ok(handoff::section(&rows, plan.handoff_time))
 }
 
 /// The versions the report names: casaas, the running etcd and Redis, and
@@ -593,6 +635,17 @@ async fn dispatch(command: Command) -> Result<()> {
                 ..Plan::new(true)
             };
             print_section(session_section(&targets, &plan).await?);
+            Ok(())
+        }
+        Command::Contention {
+            work_dir,
+            quick,
+            servers,
+        } => {
+            let targets = targets(&work_dir, &pairs(&servers, "server")?)?;
+            let plan = Plan::new(quick);
+            print_section(contention_section(&targets, &plan).await?);
+            print_section(handoff_section(&targets, &plan).await?);
             Ok(())
         }
         Command::Hold {
