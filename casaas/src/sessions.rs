@@ -195,7 +195,11 @@ impl Places {
         let dir = self
             .dirs
             .get_mut(level)
-            .ok_or_else(|| Failure::usage("no such directory"))?;
+            .ok_or_else(|| {
+                Failure::usage(format!(
+                    "looking for a session heartbeat {level} directories above the lock's, which does not exist"
+                ))
+            })?;
         if let Some(store) = &dir.store {
             return Ok(store.clone());
         }
@@ -252,7 +256,9 @@ impl Places {
         session: &SessionRef,
     ) -> Result<Heartbeat, Failure> {
         let candidates = Self::candidates(lock_key);
-        let first = self.url_of(&candidates[0], &session.key);
+        let first = candidates
+            .first()
+            .map_or_else(String::new, |place| self.url_of(place, &session.key));
         for place in &candidates {
             if !self.reach(place.0) {
                 break;
