@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use casaas_core::lease::{
     ExpiryMode, LEASE_RECORD_KIND, LEASE_SCHEMA_VERSION, LeaseConfig, LeaseError, LeaseRecord,
+    SessionRef,
 };
 use proptest::collection::{btree_map, vec};
 use proptest::prelude::*;
@@ -47,15 +48,28 @@ fn record() -> impl Strategy<Value = LeaseRecord> {
         any::<u64>(),
         any::<u64>(),
         any::<bool>(),
+        proptest::option::of((unicode(20), any::<u64>())),
     )
         .prop_map(
-            |(owner, nonce, token, ttl_ms, acquired, renewed, released)| {
+            |(owner, nonce, token, ttl_ms, acquired, renewed, released, session)| {
                 let mut r = LeaseRecord::new(owner, nonce, token, ttl_ms, renewed);
                 r.acquired_at_ms = acquired;
                 r.released = released;
-                r
+                match session {
+                    Some((key, term)) => r.under_session(SessionRef::new(key, term)),
+                    None => r,
+                }
             },
         )
+}
+
+/// The schema a record is written with: 2 when it names a session.
+fn schema_of(r: &LeaseRecord) -> u64 {
+    if r.session.is_some() {
+        LEASE_SCHEMA_VERSION
+    } else {
+        1
+    }
 }
 
 fn json_value() -> impl Strategy<Value = Value> {
@@ -86,7 +100,7 @@ fn check_decode(key: &str, body: &[u8]) -> Result<Option<LeaseRecord>, TestCaseE
     match LeaseRecord::decode(key, body) {
         Ok(r) => {
             prop_assert_eq!(r.kind.as_str(), LEASE_RECORD_KIND);
-            prop_assert_eq!(r.schema, LEASE_SCHEMA_VERSION);
+            prop_assert_eq!(r.schema, schema_of(&r));
             let again = LeaseRecord::decode(key, &r.encode()).unwrap();
             prop_assert_eq!(&again, &r);
             Ok(Some(r))
@@ -131,7 +145,7 @@ proptest! {
         // The encoding is a JSON object carrying the envelope.
         let v: Value = serde_json::from_slice(&body).unwrap();
         prop_assert_eq!(&v["kind"], &json!(LEASE_RECORD_KIND));
-        prop_assert_eq!(&v["schema"], &json!(LEASE_SCHEMA_VERSION));
+        prop_assert_eq!(&v["schema"], &json!(schema_of(&r)));
     }
 
     #[test]

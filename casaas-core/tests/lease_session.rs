@@ -448,3 +448,33 @@ async fn a_deleted_heartbeat_ends_its_term_only_after_the_ttl() {
     taken.release().await.unwrap();
     b.close().await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn sessions_work_in_the_create_only_layout() {
+    // A store with create-if-absent alone: every write of the heartbeat and
+    // of each lock is a new epoch, and the same rules hold.
+    let memory = Arc::new(MemoryStore::new());
+    let store: Arc<dyn CasStore> = Arc::new(casaas_core::testkit::CreateOnlyStore(memory));
+    let a = open(&store, "a", 1).await;
+    let lock = a.lease("jobs/x").unwrap();
+    let g = acquired(lock.try_acquire().await.unwrap());
+    let b = open(&store, "b", 2).await;
+    let contender = b.lease("jobs/x").unwrap();
+    held(contender.try_acquire().await.unwrap());
+    tokio::time::sleep(TTL * 3).await;
+    g.ensure_held_for(Duration::from_secs(1)).unwrap();
+    held(contender.try_acquire().await.unwrap());
+    a.abandon();
+    let taken = contender
+        .acquire(Default::default())
+        .await
+        .expect("taken after the session's TTL");
+    assert_eq!(taken.token(), 2);
+    assert!(g.lost_reason().is_some());
+    taken.release().await.unwrap();
+    // Our own release: acquiring again is one write here too.
+    let again = acquired(contender.try_acquire().await.unwrap());
+    assert_eq!(again.token(), 3);
+    again.release().await.unwrap();
+    b.close().await.unwrap();
+}
