@@ -16,6 +16,10 @@
 //!   appends reported applied that are not in the log;
 //! - `duplicate_updates`: increments counted more often than they were
 //!   started, and appends that appear twice; plus gaps in the log.
+//!
+//! With sessions, each worker holds the lock under a session of its own (a
+//! heartbeat at `SESSION_PREFIX/worker-N`), so a killed or frozen holder's
+//! lock is taken over by ending its session's term; the checks are the same.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -30,6 +34,9 @@ pub const LOCK_KEY: &str = "chaos/lock";
 pub const COUNTER_KEY: &str = "chaos/counter";
 /// Prefix of the fenced log.
 pub const LOG_PREFIX: &str = "chaos/log";
+/// Prefix of the workers' session heartbeats (`--sessions true`: each
+/// worker holds the lock under a session of its own, `SESSION_PREFIX/worker-N`).
+pub const SESSION_PREFIX: &str = "chaos/sessions";
 
 /// Nanoseconds on `CLOCK_MONOTONIC`, shared by every process here.
 pub fn monotonic_ns() -> u64 {

@@ -17,7 +17,7 @@
 //! - `cargo xtask bench [--quick]` — casaas against etcd and Redis on
 //!   loopback (lock round trip, failover, many leases, contention, cost);
 //!   writes `docs/performance.md` and prints headline `name=value` lines last.
-//! - `cargo xtask chaos --server NAME [--minutes M] [--seed S]` — worker
+//! - `cargo xtask chaos --server NAME [--minutes M] [--seed S] [--sessions]` — worker
 //!   processes under kills, pauses and proxy faults against a real server,
 //!   judged by an independent checker.
 
@@ -103,6 +103,9 @@ enum Task {
         /// (by default the one CI uses for that server, if any).
         #[arg(long)]
         option: Option<String>,
+        /// Workers hold the lock under sessions (a heartbeat each).
+        #[arg(long)]
+        sessions: bool,
     },
     /// Benchmarks against etcd and Redis on loopback; writes
     /// docs/performance.md and prints `name=value` headlines last.
@@ -253,6 +256,7 @@ fn chaos(
     minutes: f64,
     seed: u64,
     option: &str,
+    extra: &[&str],
 ) -> Result<()> {
     if !(minutes > 0.0 && minutes <= 24.0 * 60.0) {
         bail!("--minutes must be between 0 and 1440");
@@ -310,6 +314,7 @@ fn chaos(
     if !gateways.is_empty() {
         args.extend(["--gateways", &gateways]);
     }
+    args.extend(extra);
     cargo(root, &args)
 }
 
@@ -351,7 +356,7 @@ fn ci(root: &PathBuf, sim_ops: u64, keep_servers: bool) -> Result<()> {
         // The same operations again, each client with a timing of its own.
         sim(root, sim_ops, 1, &[], true)?;
         for (server, option) in CHAOS_SERVERS {
-            chaos(&ctx, root, server, 1.0, 1, option)?;
+            chaos(&ctx, root, server, 1.0, 1, option, &[])?;
         }
         Ok(())
     });
@@ -392,6 +397,7 @@ fn main() -> Result<()> {
             seed,
             keep_servers,
             option,
+            sessions,
         } => {
             let option = option.unwrap_or_else(|| {
                 CHAOS_SERVERS
@@ -399,7 +405,12 @@ fn main() -> Result<()> {
                     .find(|(name, _)| *name == server)
                     .map_or(String::new(), |(_, option)| option.to_string())
             });
-            let result = chaos(&ctx, &root, &server, minutes, seed, &option);
+            let extra: &[&str] = if sessions {
+                &["--sessions", "true"]
+            } else {
+                &[]
+            };
+            let result = chaos(&ctx, &root, &server, minutes, seed, &option, extra);
             if !keep_servers {
                 servers::down(&ctx, &[server])?;
             }

@@ -1,8 +1,8 @@
 //! The torture run (`cargo xtask chaos` starts the server and calls this).
 //!
 //! ```text
-//! chaos run --url STORE_URL [--gateways "URL …"] [--env-file FILE] [--seconds 60] [--seed 1] [--workers 5] [--ttl-ms 2000] [--work-dir DIR]
-//! chaos worker --url STORE_URL --id N --seed S --ttl-ms T --log FILE
+//! chaos run --url STORE_URL [--gateways "URL …"] [--env-file FILE] [--seconds 60] [--seed 1] [--workers 5] [--ttl-ms 2000] [--work-dir DIR] [--sessions true]
+//! chaos worker --url STORE_URL --id N --seed S --ttl-ms T --log FILE [--sessions true]
 //! ```
 //!
 //! `run` puts a chaos proxy in front of the store's endpoint (and of each
@@ -15,6 +15,11 @@
 //! and were told against what the server holds, and prints
 //! `acquisitions=N kills=K pauses=P faults=F overlaps=O stale_writes_accepted=S lost_updates=L duplicate_updates=D`.
 //! Exits 1 on any violation, or if nothing was acquired.
+//!
+//! `--sessions true`: each worker holds the lock under a session of its own
+//! (a heartbeat per process; a killed or frozen holder's lock is taken over
+//! by ending its session's term), and now and then closes its session and
+//! opens the next term; the line starts with `mode=sessions`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -25,6 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use casaas_core::lease::{
     AcquireOptions, Entropy, FencedLog, FencedResource, Lease, LeaseConfig, LeaseError, LeaseGuard,
+    Session,
 };
 use casaas_core::testkit::TestServer;
 use std::sync::Arc;
@@ -32,8 +38,8 @@ use std::sync::Arc;
 use casaas_core::layout::{EpochStore, LeaseLayout, layout_of};
 use casaas_core::{CasStore, open_store};
 use casaas_testkit::chaos::{
-    COUNTER_KEY, Event, LOCK_KEY, LOG_PREFIX, MinimumWork, Observed, Verdict, check, monotonic_ns,
-    ns, parse_logs,
+    COUNTER_KEY, Event, LOCK_KEY, LOG_PREFIX, MinimumWork, Observed, SESSION_PREFIX, Verdict,
+    check, monotonic_ns, ns, parse_logs,
 };
 use casaas_testkit::chaos_proxy::{endpoint_of, rewrite_store_url};
 use casaas_testkit::{ChaosProxy, ProxyFault, RandomFaults};
@@ -49,6 +55,10 @@ const CLIENT_TIMEOUT_S: u64 = 1;
 /// holders produce takeovers too, so this stays low enough for the run to
 /// reach hundreds of acquisitions in ten minutes.
 const EXIT_HOLDING: f64 = 0.05;
+
+/// With sessions: how often a worker closes its session after a release
+/// (the next holding opens a new term).
+const CLOSE_SESSION: f64 = 0.1;
 
 /// The harness kills or pauses one worker every this many milliseconds
 /// (uniform): about 280 kills and pauses in ten minutes.
@@ -160,6 +170,7 @@ fn worker(args: &[String]) -> Result<()> {
     let seed: u64 = get(&map, "seed", None)?;
     let ttl = Duration::from_millis(get(&map, "ttl-ms", Some(2000))?);
     let log_path: PathBuf = get(&map, "log", None)?;
+    let sessions: bool = get(&map, "sessions", Some(false))?;
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -172,19 +183,65 @@ fn worker(args: &[String]) -> Result<()> {
     register_providers();
     runtime.block_on(async move {
         let store = open_store(&url).await?;
-        Worker::new(store, id, seed, ttl, log)?.run().await
+        Worker::new(store, id, seed, ttl, log, sessions)?
+            .run()
+            .await
     })
 }
 
-/// One worker process: its lease, the fenced counter and log it writes
-/// with the lease's token, and its event log.
+/// Where a worker's lock comes from.
+enum LockSource {
+    /// A lease of its own, renewed by its guard.
+    Plain(Lease),
+    /// A lease under the worker's session (opened on first use, and again
+    /// under a new term after it ended or was closed).
+    Session {
+        heartbeat: Lease,
+        open: Option<(Session, Lease)>,
+    },
+}
+
+impl LockSource {
+    /// The lease to acquire the lock with; under a session, opening the
+    /// session first if there is none or it ended.
+    async fn lease(&mut self) -> Result<Lease, LeaseError> {
+        match self {
+            LockSource::Plain(lease) => Ok(lease.clone()),
+            LockSource::Session { heartbeat, open } => {
+                if let Some((session, lease)) = open
+                    && session.lost_reason().is_none()
+                {
+                    return Ok(lease.clone());
+                }
+                let session = Session::open(heartbeat.clone(), AcquireOptions::default()).await?;
+                let lease = session.lease(LOCK_KEY)?;
+                *open = Some((session, lease.clone()));
+                Ok(lease)
+            }
+        }
+    }
+
+    /// Closes the session, if any: one write ends it (the next holding
+    /// opens a new term).
+    async fn close_session(&mut self) {
+        if let LockSource::Session { open, .. } = self
+            && let Some((session, _)) = open.take()
+            && let Err(err) = session.close().await
+        {
+            eprintln!("closing the session: {err}");
+        }
+    }
+}
+
+/// One worker process: its lease (or its session), the fenced counter and
+/// log it writes with the lock's token, and its event log.
 struct Worker {
     id: u32,
     ttl: Duration,
     config: LeaseConfig,
     rng: ChaCha8Rng,
     log: WorkerLog,
-    lease: Lease,
+    locks: LockSource,
     counter: FencedResource<u64>,
     entries: FencedLog<serde_json::Value>,
     /// The last write's number.
@@ -192,23 +249,33 @@ struct Worker {
 }
 
 impl Worker {
-    /// Worker `id` on `store`, its randomness all from `seed`.
+    /// Worker `id` on `store`, its randomness all from `seed`; holding
+    /// the lock under a session of its own if `sessions`.
     fn new(
         store: Arc<dyn CasStore>,
         id: u32,
         seed: u64,
         ttl: Duration,
         log: WorkerLog,
+        sessions: bool,
     ) -> Result<Worker> {
         let rng = ChaCha8Rng::seed_from_u64(seed);
         let config = LeaseConfig::with_ttl(ttl);
-        let lease = Lease::new(
-            store.clone(),
-            LOCK_KEY,
-            format!("worker-{id}"),
-            config.clone(),
-        )?
-        .with_entropy(Entropy::seeded(seed));
+        let key = if sessions {
+            format!("{SESSION_PREFIX}/worker-{id}")
+        } else {
+            LOCK_KEY.to_string()
+        };
+        let lease = Lease::new(store.clone(), key, format!("worker-{id}"), config.clone())?
+            .with_entropy(Entropy::seeded(seed));
+        let locks = if sessions {
+            LockSource::Session {
+                heartbeat: lease,
+                open: None,
+            }
+        } else {
+            LockSource::Plain(lease)
+        };
         let counter = FencedResource::<u64>::new(store.clone(), COUNTER_KEY)?
             .with_entropy(Entropy::seeded(seed ^ 1))
             .with_retries(config.request_timeout, config.retry_period, 8);
@@ -221,7 +288,7 @@ impl Worker {
             config,
             rng,
             log,
-            lease,
+            locks,
             counter,
             entries,
             op: 0,
@@ -233,7 +300,11 @@ impl Worker {
     async fn run(mut self) -> Result<()> {
         let id = self.id;
         loop {
-            let guard = match self.lease.acquire(AcquireOptions::default()).await {
+            let acquired = match self.locks.lease().await {
+                Ok(lease) => lease.acquire(AcquireOptions::default()).await,
+                Err(err) => Err(err),
+            };
+            let guard = match acquired {
                 Ok(guard) => guard,
                 Err(err) => {
                     eprintln!("worker {id}: acquire failed: {err}");
@@ -259,6 +330,9 @@ impl Worker {
             });
             if let Err(err) = guard.release().await {
                 eprintln!("worker {id}: release: {err}");
+            }
+            if self.rng.random_bool(CLOSE_SESSION) {
+                self.locks.close_session().await;
             }
         }
     }
@@ -327,6 +401,8 @@ struct Workers {
     dir: PathBuf,
     ttl_ms: u64,
     seed: u64,
+    /// Workers hold the lock under sessions.
+    sessions: bool,
     next_id: u32,
     live: Vec<(u32, Child)>,
 }
@@ -347,6 +423,7 @@ impl Workers {
                 &(self.seed.wrapping_mul(1000) + u64::from(id)).to_string(),
             ])
             .args(["--ttl-ms", &self.ttl_ms.to_string()])
+            .args(["--sessions", &self.sessions.to_string()])
             .arg("--log")
             .arg(&log)
             .envs(&self.env)
@@ -390,6 +467,8 @@ struct RunArgs {
     env: BTreeMap<String, String>,
     /// Where to keep the workers' logs, if given.
     work_dir: Option<PathBuf>,
+    /// Workers hold the lock under sessions.
+    sessions: bool,
 }
 
 impl RunArgs {
@@ -425,6 +504,7 @@ impl RunArgs {
             ttl_ms,
             env,
             work_dir: map.get("work-dir").map(PathBuf::from),
+            sessions: get(&map, "sessions", Some(false))?,
         })
     }
 }
@@ -465,6 +545,7 @@ async fn torture(args: RunArgs) -> Result<bool> {
         dir: dir.clone(),
         ttl_ms,
         seed: args.seed,
+        sessions: args.sessions,
         next_id: 1,
         live: Vec::new(),
     };
@@ -487,7 +568,8 @@ async fn torture(args: RunArgs) -> Result<bool> {
         eprintln!("violation: {detail}");
     }
     println!(
-        "acquisitions={} handovers={} writes_applied={} kills={kills} pauses={pauses} faults={faults} overlaps={} stale_writes_accepted={} lost_updates={} duplicate_updates={}",
+        "{}acquisitions={} handovers={} writes_applied={} kills={kills} pauses={pauses} faults={faults} overlaps={} stale_writes_accepted={} lost_updates={} duplicate_updates={}",
+        if args.sessions { "mode=sessions " } else { "" },
         verdict.acquisitions,
         verdict.handovers,
         verdict.writes_applied,
