@@ -11,7 +11,7 @@ use bytes::Bytes;
 use casaas_core::lease::{
     AcquireOptions, Entropy, FairLease, Lease, LeaseConfig, LeaseError, LeaseRecord,
 };
-use casaas_core::{CasStore, MemoryStore};
+use casaas_core::{Capabilities, CasError, CasStore, ForwardingStore, MemoryStore, Version};
 
 const KEY: &str = "locks/fair";
 const QUEUE: &str = "locks/fair.queue/";
@@ -187,4 +187,65 @@ async fn a_waiter_that_gives_up_leaves_no_ticket_and_a_barging_lease_is_not_queu
     let guard = waiting.await.unwrap().unwrap();
     assert_eq!(guard.token(), 3);
     guard.release().await.unwrap();
+}
+
+/// A store that cannot delete on a condition (as S3 servers without
+/// conditional delete): tickets end by a conditional release, then an
+/// unconditional delete.
+#[derive(Debug)]
+struct NoConditionalDelete(MemoryStore);
+
+#[async_trait::async_trait]
+impl ForwardingStore for NoConditionalDelete {
+    type Inner = MemoryStore;
+    fn inner(&self) -> &MemoryStore {
+        &self.0
+    }
+    async fn wrap_delete(&self, key: &str, _expected: &Version) -> Result<(), CasError> {
+        Err(CasError::unsupported(format!(
+            "no conditional delete of {key}"
+        )))
+    }
+    fn wrap_capabilities(&self) -> Capabilities {
+        Capabilities::full().without_conditional_delete()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_conditional_delete_tickets_still_end_and_expire() {
+    let store: Arc<dyn CasStore> = Arc::new(NoConditionalDelete(MemoryStore::new()));
+    let holder = fair(&store, "holder", 1)
+        .acquire(AcquireOptions::default())
+        .await
+        .unwrap();
+    assert!(
+        tickets(store.as_ref()).await.is_empty(),
+        "the holder's ticket ended"
+    );
+    let crashed = LeaseRecord::new("crashed", "feedface", 1, 10_000, 0);
+    store.create(&ticket(1), crashed.encode()).await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for (i, name) in ["b", "c"].iter().enumerate() {
+        let waiter = fair(&store, name, 10 + i as u64);
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = waiter.acquire(AcquireOptions::default()).await.unwrap();
+            order
+                .lock()
+                .unwrap()
+                .push(waiter.lease().owner().to_string());
+            guard.release().await.unwrap();
+        }));
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    holder.release().await.unwrap();
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), ["b", "c"]);
+    assert!(
+        tickets(store.as_ref()).await.is_empty(),
+        "tickets left behind"
+    );
 }

@@ -412,21 +412,31 @@ impl FairLease {
     }
 
     /// A ticket ended by a release record (its waiter's guard was dropped,
-    /// or the store cannot delete on a condition): deleted where the store
-    /// can do that on its version, else returned as passed.
+    /// or the store cannot delete on a condition): removed, or where even
+    /// that fails, returned as passed so it is not read again.
     async fn clear_released(&self, key: &str, version: &Version) -> Option<Version> {
-        let store = self.lease.store();
-        if !store.capabilities().conditional_delete {
-            return Some(version.clone());
-        }
-        let clock = self.lease.clock().as_ref();
-        let timeout = self.lease.config().request_timeout;
-        match timed(clock, timeout, key, store.delete(key, version)).await {
+        match self.remove_released(key, version).await {
             Ok(()) => None,
             Err(err) => {
                 tracing::debug!(error = %err, %key, "could not delete a released ticket");
                 Some(version.clone())
             }
+        }
+    }
+
+    /// Deletes a released ticket: on its version where the store can make a
+    /// delete conditional, else unconditionally. The unconditional delete
+    /// can only meet a waiter that took this number again since (a race at
+    /// the tail of the queue); that waiter loses its ticket and queues
+    /// again, which costs it its place, never exclusion (the lock decides).
+    async fn remove_released(&self, key: &str, version: &Version) -> Result<(), CasError> {
+        let store = self.lease.store();
+        let clock = self.lease.clock().as_ref();
+        let timeout = self.lease.config().request_timeout;
+        if store.capabilities().conditional_delete {
+            timed(clock, timeout, key, store.delete(key, version)).await
+        } else {
+            timed(clock, timeout, key, store.delete_unconditionally(key)).await
         }
     }
 
@@ -448,9 +458,12 @@ impl FairLease {
         }
     }
 
-    /// Deletes `key` at `version`, or where the store cannot delete on a
-    /// condition, replaces it with `record` marked released (and returns the
-    /// released version). Never touches another version.
+    /// Ends the ticket at `key` seen at `version`: deletes it on that
+    /// version, or where the store cannot delete on a condition, replaces
+    /// it with `record` marked released (so it counts as gone, whatever
+    /// happens next) and then deletes that. `Some(version)` when the
+    /// released record could not be deleted. Never touches another version
+    /// of a live ticket.
     async fn retire(
         &self,
         key: &str,
@@ -475,7 +488,7 @@ impl FairLease {
             store.replace(key, version, released.encode()),
         )
         .await?;
-        Ok(Some(version))
+        Ok(self.clear_released(key, &version).await)
     }
 
     /// Ends our ticket: stops its renewal and removes it, so that our
