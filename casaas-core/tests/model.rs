@@ -2182,7 +2182,8 @@ fn epoch_reads_without_the_marker_check_are_safe() {
 // S (create, or replace a released S with the term + 1), renews it with
 // writes that stay in flight, land at any later step and whose answers are
 // delivered or lost (resolved by reading for the nonce), steps down at its
-// validity end, closes S (marking its lock lost, then releasing S), opens it
+// validity end (also with a renewal in flight, as the implementation does
+// at its renew deadline: a later answer is not waited for), closes S (marking its lock lost, then releasing S), opens it
 // again under a new term, and takes L under its current term: L absent,
 // released, or naming a term that is dead. It never rewrites L while
 // holding it; its belief in L is its session's validity. Client 1 is a
@@ -2192,6 +2193,9 @@ fn epoch_reads_without_the_marker_check_are_safe() {
 // term is dead if S's term differs or S is released; otherwise observe S's
 // version unchanged for the takeover wait, end the term with a conditional
 // write on S, then replace L from the version read first with token + 1.
+// The contender's re-reads of S are answered at a later step than the store
+// served them: a renewal can land in between, which is why the term is
+// ended by a write and not by the read alone.
 //
 // The holder's lock writes, its open and close, and all the contender's
 // writes are atomic (sent, applied and answered in one step): the lease
@@ -2315,6 +2319,17 @@ enum Contender {
         term: u8,
         since: u8,
     },
+    /// Read the session object again: the store answered `seen` at an
+    /// earlier step; the answer reaches the contender at a later one (a
+    /// renewal can land in between).
+    SessionReread {
+        lock_version: u8,
+        lock_token: u8,
+        session_version: Option<u8>,
+        term: u8,
+        since: u8,
+        seen: Option<u8>,
+    },
     /// The lock's term is over (dead, or ended by our write): take the lock
     /// over from the version read first.
     TermOver {
@@ -2366,6 +2381,10 @@ enum SessionAction {
     ReleaseLock,
     ContenderReadLock,
     ContenderReadSession,
+    /// Send the re-read of the session object (the store answers at once).
+    RereadSession,
+    /// The re-read's answer arrives: observe on, start over, or end the
+    /// term (mutation (c): take it as over).
     EndTerm,
     TakeOver,
     ContenderRelease,
@@ -2470,7 +2489,9 @@ impl SessionModel {
                         actions.push(SessionAction::LoseRenewalAnswer);
                     }
                 }
-                if renew.is_none() && !believes {
+                // At its deadline, even with a renewal in flight: an answer
+                // that comes later is not waited for.
+                if !believes {
                     actions.push(SessionAction::StepDown);
                 }
             }
@@ -2494,7 +2515,8 @@ impl SessionModel {
                 }
             }
             Contender::LockRead { .. } => actions.push(SessionAction::ContenderReadSession),
-            Contender::WatchingSession { .. } => {
+            Contender::WatchingSession { .. } => actions.push(SessionAction::RereadSession),
+            Contender::SessionReread { .. } => {
                 if can_send || !self.end_term {
                     actions.push(SessionAction::EndTerm);
                 }
@@ -2528,6 +2550,8 @@ impl SessionModel {
             return;
         };
         match landed {
+            // Past the deadline, the holder has stepped down already.
+            _ if s.now >= valid_until => s.lose_session(),
             Some(new_version) if s.now < req.sent + self.clocks.hold[HOLDER] => {
                 s.heartbeat = Heartbeat::Held {
                     version: new_version,
@@ -2710,21 +2734,35 @@ impl SessionModel {
         }
     }
 
-    /// After observing the session unchanged for the takeover wait, end its
-    /// term (or, mutation (c), only check it is still unchanged).
+    /// The answer to the contender's re-read of the session arrives. If it
+    /// shows the version observed for the takeover wait, end the term with
+    /// a conditional write (or, mutation (c), take it as over).
     fn end_term(&self, s: &mut SessionState) -> Option<()> {
-        let Contender::WatchingSession {
+        let Contender::SessionReread {
             lock_version,
             lock_token,
             session_version,
             term,
             since,
+            seen,
         } = s.contender
         else {
             return None;
         };
+        if seen != session_version {
+            // The session renewed: start again from the lock.
+            s.contender = Contender::Idle;
+            return Some(());
+        }
         if s.now < since + self.clocks.wait[CONTENDER] {
-            return None;
+            s.contender = Contender::WatchingSession {
+                lock_version,
+                lock_token,
+                session_version,
+                term,
+                since,
+            };
+            return Some(());
         }
         let unchanged = if self.end_term {
             s.sends += 1;
@@ -2738,7 +2776,7 @@ impl SessionModel {
             };
             s.write_session(write) != Outcome::Failed
         } else {
-            s.session.map(|r| r.version) == session_version
+            true
         };
         s.contender = if unchanged {
             Contender::TermOver {
@@ -2915,6 +2953,26 @@ impl Model for SessionModel {
                         term,
                     } => self.judge(&s, version, token, term, s.session),
                     _ => return None,
+                };
+            }
+            SessionAction::RereadSession => {
+                let Contender::WatchingSession {
+                    lock_version,
+                    lock_token,
+                    session_version,
+                    term,
+                    since,
+                } = s.contender
+                else {
+                    return None;
+                };
+                s.contender = Contender::SessionReread {
+                    lock_version,
+                    lock_token,
+                    session_version,
+                    term,
+                    since,
+                    seen: s.session.map(|r| r.version),
                 };
             }
             SessionAction::EndTerm => self.end_term(&mut s)?,
