@@ -197,7 +197,7 @@ enum LockSource {
     /// under a new term after it ended or was closed).
     Session {
         heartbeat: Lease,
-        open: Option<(Session, Lease)>,
+        open: Option<Box<(Session, Lease)>>,
     },
 }
 
@@ -208,14 +208,14 @@ impl LockSource {
         match self {
             LockSource::Plain(lease) => Ok(lease.clone()),
             LockSource::Session { heartbeat, open } => {
-                if let Some((session, lease)) = open
-                    && session.lost_reason().is_none()
+                if let Some(open) = open
+                    && open.0.lost_reason().is_none()
                 {
-                    return Ok(lease.clone());
+                    return Ok(open.1.clone());
                 }
                 let session = Session::open(heartbeat.clone(), AcquireOptions::default()).await?;
                 let lease = session.lease(LOCK_KEY)?;
-                *open = Some((session, lease.clone()));
+                *open = Some(Box::new((session, lease.clone())));
                 Ok(lease)
             }
         }
@@ -225,8 +225,8 @@ impl LockSource {
     /// opens a new term).
     async fn close_session(&mut self) {
         if let LockSource::Session { open, .. } = self
-            && let Some((session, _)) = open.take()
-            && let Err(err) = session.close().await
+            && let Some(open) = open.take()
+            && let Err(err) = open.0.close().await
         {
             eprintln!("closing the session: {err}");
         }
