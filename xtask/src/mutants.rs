@@ -122,6 +122,18 @@ const MUTANTS: &[Mutant] = &[
         replace: "} else if false && write.condition.as_ref() == current {",
     },
     Mutant {
+        name: "session lock taken over as a plain lease, its session unchecked",
+        file: "casaas-core/src/lease/acquire.rs",
+        find: "} else if let Some(session) = &record.session {",
+        replace: "} else if let Some(session) = record.session.as_ref().filter(|_| false) {",
+    },
+    Mutant {
+        name: "session term taken as over without the term-ending write",
+        file: "casaas-core/src/lease/acquire.rs",
+        find: "self.end_term(session, beat, version).await",
+        replace: "Ok(TermVerdict::Ended)",
+    },
+    Mutant {
         name: "holder never steps down at its renew deadline",
         file: "casaas-core/src/lease/handle.rs",
         find: "if now >= deadline {\n                self.lose(LostReason::RenewDeadlineExceeded);",

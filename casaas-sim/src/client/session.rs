@@ -73,7 +73,12 @@ impl Recorders {
             return;
         };
         if let Some(index) = lock_index(key) {
-            let term = record.session.as_ref().map(|s| (s.key.clone(), s.term));
+            let term = record.session.as_ref().map(|s| {
+                // The heartbeat it names, as a key of the store (an
+                // unresolvable name is kept as written: never a client's).
+                let heartbeat = s.heartbeat_key(key).unwrap_or_else(|| s.heartbeat.clone());
+                (heartbeat, s.term)
+            });
             lock(&self.locks[index]).lock_writes.push((
                 at,
                 record.owner,
@@ -286,6 +291,18 @@ impl Client {
     }
 }
 
+/// The world's configuration: delayed writes are held for up to two TTLs,
+/// three times as often as in the standard run, so that heartbeat renewals
+/// land after a contender observed the heartbeat unchanged for its TTL (the
+/// case the term-ending write exists for: without it, such a renewal
+/// extends the holder's belief after its lock was taken).
+fn world_config(config: &SimConfig) -> SimConfig {
+    let mut world_config = config.clone();
+    world_config.faults.max_delay = world_config.faults.max_delay.max(config.lease.ttl * 2);
+    world_config.faults.delay = (world_config.faults.delay * 3.0).min(0.2);
+    world_config
+}
+
 /// What a run recorded, for its report.
 pub struct Recorded {
     pub world: Arc<World>,
@@ -306,7 +323,7 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Recorde
     }
     let on_apply = recorders.clone();
     let world = World::new(
-        config,
+        &world_config(config),
         &mut rng,
         CLIENTS,
         ops,
