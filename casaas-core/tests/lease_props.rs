@@ -56,7 +56,11 @@ fn record() -> impl Strategy<Value = LeaseRecord> {
                 r.acquired_at_ms = acquired;
                 r.released = released;
                 match session {
-                    Some((key, term)) => r.under_session(SessionRef::new(key, term)),
+                    Some((heartbeat, term)) => {
+                        let mut named = SessionRef::new("lock", "heartbeat", term);
+                        named.heartbeat = heartbeat;
+                        r.under_session(named)
+                    }
                     None => r,
                 }
             },

@@ -93,7 +93,14 @@ async fn a_thousand_locks_cost_only_the_heartbeat_while_held() {
         .session
         .clone()
         .expect("a session lock names its session");
-    assert_eq!((named.key.as_str(), named.term), ("sessions/w1", 1));
+    assert_eq!(
+        (named.heartbeat.as_str(), named.term),
+        ("../sessions/w1", 1)
+    );
+    assert_eq!(
+        named.heartbeat_key("shards/500").as_deref(),
+        Some("sessions/w1")
+    );
     assert_eq!(record.schema, 2);
 
     // An hour held: only the heartbeat writes, every TTL/3.
@@ -477,4 +484,44 @@ async fn sessions_work_in_the_create_only_layout() {
     assert_eq!(again.token(), 3);
     again.release().await.unwrap();
     b.close().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_contender_whose_store_cannot_see_the_heartbeat_refuses_instead_of_guessing() {
+    // The holder opened the store at its root; the contender opened it one
+    // prefix lower ("shards/"), where the heartbeat is out of reach. An
+    // object named like the heartbeat inside that prefix must not be read
+    // as it, nor its absence taken for an ended session.
+    let top = tempfile::tempdir().unwrap();
+    let dir = top.path().join("root");
+    std::fs::create_dir(&dir).unwrap();
+    let file_store = |path: std::path::PathBuf| async move {
+        let store: Arc<dyn CasStore> = Arc::new(casaas_core::FileStore::open(path).await.unwrap());
+        store
+    };
+    let root = file_store(dir.clone()).await;
+    let a = open(&root, "a", 1).await;
+    let g = acquired(a.lease("shards/7").unwrap().try_acquire().await.unwrap());
+    let inner = file_store(dir.join("shards")).await;
+    let plain = Lease::new(inner, "7", "plain", LeaseConfig::with_ttl(TTL)).unwrap();
+    for _ in 0..3 {
+        let err = plain.try_acquire().await.unwrap_err();
+        assert!(
+            err.to_string().contains("outside this store's prefix"),
+            "{err}"
+        );
+        tokio::time::sleep(TTL * 2).await;
+    }
+    g.ensure_held_for(Duration::from_secs(1)).unwrap();
+    // The blocking acquire gives up at once with the same error.
+    let err = plain.acquire(Default::default()).await.unwrap_err();
+    assert!(matches!(err, LeaseError::InvalidConfig(_)), "{err}");
+    // Seen from a prefix above the holder's, both keys gain it and the
+    // session is judged as usual.
+    let outer = file_store(top.path().to_path_buf()).await;
+    let above = Lease::new(outer, "root/shards/7", "above", LeaseConfig::with_ttl(TTL)).unwrap();
+    let by = held(above.try_acquire().await.unwrap());
+    assert_eq!(by.owner, "a");
+    g.release().await.unwrap();
+    a.close().await.unwrap();
 }

@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::cli::LsArgs;
 use crate::duration::human;
 use crate::exit::Failure;
-use crate::sessions::{Heartbeat, Places, SessionState};
+use crate::sessions::{self, Heartbeat, Places, SessionState};
 use crate::target;
 use crate::time::rfc3339;
 
@@ -149,7 +149,7 @@ fn judge_entry(entry: &mut Entry, session: &SessionRef, beat: &Heartbeat, now: S
         SessionState::Unreadable(_) => ("unknown", "unreadable"),
     };
     entry.state = state;
-    entry.session = Some(session.key.clone());
+    entry.session = Some(sessions::name(&entry.key, session));
     entry.session_term = Some(session.term);
     entry.session_state = Some(session_state);
 }
@@ -192,6 +192,7 @@ fn entry(
     } else {
         "held"
     };
+    let session = record.session.as_ref().map(|s| sessions::name(&key, s));
     let entry = Entry {
         key,
         state,
@@ -204,7 +205,7 @@ fn entry(
         layout: Some("record"),
         found: None,
         // A session lock's own fields are set from its heartbeat later.
-        session: record.session.as_ref().map(|s| s.key.clone()),
+        session,
         session_term: record.session.as_ref().map(|s| s.term),
         session_state: None,
     };

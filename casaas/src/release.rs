@@ -25,7 +25,7 @@ use crate::logging;
 use crate::sessions::{Heartbeat, Places, SessionState};
 use crate::target::LockTarget;
 use crate::time::rfc3339;
-use crate::{holding, target};
+use crate::{holding, sessions, target};
 
 /// Exit status when the user declined or the record changed.
 const NOT_RELEASED: u8 = 1;
@@ -133,7 +133,7 @@ async fn session_of(
                  next heartbeat; this lock is free from then on (`casaas lock` takes it at once)",
                 url = target.display,
                 owner = lock.owner,
-                key = session.key,
+                key = sessions::name(&target.key, session),
                 term = session.term,
                 hb = beat.url,
             ),
@@ -141,7 +141,10 @@ async fn session_of(
         SessionState::Unreadable(found) => Err(Failure::usage(format!(
             "{}: held under session '{}' (term {}), but its heartbeat {} is unreadable ({found}): \
              whether the session is alive cannot be known, so nothing was written",
-            target.display, session.key, session.term, beat.url
+            target.display,
+            sessions::name(&target.key, session),
+            session.term,
+            beat.url
         ))),
         SessionState::Released | SessionState::Superseded | SessionState::Missing => Ok(beat),
     }
@@ -217,7 +220,7 @@ fn describe(
             owner = record.owner,
             token = record.token,
             next = record.token + 1,
-            key = named.key,
+            key = sessions::name(&target.key, named),
             term = named.term,
             state = beat.state.name(),
             hb = beat.url,

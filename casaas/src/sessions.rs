@@ -3,13 +3,12 @@
 //!
 //! A lock held under a session is never rewritten by its holder while held,
 //! so its own version and times say nothing about whether it is still held:
-//! its session's heartbeat does. The heartbeat key in the lock record is
-//! relative to the store the holder opened, which may be the lock's
-//! directory or any directory above it (a holder that opened
-//! `file:///srv/locks` and locked `shards/7` names `sessions/worker-1`;
-//! `casaas status file:///srv/locks/shards/7` opens `file:///srv/locks/shards`).
-//! So the heartbeat is looked for from the lock's directory upwards, and the
-//! nearest object at that key is the session's.
+//! its session's heartbeat does. The lock record names the heartbeat
+//! relative to the lock's directory (`../sessions/worker-1` for a lock
+//! `shards/7` held under `sessions/worker-1`), so it is found exactly from
+//! whatever prefix the command opened: `casaas status
+//! file:///srv/locks/shards/7` opens `file:///srv/locks/shards`, and the
+//! heartbeat is one directory above it, which is opened read-only for it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,11 +21,6 @@ use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 
 use crate::exit::Failure;
 use crate::target;
-
-/// How many directories above the first one are searched: far more than
-/// any real layout nests, and a bound on the reads spent on a heartbeat
-/// that is missing everywhere.
-const MAX_LEVELS: usize = 32;
 
 /// Characters escaped in a path segment of a heartbeat URL (the inverse of
 /// the decoding `target::parse` applies to the lock name).
@@ -58,7 +52,8 @@ pub enum SessionState {
     /// watching this for the lock's TTL.
     Missing,
     /// The object at the heartbeat key is not a lease record this build
-    /// reads (what was found): nobody can judge the lock.
+    /// reads (what was found), or the heartbeat cannot be reached from here
+    /// (why): nobody can judge the lock.
     Unreadable(String),
 }
 
@@ -78,11 +73,9 @@ impl SessionState {
 /// One read of a lock's heartbeat.
 #[derive(Debug, Clone)]
 pub struct Heartbeat {
-    /// The heartbeat's URL (without user-info): where it was found, or,
-    /// when found nowhere, where it was first looked for.
+    /// The heartbeat's URL (without user-info).
     pub url: String,
-    /// The record read and its version (none when missing everywhere or
-    /// unreadable).
+    /// The record read and its version (none when missing or unreadable).
     pub read: Option<(LeaseRecord, Version)>,
     /// The judgement of the lock's term.
     pub state: SessionState,
@@ -147,18 +140,34 @@ impl Places {
         self.reads.clear();
     }
 
-    /// The places to look for the heartbeat of a lock at `lock_key` in the
-    /// first directory, nearest first.
-    pub fn candidates(lock_key: &str) -> Vec<Place> {
-        let mut places = Vec::new();
-        let mut dir = lock_key;
-        while let Some((parent, _)) = dir.rsplit_once('/') {
-            places.push((0, format!("{parent}/")));
-            dir = parent;
+    /// Where the heartbeat `session` names for a lock at `lock_key` in the
+    /// first directory is: a place and the key under it. `None` when the
+    /// name is not one this library writes.
+    pub fn locate(lock_key: &str, session: &SessionRef) -> Option<(Place, String)> {
+        if let Some(key) = session.heartbeat_key(lock_key) {
+            return Some(((0, String::new()), key));
         }
-        places.push((0, String::new()));
-        places.extend((1..=MAX_LEVELS).map(|level| (level, String::new())));
-        places
+        // Above the first directory: one level per `..` beyond the lock's
+        // own directories.
+        let ups = session
+            .heartbeat
+            .split('/')
+            .take_while(|s| *s == "..")
+            .count();
+        let depth = lock_key.split('/').count() - 1;
+        let rest = session
+            .heartbeat
+            .split('/')
+            .skip(ups)
+            .collect::<Vec<_>>()
+            .join("/");
+        let well_formed = rest
+            .split('/')
+            .all(|segment| !matches!(segment, "" | "." | ".."));
+        if ups <= depth || !well_formed {
+            return None;
+        }
+        Some(((ups - depth, String::new()), rest))
     }
 
     /// Whether directory `level` exists above the first, working out its
@@ -247,48 +256,58 @@ impl Places {
     }
 
     /// Reads the heartbeat of `session` for a lock at `lock_key` in the
-    /// first directory: the nearest object at the session's key, from the
-    /// lock's directory upwards. Call it after reading the lock: the term to
-    /// judge is the one the lock names.
+    /// first directory. Call it after reading the lock: the term to judge is
+    /// the one the lock names.
     pub async fn heartbeat(
         &mut self,
         lock_key: &str,
         session: &SessionRef,
     ) -> Result<Heartbeat, Failure> {
-        let candidates = Self::candidates(lock_key);
-        let first = candidates
-            .first()
-            .map_or_else(String::new, |place| self.url_of(place, &session.key));
-        for place in &candidates {
-            if !self.reach(place.0) {
-                break;
-            }
-            let url = self.url_of(place, &session.key);
-            match self.read(place, &session.key).await? {
-                None => continue,
-                Some(Ok((record, version))) => {
-                    let state = judge(session, Some(&record));
-                    return Ok(Heartbeat {
-                        url,
-                        read: Some((record, version)),
-                        state,
-                    });
-                }
-                Some(Err(found)) => {
-                    return Ok(Heartbeat {
-                        url,
-                        read: None,
-                        state: SessionState::Unreadable(found),
-                    });
-                }
-            }
-        }
-        Ok(Heartbeat {
-            url: first,
+        let unreachable = |why: String| Heartbeat {
+            url: session.heartbeat.clone(),
             read: None,
-            state: SessionState::Missing,
+            state: SessionState::Unreadable(why),
+        };
+        let Some((place, key)) = Self::locate(lock_key, session) else {
+            return Ok(unreachable(format!(
+                "the lock names its heartbeat as {:?}, which is not a path this library writes",
+                session.heartbeat
+            )));
+        };
+        if !self.reach(place.0) {
+            return Ok(unreachable(format!(
+                "the heartbeat {:?} (from the lock's directory) lies above the store's root",
+                session.heartbeat
+            )));
+        }
+        let url = self.url_of(&place, &key);
+        Ok(match self.read(&place, &key).await? {
+            None => Heartbeat {
+                url,
+                read: None,
+                state: SessionState::Missing,
+            },
+            Some(Ok((record, version))) => Heartbeat {
+                url,
+                state: judge(session, Some(&record)),
+                read: Some((record, version)),
+            },
+            Some(Err(found)) => Heartbeat {
+                url,
+                read: None,
+                state: SessionState::Unreadable(found),
+            },
         })
     }
+}
+
+/// How output names the session of a lock at `lock_key`: its heartbeat's
+/// key in this store, or, when that lies above the store's root, the
+/// record's own name for it (relative to the lock's directory).
+pub fn name(lock_key: &str, session: &SessionRef) -> String {
+    session
+        .heartbeat_key(lock_key)
+        .unwrap_or_else(|| session.heartbeat.clone())
 }
 
 /// The URL of `key` (slashes separate directories) in the store at `dir`.
@@ -318,18 +337,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn candidates_go_from_the_lock_directory_upwards() {
-        let places = Places::candidates("a/b/k");
+    fn the_heartbeat_is_located_from_the_lock_directory() {
+        let named = SessionRef::new("shards/7", "sessions/w", 1);
+        // Opened at the holder's root: the same key.
         assert_eq!(
-            &places[..4],
-            &[
-                (0, "a/b/".to_string()),
-                (0, "a/".to_string()),
-                (0, String::new()),
-                (1, String::new())
-            ]
+            Places::locate("shards/7", &named),
+            Some(((0, String::new()), "sessions/w".to_string()))
         );
-        assert_eq!(Places::candidates("k")[0], (0, String::new()));
+        // Opened at `shards/` (as `casaas status …/shards/7` does): one
+        // directory above.
+        assert_eq!(
+            Places::locate("7", &named),
+            Some(((1, String::new()), "sessions/w".to_string()))
+        );
+        let deep = SessionRef::new("a/b/k", "s", 1);
+        assert_eq!(
+            Places::locate("k", &deep),
+            Some(((2, String::new()), "s".to_string()))
+        );
+        let mut bad = named.clone();
+        bad.heartbeat = "../../x/../y".to_string();
+        assert_eq!(Places::locate("7", &bad), None);
     }
 
     #[test]
@@ -358,20 +386,19 @@ mod tests {
         counting.create("sessions/w", beat.encode()).await.unwrap();
         let store: Arc<dyn CasStore> = counting.clone();
         let mut places = Places::new("memory://t/", "memory://t/", store);
-        let session = SessionRef::new("sessions/w", 3);
+        let session = SessionRef::new("shards/1", "sessions/w", 3);
         let before = counting.counts().get;
         for lock in ["shards/1", "shards/2", "shards/3"] {
             let found = places.heartbeat(lock, &session).await.unwrap();
             assert_eq!(found.state, SessionState::Alive);
             assert_eq!(found.url, "memory://t/sessions/w");
         }
-        // `shards/sessions/w` (absent) and `sessions/w`, once each.
-        assert_eq!(counting.counts().get - before, 2);
+        assert_eq!(counting.counts().get - before, 1);
     }
 
     #[test]
     fn the_term_is_judged_by_the_heartbeat_token() {
-        let session = SessionRef::new("s", 5);
+        let session = SessionRef::new("k", "s", 5);
         let beat = |token, released| {
             let mut r = LeaseRecord::new("o", "n", token, 1_000, 0);
             r.released = released;

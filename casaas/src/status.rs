@@ -154,10 +154,9 @@ fn sighting(beat: &Heartbeat, lock: &LeaseRecord) -> String {
             format!("{} at {version}", beat.url)
         }
         (_, Some(session)) => format!(
-            "{} {} of {} term {}",
+            "{} {} of term {}",
             beat.state.name(),
             beat.url,
-            session.key,
             session.term
         ),
         _ => beat.state.name().to_string(),
@@ -183,7 +182,10 @@ fn session_report(
             return Err(Failure::usage(format!(
                 "{}: held under session '{}' (term {}), but its heartbeat {} is unreadable: {found}; \
                  no contender can judge this lock until that object is a casaas lease again",
-                target.display, session.key, session.term, beat.url
+                target.display,
+                sessions::name(&target.key, session),
+                session.term,
+                beat.url
             )));
         }
         SessionState::Released => ("released", "released", Duration::ZERO),
@@ -211,7 +213,7 @@ fn session_report(
     Ok(StatusReport {
         state,
         takeover_possible_in_ms: Some(millis(takeover)),
-        session: Some(session.key.clone()),
+        session: Some(sessions::name(&target.key, session)),
         session_term: Some(session.term),
         session_state: Some(session_state),
         session_url: Some(beat.url.clone()),

@@ -295,9 +295,10 @@ impl Lease {
         }
     }
 
-    /// The session this lease's holdings hang from, if any.
-    pub fn session(&self) -> Option<&SessionRef> {
-        self.session.as_ref().map(|link| &link.session)
+    /// The session this lease's holdings hang from, if any, as the lock's
+    /// record names it.
+    pub fn session(&self) -> Option<SessionRef> {
+        self.session.as_ref().map(|link| link.named_from(&self.key))
     }
 
     /// Uses `clock` for all timing (call before the first acquisition).
@@ -463,7 +464,7 @@ impl Lease {
                     // Read after the lock: the term it names is the one to judge.
                     match self.judge_term(record, session).await? {
                         TermVerdict::Running(wait) => {
-                            tracing::debug!(holder = %record.owner, token = record.token, session = %session.key, term = session.term, ?wait, "held under a running session");
+                            tracing::debug!(holder = %record.owner, token = record.token, session = %session.heartbeat, term = session.term, ?wait, "held under a running session");
                             return Ok(AcquireOutcome::Held(HeldBy {
                                 owner: record.owner.clone(),
                                 token: record.token,
@@ -471,7 +472,7 @@ impl Lease {
                             }));
                         }
                         TermVerdict::Ended => {
-                            tracing::info!(holder = %record.owner, token = record.token, session = %session.key, term = session.term, "taking over a lock whose session ended");
+                            tracing::info!(holder = %record.owner, token = record.token, session = %session.heartbeat, term = session.term, "taking over a lock whose session ended");
                             Plan::Replace {
                                 version: version.clone(),
                                 token: self.next_token(record.token)?,
@@ -571,7 +572,7 @@ impl Lease {
             LeaseRecord::new(self.owner.clone(), nonce.clone(), token, ttl_ms, wall_ms);
         record.acquired_at_ms = acquired_at_ms;
         if let Some(link) = &self.session {
-            record = record.under_session(link.session.clone());
+            record = record.under_session(link.named_from(&self.key));
         }
         let body = record.encode();
         let sent_at = self.clock.now();
@@ -704,11 +705,19 @@ impl Lease {
         lock: &LeaseRecord,
         session: &SessionRef,
     ) -> Result<TermVerdict, LeaseError> {
+        let Some(beat_key) = session.heartbeat_key(&self.key) else {
+            // Never guess: another object (or none) at some key of ours is
+            // not the heartbeat, and judging it could take a live lock.
+            return Err(LeaseError::InvalidConfig(format!(
+                "the lock at key '{}' is held under a session whose heartbeat ('{}' from the lock's directory) lies outside this store's prefix: open the store at a prefix that contains both",
+                self.key, session.heartbeat
+            )));
+        };
         let heartbeat = read_record(
             self.store.as_ref(),
             self.clock.as_ref(),
             self.config.request_timeout,
-            &session.key,
+            &beat_key,
         )
         .await?;
         let now = self.clock.now();
@@ -718,12 +727,12 @@ impl Lease {
                 Ok(TermVerdict::Ended)
             }
             Some((beat, version)) if beat.token == session.term => {
-                let sighting = Sighting::Heartbeat(session.key.clone(), version.clone());
+                let sighting = Sighting::Heartbeat(beat_key.clone(), version.clone());
                 let wait = self.observe_unchanged(sighting, Some(&beat), beat.ttl(), now);
                 if !wait.is_zero() {
                     return Ok(TermVerdict::Running(wait));
                 }
-                self.end_term(session, beat, version).await
+                self.end_term(&beat_key, session.term, beat, version).await
             }
             _ => {
                 // A term whose heartbeat object was replaced outside the
@@ -750,7 +759,8 @@ impl Lease {
     /// ours does (the renewal is refused: the holder learns it lost).
     async fn end_term(
         &self,
-        session: &SessionRef,
+        beat_key: &str,
+        term: u64,
         beat: LeaseRecord,
         version: Version,
     ) -> Result<TermVerdict, LeaseError> {
@@ -761,13 +771,13 @@ impl Lease {
         let result = timed(
             self.clock.as_ref(),
             self.config.request_timeout,
-            &session.key,
-            self.store.replace(&session.key, &version, ended.encode()),
+            beat_key,
+            self.store.replace(beat_key, &version, ended.encode()),
         )
         .await;
         match result {
             Ok(_) => {
-                tracing::info!(session = %session.key, term = session.term, holder = %ended.owner, "ended an expired session term");
+                tracing::info!(session = %beat_key, term, holder = %ended.owner, "ended an expired session term");
                 Ok(TermVerdict::Ended)
             }
             Err(err) if needs_resolution(&err) => {
@@ -778,19 +788,19 @@ impl Lease {
                     self.store.as_ref(),
                     self.clock.as_ref(),
                     self.config.request_timeout,
-                    &session.key,
+                    beat_key,
                 )
                 .await?;
                 Ok(match now {
                     Some((beat, _))
                         if beat.nonce == ended.nonce
-                            || beat.token > session.term
-                            || (beat.token == session.term && beat.released) =>
+                            || beat.token > term
+                            || (beat.token == term && beat.released) =>
                     {
                         TermVerdict::Ended
                     }
                     _ => {
-                        tracing::debug!(error = %err, session = %session.key, "the session renewed before we could end its term");
+                        tracing::debug!(error = %err, session = %beat_key, "the session renewed before we could end its term");
                         TermVerdict::Running(self.config.retry_period)
                     }
                 })

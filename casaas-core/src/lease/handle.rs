@@ -250,7 +250,7 @@ impl Shared {
         record.acquired_at_ms = self.acquired_at_ms;
         record.released = released;
         match &self.session {
-            Some(link) => record.under_session(link.session.clone()),
+            Some(link) => record.under_session(link.named_from(&self.key)),
             None => record,
         }
     }
@@ -648,9 +648,13 @@ impl LeaseGuard {
         self.shared.validity_end()
     }
 
-    /// The session this lock is held under, if any.
-    pub fn session(&self) -> Option<&super::SessionRef> {
-        self.shared.session.as_ref().map(|link| &link.session)
+    /// The session this lock is held under, if any, as its record names it.
+    pub fn session(&self) -> Option<super::SessionRef> {
+        let shared = &self.shared;
+        shared
+            .session
+            .as_ref()
+            .map(|link| link.named_from(&shared.key))
     }
 
     /// Why the lease was lost, if it was.

@@ -65,27 +65,84 @@ pub struct LeaseRecord {
     pub session: Option<SessionRef>,
 }
 
-/// The session (its heartbeat key and term) a lock is held under.
+/// The session (its heartbeat and term) a lock is held under.
 ///
-/// The term is the session heartbeat lease's fencing token: it grows each
-/// time the session is opened again, so a lock names exactly one opening.
+/// The heartbeat is named **relative to the lock's directory**
+/// (`../sessions/worker-1` for the lock `shards/7` and the heartbeat
+/// `sessions/worker-1`), so that every process finds the same object
+/// whatever prefix it opened the store at: a contender that opened
+/// `…/locks/shards/` and reads the lock `7` resolves it to a key above its
+/// root and refuses to judge, instead of reading some other object (or none)
+/// and taking a live lock. The term is the session heartbeat lease's fencing
+/// token: it grows each time the session is opened again, so a lock names
+/// exactly one opening.
+///
+/// ```
+/// use casaas_core::lease::SessionRef;
+///
+/// let named = SessionRef::new("shards/7", "sessions/worker-1", 3);
+/// assert_eq!(named.heartbeat, "../sessions/worker-1");
+/// // The same lock seen from the store's root, and from a prefix above it:
+/// assert_eq!(named.heartbeat_key("shards/7").as_deref(), Some("sessions/worker-1"));
+/// assert_eq!(named.heartbeat_key("locks/shards/7").as_deref(), Some("locks/sessions/worker-1"));
+/// // From inside `shards/`, the heartbeat is out of reach.
+/// assert_eq!(named.heartbeat_key("7"), None);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct SessionRef {
-    /// The session's heartbeat key.
-    pub key: String,
+    /// The heartbeat's key relative to the lock's directory (`..` climbs one
+    /// level; keys themselves never contain `..`).
+    pub heartbeat: String,
     /// The session's term (its heartbeat lease's fencing token).
     pub term: u64,
 }
 
 impl SessionRef {
-    /// The session at heartbeat `key`, in term `term`.
-    pub fn new(key: impl Into<String>, term: u64) -> Self {
+    /// The session whose heartbeat is at `heartbeat_key`, in term `term`,
+    /// as the lock at `lock_key` (a key of the same store) names it.
+    pub fn new(lock_key: &str, heartbeat_key: &str, term: u64) -> Self {
+        let lock_dir: Vec<&str> = directory(lock_key).collect();
+        let target: Vec<&str> = heartbeat_key.split('/').collect();
+        let common = lock_dir
+            .iter()
+            .zip(&target)
+            .take_while(|(a, b)| a == b)
+            .count()
+            // The heartbeat's own name is never part of a shared directory.
+            .min(target.len().saturating_sub(1));
+        let mut parts: Vec<&str> = vec![".."; lock_dir.len() - common];
+        parts.extend(&target[common..]);
         SessionRef {
-            key: key.into(),
+            heartbeat: parts.join("/"),
             term,
         }
     }
+
+    /// The heartbeat's key in a store where the lock's key is `lock_key`;
+    /// `None` when it lies above that store's root (or the path is not one
+    /// this library writes).
+    pub fn heartbeat_key(&self, lock_key: &str) -> Option<String> {
+        let mut key: Vec<&str> = directory(lock_key).collect();
+        for segment in self.heartbeat.split('/') {
+            match segment {
+                ".." => {
+                    key.pop()?;
+                }
+                "" | "." => return None,
+                name => key.push(name),
+            }
+        }
+        let key = key.join("/");
+        crate::validate_key(&key).ok().map(|()| key)
+    }
+}
+
+/// The directory segments of `key` (all but its last segment).
+fn directory(key: &str) -> impl Iterator<Item = &str> {
+    let mut segments: Vec<&str> = key.split('/').collect();
+    segments.pop();
+    segments.into_iter()
 }
 
 impl LeaseRecord {
@@ -284,12 +341,13 @@ mod tests {
 
     #[test]
     fn a_session_lock_is_schema_2_and_names_its_session() {
-        let record = LeaseRecord::new("o", "n", 4, 10, 0).under_session(SessionRef::new("s/w1", 7));
+        let record = LeaseRecord::new("o", "n", 4, 10, 0)
+            .under_session(SessionRef::new("locks/a", "s/w1", 7));
         let body = record.encode();
         let text = String::from_utf8(body.to_vec()).unwrap();
         assert!(text.contains(r#""schema":2"#), "{text}");
         assert!(
-            text.contains(r#""session":{"key":"s/w1","term":7}"#),
+            text.contains(r#""session":{"heartbeat":"../s/w1","term":7}"#),
             "{text}"
         );
         assert_eq!(LeaseRecord::decode("k", &body).unwrap(), record);
@@ -304,9 +362,42 @@ mod tests {
     }
 
     #[test]
+    fn a_heartbeat_is_named_from_the_lock_and_found_from_any_root_that_holds_both() {
+        let cases = [
+            ("a", "s", "s"),
+            ("a", "sessions/w", "sessions/w"),
+            ("locks/a", "sessions/w", "../sessions/w"),
+            ("locks/x/a", "locks/w", "../w"),
+            ("locks/a", "locks/w", "w"),
+            ("locks/a", "locks/sub/w", "sub/w"),
+            ("deep/er/lock", "s", "../../s"),
+            ("locks", "locks/w", "locks/w"),
+        ];
+        for (lock, beat, relative) in cases {
+            let named = SessionRef::new(lock, beat, 1);
+            assert_eq!(named.heartbeat, relative, "{lock} → {beat}");
+            assert_eq!(named.heartbeat_key(lock).as_deref(), Some(beat));
+            // Opened one prefix higher: both keys gain it.
+            assert_eq!(
+                named.heartbeat_key(&format!("p/{lock}")),
+                Some(format!("p/{beat}"))
+            );
+        }
+        let named = SessionRef::new("shards/7", "sessions/w", 1);
+        assert_eq!(named.heartbeat_key("7"), None, "above the root");
+        for bad in ["", "a//b", "./a", "a/.", "/a"] {
+            let named = SessionRef {
+                heartbeat: bad.to_string(),
+                term: 1,
+            };
+            assert_eq!(named.heartbeat_key("x/y"), None, "{bad:?}");
+        }
+    }
+
+    #[test]
     fn a_session_and_a_schema_that_disagree_are_foreign() {
         let mut v = serde_json::to_value(
-            LeaseRecord::new("o", "n", 1, 10, 0).under_session(SessionRef::new("s", 1)),
+            LeaseRecord::new("o", "n", 1, 10, 0).under_session(SessionRef::new("k", "s", 1)),
         )
         .unwrap();
         v["schema"] = 1.into();

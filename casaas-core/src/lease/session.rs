@@ -28,11 +28,12 @@ use super::record::SessionRef;
 use super::{LeaseError, LostReason};
 
 /// What a lock held under a session knows of it: the heartbeat (whose
-/// validity is the lock's) and the name written in the lock record.
+/// validity is the lock's), its key and the term.
 #[derive(Clone, Debug)]
 pub(crate) struct SessionLink {
     pub(crate) heartbeat: Arc<Shared>,
-    pub(crate) session: SessionRef,
+    pub(crate) key: String,
+    pub(crate) term: u64,
 }
 
 impl SessionLink {
@@ -49,9 +50,14 @@ impl SessionLink {
     /// for `reason`.
     pub(crate) fn lost(&self, reason: LostReason) -> LostReason {
         LostReason::SessionLost {
-            session: self.session.key.clone(),
+            session: self.key.clone(),
             reason: Box::new(reason),
         }
+    }
+
+    /// How the lock at `lock_key` names this session.
+    pub(crate) fn named_from(&self, lock_key: &str) -> SessionRef {
+        SessionRef::new(lock_key, &self.key, self.term)
     }
 }
 
@@ -137,9 +143,10 @@ impl Session {
     fn started(heartbeat: Lease, guard: LeaseGuard) -> Session {
         let link = SessionLink {
             heartbeat: guard.shared(),
-            session: SessionRef::new(guard.key(), guard.token()),
+            key: guard.key().to_string(),
+            term: guard.token(),
         };
-        tracing::info!(session = %link.session.key, term = link.session.term, "session opened");
+        tracing::info!(session = %link.key, term = link.term, "session opened");
         Session {
             heartbeat,
             guard,
@@ -156,7 +163,7 @@ impl Session {
     pub fn lease(&self, key: impl Into<String>) -> Result<Lease, LeaseError> {
         let key = key.into();
         validate_key(&key)?;
-        if key == self.link.session.key {
+        if key == self.link.key {
             return Err(LeaseError::InvalidConfig(format!(
                 "'{key}' is the session's own heartbeat key: lock another key under it"
             )));
@@ -167,7 +174,7 @@ impl Session {
 
     /// The heartbeat key.
     pub fn key(&self) -> &str {
-        &self.link.session.key
+        &self.link.key
     }
 
     /// The owner id (also the owner of every lock under the session).
@@ -178,12 +185,7 @@ impl Session {
     /// The term: the heartbeat's fencing token, written in every lock held
     /// under this opening of the session.
     pub fn term(&self) -> u64 {
-        self.link.session.term
-    }
-
-    /// The key and term, as lock records name them.
-    pub fn session_ref(&self) -> &SessionRef {
-        &self.link.session
+        self.link.term
     }
 
     /// The heartbeat's guard (its status, health and validity).
@@ -237,7 +239,7 @@ impl Session {
     /// take each lock at once (two reads and a write), without waiting for
     /// an expiry.
     pub async fn close(self) -> Result<(), LeaseError> {
-        tracing::info!(session = %self.link.session.key, term = self.link.session.term, locks = self.held_locks(), "closing session");
+        tracing::info!(session = %self.link.key, term = self.link.term, locks = self.held_locks(), "closing session");
         self.guard.release().await
     }
 
