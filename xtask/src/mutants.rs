@@ -46,8 +46,8 @@ const MUTANTS: &[Mutant] = &[
     Mutant {
         name: "takeover without the drift margin",
         file: "casaas-core/src/lease/acquire.rs",
-        find: "(since + self.config.takeover_wait(record.ttl()))",
-        replace: "(since + record.ttl())",
+        find: "(since + self.config.takeover_wait(ttl))",
+        replace: "(since + ttl)",
     },
     Mutant {
         name: "contender takes an ambiguous write as its own without the nonce check",
@@ -94,8 +94,8 @@ const MUTANTS: &[Mutant] = &[
     Mutant {
         name: "release resets the token",
         file: "casaas-core/src/lease/handle.rs",
-        find: "record.released = released;\n        record\n",
-        replace: "record.released = released;\n        if released {\n            record.token = 0;\n        }\n        record\n",
+        find: "record.released = released;\n",
+        replace: "record.released = released;\n        if released {\n            record.token = 0;\n        }\n",
     },
     Mutant {
         name: "fenced resource without its fencing check",
@@ -130,8 +130,8 @@ const MUTANTS: &[Mutant] = &[
     Mutant {
         name: "session term taken as over without the term-ending write",
         file: "casaas-core/src/lease/acquire.rs",
-        find: "self.end_term(session, beat, version).await",
-        replace: "Ok(TermVerdict::Ended)",
+        find: "        let mut ended = beat;\n",
+        replace: "        return Ok(TermVerdict::Ended);\n        let mut ended = beat;\n",
     },
     Mutant {
         name: "holder never steps down at its renew deadline",
