@@ -177,3 +177,60 @@ async fn retries_after_store_errors_keep_the_retry_period() {
         "an error was retried at the poll period: {whole:?}"
     );
 }
+
+/// Many contenders taking turns on the file store in real time, releasing
+/// after a short hold: every release finds its own record (nobody took a
+/// lease that was held), with the default poll and with the poll tied to
+/// the retry period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contenders_polling_fast_never_supersede_a_holder() {
+    // A TTL long enough that a loaded machine's stalls do not expire a
+    // holder: a superseded release here is a protocol fault, not load.
+    for poll in [None, Some(Duration::from_secs(1))] {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn CasStore> =
+            Arc::new(casaas_core::FileStore::open(dir.path()).await.unwrap());
+        let mut config = LeaseConfig::with_ttl(Duration::from_secs(10));
+        if let Some(poll) = poll {
+            config = config.poll_period(poll);
+        }
+        let end = tokio::time::Instant::now() + Duration::from_secs(3);
+        let mut tasks = Vec::new();
+        for c in 0..32 {
+            let lease = Lease::new(store.clone(), KEY, format!("c{c}"), config.clone()).unwrap();
+            tasks.push(tokio::spawn(async move {
+                let mut turns = 0u32;
+                loop {
+                    let left = end.saturating_duration_since(tokio::time::Instant::now());
+                    if left.is_zero() {
+                        return Ok(turns);
+                    }
+                    match lease
+                        .acquire(AcquireOptions::default().deadline(left))
+                        .await
+                    {
+                        Ok(guard) => {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            let token = guard.token();
+                            guard
+                                .release()
+                                .await
+                                .map_err(|e| format!("c{c} token {token}: {e}"))?;
+                            turns += 1;
+                        }
+                        Err(LeaseError::DeadlineExceeded(_)) => return Ok(turns),
+                        Err(e) => return Err(format!("c{c}: {e}")),
+                    }
+                }
+            }));
+        }
+        let mut turns = 0;
+        for task in tasks {
+            turns += task
+                .await
+                .unwrap()
+                .unwrap_or_else(|e| panic!("poll {poll:?}: {e}"));
+        }
+        assert!(turns > 10, "{turns} turns");
+    }
+}

@@ -37,7 +37,8 @@ use super::retry::{backoff, read_record, timed};
 const QUEUE_SUFFIX: &str = ".queue/";
 
 /// How many tickets taken by others in a row one arrival tries past before
-/// giving up with [`LeaseError::Contended`].
+/// giving up with [`LeaseError::Contended`] (each loss lists the queue
+/// again, so one loss is one more arrival that came at the same moment).
 const MAX_TICKET_RACES: u32 = 64;
 
 /// How many times the end of a ticket is tried when its renewal moved its
@@ -302,25 +303,32 @@ impl FairLease {
     }
 
     async fn try_take_ticket(&self) -> Result<Ticket, LeaseError> {
-        let listed = self.list_tickets().await?;
-        let mut number = listed.last().map_or(1, |(n, _)| n.saturating_add(1));
+        let mut number = self.next_number(0).await?;
         for _ in 0..MAX_TICKET_RACES {
             match self.ticket_lease(number)?.try_acquire().await? {
                 AcquireOutcome::Acquired(guard) => {
                     tracing::debug!(ticket = number, "took a ticket");
                     return Ok(Ticket { number, guard });
                 }
-                AcquireOutcome::Held(_) => {
-                    number = number.checked_add(1).ok_or_else(|| LeaseError::Exhausted {
-                        key: self.queue.clone(),
-                        counter: "ticket number",
-                    })?;
-                }
+                // Taken by an arrival as recent as ours: list again, so a
+                // crowd arriving at once spreads out in one round instead
+                // of all trying the same numbers one after another.
+                AcquireOutcome::Held(_) => number = self.next_number(number).await?,
             }
         }
         Err(LeaseError::Contended {
             key: self.queue.clone(),
             attempts: MAX_TICKET_RACES,
+        })
+    }
+
+    /// One past the highest ticket listed, and past `taken`.
+    async fn next_number(&self, taken: u64) -> Result<u64, LeaseError> {
+        let listed = self.list_tickets().await?;
+        let highest = listed.last().map_or(0, |(n, _)| *n).max(taken);
+        highest.checked_add(1).ok_or_else(|| LeaseError::Exhausted {
+            key: self.queue.clone(),
+            counter: "ticket number",
         })
     }
 
