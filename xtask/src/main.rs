@@ -358,6 +358,9 @@ fn ci(root: &PathBuf, sim_ops: u64, keep_servers: bool) -> Result<()> {
         for (server, option) in CHAOS_SERVERS {
             chaos(&ctx, root, server, 1.0, 1, option, &[])?;
         }
+        // Locks under sessions: one more minute, on Ceph (about 70 s in all;
+        // every server would add five minutes).
+        chaos(&ctx, root, "ceph", 1.0, 1, "", &["--sessions", "true"])?;
         Ok(())
     });
     if !keep_servers {
