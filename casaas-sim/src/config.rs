@@ -39,11 +39,15 @@ pub enum Primitive {
     /// behind one conditional write; every update and record exactly once
     /// when reported, never twice, in each caller's order.
     GroupCommit,
+    /// `FairLease`: waiters served in turns (a ticket each, watching the
+    /// one before), some frozen while queued: the lease's checks on the
+    /// lock, and turns really taken.
+    Fair,
 }
 
 impl Primitive {
     /// Every primitive, in the order they run and report.
-    pub const ALL: [Primitive; 9] = [
+    pub const ALL: [Primitive; 10] = [
         Primitive::Lease,
         Primitive::SharedLease,
         Primitive::Election,
@@ -53,6 +57,7 @@ impl Primitive {
         Primitive::ElectionCreateOnly,
         Primitive::Session,
         Primitive::GroupCommit,
+        Primitive::Fair,
     ];
 
     /// The name printed in `primitive=NAME`.
@@ -67,6 +72,7 @@ impl Primitive {
             Primitive::ElectionCreateOnly => "election_create_only",
             Primitive::Session => "session",
             Primitive::GroupCommit => "group_commit",
+            Primitive::Fair => "fair",
         }
     }
 
@@ -88,6 +94,7 @@ impl Primitive {
             Primitive::ElectionCreateOnly => 10,
             Primitive::Session => 12,
             Primitive::GroupCommit => 12,
+            Primitive::Fair => 12,
         }
     }
 }

@@ -105,6 +105,10 @@ async fn simulate(
             let r = client::group_commit::simulate(config, ops, seed).await?;
             report::group_commit::report(config, seed, &r.world, &r.history)
         }
+        Primitive::Fair => {
+            let r = client::fair::simulate(config, ops, seed).await?;
+            report::fair::report(config, seed, &r.world, &r.history)
+        }
     })
 }
 

@@ -279,6 +279,7 @@ pub mod fenced_resource {
 }
 
 /// `group_commit` (in a file of its own).
+pub mod fair;
 pub mod group_commit;
 
 /// `fenced_log`.

@@ -5,6 +5,7 @@
 //! share. Nothing here imports the checkers.
 
 pub mod election;
+pub mod fair;
 mod fenced;
 pub mod fenced_log;
 pub mod fenced_resource;
