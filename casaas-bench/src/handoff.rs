@@ -168,7 +168,7 @@ async fn contend(
         }
         tokio::time::sleep(WORK).await;
         *last.lock().unwrap_or_else(|p| p.into_inner()) = Some((me, Instant::now()));
-        guard.release().await?;
+        crate::contention::release(guard).await?;
         tokio::time::sleep(AWAY).await;
     }
 }
