@@ -130,6 +130,12 @@ pub struct LockArgs {
     /// Do not wait: if the lock is held, exit at once with the conflict code.
     #[arg(short = 'n', long, conflicts_with_all = ["wait", "wait_seconds"])]
     pub no_wait: bool,
+    /// How often to read a held lock while waiting for it (e.g. 100ms, 1s;
+    /// at most the TTL). Default: TTL/10, at most 100ms, so a released
+    /// lock is taken about 50ms later; each read is one GET (10 per
+    /// waiting second at 100ms).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", env = "CASAAS_POLL")]
+    pub poll: Option<Duration>,
     /// Exit status when the lock was not acquired (held, or the wait ran out).
     #[arg(short = 'E', long, default_value_t = CONFLICT_DEFAULT, value_name = "N", env = "CASAAS_CONFLICT_EXIT_CODE")]
     pub conflict_exit_code: u8,

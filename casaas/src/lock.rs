@@ -4,7 +4,8 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use casaas_core::lease::{
-    AcquireOptions, AcquireOutcome, HeldBy, Lease, LeaseError, LeaseGuard, default_owner_id,
+    AcquireOptions, AcquireOutcome, HeldBy, Lease, LeaseConfig, LeaseError, LeaseGuard,
+    default_owner_id,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -15,13 +16,26 @@ use crate::exit::{Failure, LOST};
 use crate::logging;
 use crate::{holding, target};
 
+/// The lease timing with `--poll`, if given: no longer than the TTL.
+fn poll(config: LeaseConfig, poll: Option<Duration>) -> Result<LeaseConfig, Failure> {
+    match poll {
+        None => Ok(config),
+        Some(poll) if poll <= config.ttl => Ok(config.poll_period(poll)),
+        Some(poll) => Err(Failure::usage(format!(
+            "--poll {} is longer than --ttl {}: a waiter would notice a release later than a crashed holder's lease expires; lower --poll",
+            human(poll),
+            human(config.ttl)
+        ))),
+    }
+}
+
 /// Runs `casaas lock`.
 pub async fn run(args: LockArgs) -> Result<u8, Failure> {
     let mut signals = Signals::catch()?;
     misread_wait(&args)?;
     let wait = args.wait_limit().map_err(Failure::usage)?;
     let target = target::parse(&args.url)?;
-    let config = holding::lease_config(args.lease.ttl);
+    let config = poll(holding::lease_config(args.lease.ttl), args.poll)?;
     let grace = holding::grace(&args.lease, &config)?;
     let owner = args.owner.clone().unwrap_or_else(default_owner_id);
     let store = tokio::select! {
@@ -198,4 +212,29 @@ fn progress(display: &str, held: &HeldBy, known: bool) -> indicatif::ProgressBar
     bar.set_message(format!("waiting for {display}{holder}"));
     bar.enable_steady_tick(Duration::from_millis(120));
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poll_sets_the_waiters_poll_period_and_is_refused_past_the_ttl() {
+        let config = holding::lease_config(Duration::from_secs(15));
+        assert_eq!(config.poll_period, Duration::from_millis(100));
+        let kept = poll(config.clone(), None).unwrap();
+        assert_eq!(kept.poll_period, Duration::from_millis(100));
+        let set = poll(config.clone(), Some(Duration::from_secs(2))).unwrap();
+        assert_eq!(set.poll_period, Duration::from_secs(2));
+        assert_eq!(set.retry_period, config.retry_period);
+        let Err(refused) = poll(config, Some(Duration::from_secs(16))) else {
+            panic!("a poll longer than the TTL was accepted");
+        };
+        assert!(
+            refused
+                .message()
+                .contains("--poll 16s is longer than --ttl 15s"),
+            "{refused:?}"
+        );
+    }
 }
