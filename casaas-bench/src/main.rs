@@ -16,6 +16,7 @@ mod clients;
 mod contention;
 mod cost;
 mod failover;
+mod group_commit;
 mod guard;
 mod handoff;
 mod layouts;
@@ -129,6 +130,18 @@ enum Command {
         /// A running server: NAME=ENV_FILE (ceph, moto).
         #[arg(long = "server")]
         servers: Vec<String>,
+    },
+    /// Group commit against one write per update (a section of `run`).
+    GroupCommit {
+        /// Scratch directory (the file backend lives here).
+        #[arg(long)]
+        work_dir: PathBuf,
+        /// A running server: NAME=ENV_FILE (ceph).
+        #[arg(long = "server")]
+        servers: Vec<String>,
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
     },
     /// Failover holder: acquire a casaas lease, print `ready`, renew until killed.
     Hold {
@@ -304,6 +317,7 @@ async fn run(
     sections.push(session_section(&targets, &plan).await?);
     sections.push(contention_section(&targets, &plan).await?);
     sections.push(handoff_section(&targets, &plan).await?);
+    sections.push(group_commit_section(&targets, group_commit_time(quick)).await?);
     sections.push(cost::section(rtt.row("casaas file").map(|r| r.requests)));
 
     let version_lines = version_lines(&targets, &versions).await?;
@@ -496,6 +510,40 @@ async fn handoff_section(targets: &Targets, plan: &Plan) -> Result<Section> {
     Ok(handoff::section(&rows, plan.handoff_time))
 }
 
+/// Seconds per group-commit measurement: at least 30 in a full run.
+fn group_commit_time(quick: bool) -> Duration {
+    Duration::from_secs(if quick { 5 } else { 30 })
+}
+
+/// Group commit against one write per update: the file store behind a
+/// throttle of one conditional write per second per key (the headline),
+/// then the file store and Ceph as they are.
+async fn group_commit_section(targets: &Targets, time: Duration) -> Result<Section> {
+    const THROTTLED: &str = "file, 1 write/s/key";
+    let file = targets.store("file").context("no file store")?;
+    let throttled: std::sync::Arc<dyn casaas_core::CasStore> = std::sync::Arc::new(
+        group_commit::Throttled::new(file.open().await?, Duration::from_secs(1)),
+    );
+    let mut stores = vec![
+        (THROTTLED.to_string(), throttled),
+        ("file".to_string(), file.open().await?),
+    ];
+    if let Some(ceph) = targets.store("ceph") {
+        stores.push(("ceph".to_string(), ceph.open().await?));
+    }
+    let mut rows = Vec::new();
+    for (name, store) in stores {
+        for mode in group_commit::Mode::ALL {
+            eprintln!(
+                "bench: group commit {name}: {mode:?} for {} s",
+                time.as_secs()
+            );
+            rows.push(group_commit::run(&name, store.clone(), mode, time).await?);
+        }
+    }
+    Ok(group_commit::section(&rows, THROTTLED))
+}
+
 /// The versions the report names: casaas, the running etcd and Redis, and
 /// those given with `--version`.
 async fn version_lines(targets: &Targets, versions: &[(String, String)]) -> Result<Vec<String>> {
@@ -646,6 +694,16 @@ async fn dispatch(command: Command) -> Result<()> {
             let plan = Plan::new(quick);
             print_section(contention_section(&targets, &plan).await?);
             print_section(handoff_section(&targets, &plan).await?);
+            Ok(())
+        }
+        Command::GroupCommit {
+            work_dir,
+            servers,
+            seconds,
+        } => {
+            let targets = targets(&work_dir, &pairs(&servers, "server")?)?;
+            let time = Duration::from_secs(seconds);
+            print_section(group_commit_section(&targets, time).await?);
             Ok(())
         }
         Command::Hold {
