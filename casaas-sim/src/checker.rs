@@ -838,7 +838,9 @@ pub mod session {
         let mut violations = Vec::new();
         for (g, guard) in locks.guards.iter().enumerate() {
             let Some(&term) = h.guard_terms.get(lock).and_then(|t| t.get(g)) else {
-                violations.push(format!("{context}: lock {lock} guard {g} has no term recorded"));
+                violations.push(format!(
+                    "{context}: lock {lock} guard {g} has no term recorded"
+                ));
                 continue;
             };
             let ttl = ttls.get(guard.client).copied().unwrap_or_default();

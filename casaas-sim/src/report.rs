@@ -466,9 +466,7 @@ pub mod session {
             order.extend(lease_check::token_order(lock, &who, context));
             let lock_context = format!("{context} lock {i}");
             monotonic.extend(lease_check::lock_token_monotonic(lock, &lock_context));
-            validity.extend(check::belief_rests_on_heartbeat(
-                i, lock, h, &ttls, context,
-            ));
+            validity.extend(check::belief_rests_on_heartbeat(i, lock, h, &ttls, context));
         }
         let mut findings = Findings::default();
         findings.add("mutual_exclusion", exclusion);
