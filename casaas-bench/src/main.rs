@@ -31,10 +31,13 @@ mod targets;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
+
+use casaas_core::CasStore;
 
 use crate::section::Section;
 use crate::targets::{StoreTarget, Targets};
@@ -379,37 +382,43 @@ async fn failover_section(
     failover.section(casaas_core::lease::LeaseConfig::default().drift_margin)
 }
 
+/// The stores many holdings are measured on: memory and file, and Ceph
+/// (with `ceph_count` holdings; none when 0 or absent). Each with how many.
+async fn holding_stores(
+    targets: &Targets,
+    memory_url: &str,
+    count: usize,
+    ceph_count: usize,
+) -> Result<Vec<(&'static str, Arc<dyn CasStore>, usize)>> {
+    let file = targets.store("file").context("no file store")?;
+    let mut stores = vec![
+        ("memory", casaas_core::open_store(memory_url).await?, count),
+        ("file", file.open().await?, count),
+    ];
+    if ceph_count > 0
+        && let Some(ceph) = targets.store("ceph")
+    {
+        stores.push(("ceph", ceph.open().await?, ceph_count));
+    }
+    Ok(stores)
+}
+
 /// Many leases held in one process: on the memory and file stores, and on
 /// Ceph in a full run.
 async fn scale_section(targets: &Targets, plan: &Plan) -> Result<Section> {
-    let file = targets.store("file").context("no file store")?;
-    let mut scale_rows = Vec::new();
-    for name in ["memory", "file"] {
-        let store = if name == "memory" {
-            casaas_core::open_store("memory://bench-scale/leases").await?
-        } else {
-            file.open().await?
-        };
-        eprintln!("bench: scale {name}: {} leases", plan.scale_leases);
-        scale_rows
-            .push(scale::run(name, store, plan.scale_leases, SCALE_TTL, plan.scale_hold).await?);
+    let mut rows = Vec::new();
+    let stores = holding_stores(
+        targets,
+        "memory://bench-scale/leases",
+        plan.scale_leases,
+        plan.scale_ceph_leases,
+    )
+    .await?;
+    for (name, store, leases) in stores {
+        eprintln!("bench: scale {name}: {leases} leases");
+        rows.push(scale::run(name, store, leases, SCALE_TTL, plan.scale_hold).await?);
     }
-    if plan.scale_ceph_leases > 0
-        && let Some(ceph) = targets.store("ceph")
-    {
-        eprintln!("bench: scale ceph: {} leases", plan.scale_ceph_leases);
-        scale_rows.push(
-            scale::run(
-                "ceph",
-                ceph.open().await?,
-                plan.scale_ceph_leases,
-                SCALE_TTL,
-                plan.scale_hold,
-            )
-            .await?,
-        );
-    }
-    Ok(scale::section(&scale_rows, SCALE_TTL))
+    Ok(scale::section(&rows, SCALE_TTL))
 }
 
 /// Many locks under one session on the memory and file stores (and Ceph in
@@ -417,29 +426,22 @@ async fn scale_section(targets: &Targets, plan: &Plan) -> Result<Section> {
 async fn session_section(targets: &Targets, plan: &Plan) -> Result<Section> {
     let file = targets.store("file").context("no file store")?;
     let mut rows = Vec::new();
-    for name in ["memory", "file"] {
-        let store = if name == "memory" {
-            casaas_core::open_store("memory://bench-session/locks").await?
-        } else {
-            file.open().await?
-        };
-        eprintln!("bench: session {name}: {} locks", plan.scale_leases);
-        rows.push(session::run(name, store, plan.scale_leases, SCALE_TTL, plan.scale_hold).await?);
-    }
-    if plan.scale_ceph_leases > 0
-        && let Some(ceph) = targets.store("ceph")
-    {
-        eprintln!("bench: session ceph: {} locks", plan.scale_leases);
-        rows.push(
-            session::run(
-                "ceph",
-                ceph.open().await?,
-                plan.scale_leases,
-                SCALE_TTL,
-                plan.scale_hold,
-            )
-            .await?,
-        );
+    // Locks under a session cost nothing while held: as many on Ceph.
+    let ceph_locks = if plan.scale_ceph_leases > 0 {
+        plan.scale_leases
+    } else {
+        0
+    };
+    let stores = holding_stores(
+        targets,
+        "memory://bench-session/locks",
+        plan.scale_leases,
+        ceph_locks,
+    )
+    .await?;
+    for (name, store, locks) in stores {
+        eprintln!("bench: session {name}: {locks} locks");
+        rows.push(session::run(name, store, locks, SCALE_TTL, plan.scale_hold).await?);
     }
     let mut failovers = Vec::new();
     let mut failover_targets = vec![file.clone()];
