@@ -3,7 +3,7 @@
 //! tied to `retry_period` as it used to be, and with fair turns, measured
 //! side by side on one store.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -16,15 +16,14 @@ use crate::stats::{Summary, summarize};
 /// The TTL of the handoff runs: the library's and `casaas lock`'s default.
 pub const HANDOFF_TTL: Duration = Duration::from_secs(15);
 
-/// Contenders taking turns.
-const CONTENDERS: usize = 4;
+/// Contenders waiting while the lock is held, in each round.
+const WAITERS: usize = 2;
 
-/// The work done while holding.
-const WORK: Duration = Duration::from_millis(10);
-
-/// How long a releaser stays away before asking again, so that the next
-/// holder is a waiter rather than the releaser barging back in.
-const AWAY: Duration = Duration::from_millis(300);
+/// How long the holder keeps the lock before releasing it: at least long
+/// enough for the waiters to be polling, and spread over more than one
+/// poll of the slowest mode, so that a release meets every phase of it.
+const HOLD_MIN: Duration = Duration::from_millis(200);
+const HOLD_SPREAD_MS: u64 = 1_600;
 
 /// How a contender waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,9 +73,6 @@ pub struct HandoffRow {
     pub latency: Summary,
 }
 
-/// The last release: who released and when it started.
-type LastRelease = Arc<Mutex<Option<(usize, Instant)>>>;
-
 /// A contender's way to acquire, in one of the modes.
 enum Taker {
     Plain(Lease),
@@ -84,7 +80,16 @@ enum Taker {
 }
 
 impl Taker {
-    async fn acquire(&self, options: AcquireOptions) -> Result<LeaseGuard, LeaseError> {
+    fn new(store: &Arc<dyn CasStore>, key: &str, owner: String, waiting: Waiting) -> Result<Self> {
+        let lease = Lease::new(store.clone(), key, owner, waiting.config())?;
+        Ok(match waiting {
+            Waiting::Fair => Taker::Fair(FairLease::new(lease)?),
+            Waiting::Default | Waiting::RetryPeriod => Taker::Plain(lease),
+        })
+    }
+
+    async fn acquire(&self) -> Result<LeaseGuard, LeaseError> {
+        let options = AcquireOptions::default().deadline(HANDOFF_TTL * 4);
         match self {
             Taker::Plain(lease) => lease.acquire(options).await,
             Taker::Fair(fair) => fair.acquire(options).await,
@@ -92,10 +97,10 @@ impl Taker {
     }
 }
 
-/// Runs `CONTENDERS` on one key of `store` for `duration`: each acquires,
-/// works, releases and stays away for a while. A sample is the time from
-/// the start of a release (its write included) to the moment a contender
-/// that was already waiting holds the lock.
+/// Runs rounds for `duration` on one key of `store`: a holder takes the lock,
+/// [`WAITERS`] contenders start waiting for it, and after a random hold
+/// the holder releases. A sample is the time from the start of the release
+/// (its write included) to the moment the first waiter holds the lock.
 pub async fn run(
     system: &str,
     store: Arc<dyn CasStore>,
@@ -103,30 +108,40 @@ pub async fn run(
     duration: Duration,
 ) -> Result<HandoffRow> {
     let key = format!("bench/handoff/{:08x}", rand::random::<u32>());
-    let last: LastRelease = Arc::default();
-    let samples = Arc::new(Mutex::new(Vec::new()));
-    let end = Instant::now() + duration;
-    let mut tasks = Vec::new();
-    for c in 0..CONTENDERS {
-        let lease = Lease::new(
-            store.clone(),
-            key.clone(),
-            format!("contender-{c}"),
-            waiting.config(),
-        )?;
-        let taker = match waiting {
-            Waiting::Fair => Taker::Fair(FairLease::new(lease)?),
-            Waiting::Default | Waiting::RetryPeriod => Taker::Plain(lease),
-        };
-        let (last, samples) = (last.clone(), samples.clone());
-        tasks.push(tokio::spawn(async move {
-            contend(c, taker, last, samples, end).await
-        }));
+    let mut samples = Vec::new();
+    let started = Instant::now();
+    for round in 0.. {
+        if started.elapsed() >= duration {
+            break;
+        }
+        let holder = Taker::new(&store, &key, format!("holder-{round}"), waiting)?;
+        let held = holder.acquire().await?;
+        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+        for w in 0..WAITERS {
+            let waiter = Taker::new(&store, &key, format!("waiter-{round}-{w}"), waiting)?;
+            let sender = sender.clone();
+            tokio::spawn(async move {
+                let acquired = waiter.acquire().await;
+                let _ = sender.send((Instant::now(), acquired));
+            });
+        }
+        drop(sender);
+        let hold = HOLD_MIN + Duration::from_millis(rand::random::<u64>() % HOLD_SPREAD_MS);
+        tokio::time::sleep(hold).await;
+        let released = Instant::now();
+        crate::contention::release(held).await?;
+        // Each waiter in turn: the first gives the sample, the others
+        // follow once it has released.
+        let mut first = true;
+        while let Some((at, acquired)) = receiver.recv().await {
+            let guard = acquired?;
+            if first {
+                samples.push(at.duration_since(released).as_secs_f64() * 1e3);
+                first = false;
+            }
+            crate::contention::release(guard).await?;
+        }
     }
-    for task in tasks {
-        task.await??;
-    }
-    let samples = samples.lock().unwrap_or_else(|p| p.into_inner()).clone();
     Ok(HandoffRow {
         system: system.to_string(),
         waiting,
@@ -134,63 +149,24 @@ pub async fn run(
     })
 }
 
-async fn contend(
-    me: usize,
-    taker: Taker,
-    last: LastRelease,
-    samples: Arc<Mutex<Vec<f64>>>,
-    end: Instant,
-) -> Result<()> {
-    loop {
-        let asked = Instant::now();
-        let left = end.saturating_duration_since(asked);
-        if left.is_zero() {
-            return Ok(());
-        }
-        let guard = match taker
-            .acquire(AcquireOptions::default().deadline(left))
-            .await
-        {
-            Ok(guard) => guard,
-            Err(LeaseError::DeadlineExceeded(_)) => return Ok(()),
-            Err(err) => return Err(err.into()),
-        };
-        let held = Instant::now();
-        let previous = *last.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((releaser, released)) = previous
-            && releaser != me
-            && asked < released
-        {
-            samples
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(held.duration_since(released).as_secs_f64() * 1e3);
-        }
-        tokio::time::sleep(WORK).await;
-        *last.lock().unwrap_or_else(|p| p.into_inner()) = Some((me, Instant::now()));
-        crate::contention::release(guard).await?;
-        tokio::time::sleep(AWAY).await;
-    }
-}
-
 /// The report's part.
 pub fn section(rows: &[HandoffRow], duration: Duration) -> Section {
     let config = LeaseConfig::with_ttl(HANDOFF_TTL);
     let mut md = String::from("## Handoff after a graceful release\n\n");
     md.push_str(&format!(
-        "{CONTENDERS} contenders on one key (TTL {} s: `retry_period` {} ms, `poll_period` {} \
-         ms), each acquiring, working {} ms, releasing and staying away {} ms, for {} s per \
-         mode, the modes one after another on each store. A sample is the time from the start \
-         of a release (its write included) to the moment a contender that was already waiting \
-         holds the lock: what a `flock` user would see as the lock sitting idle. \"poll = \
-         retry_period\" is the waiting as it was before the poll period had a setting of its \
-         own.\n\n",
+        "Rounds for {} s per mode, the modes one after another on each store (TTL {} s: \
+         `retry_period` {} ms, `poll_period` {} ms): a holder takes the lock, {WAITERS} \
+         contenders start waiting for it, and after {}–{} ms (spread over more than one poll \
+         of the slowest mode) the holder releases. A sample is the time from the start of the \
+         release (its write included) to the moment the first waiter holds the lock: what a \
+         `flock` user would see as the lock sitting idle. \"poll = retry_period\" is the \
+         waiting as it was before the poll period had a setting of its own.\n\n",
+        duration.as_secs(),
         HANDOFF_TTL.as_secs(),
         config.retry_period.as_millis(),
         config.poll_period.as_millis(),
-        WORK.as_millis(),
-        AWAY.as_millis(),
-        duration.as_secs(),
+        HOLD_MIN.as_millis(),
+        HOLD_MIN.as_millis() + u128::from(HOLD_SPREAD_MS),
     ));
     md.push_str(
         "| backend | waiting | handoffs | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|---|\n",
