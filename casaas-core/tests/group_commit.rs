@@ -347,3 +347,116 @@ async fn logs_written_one_record_per_entry_still_read() {
     );
     assert_eq!(fresh.read(1).await.unwrap().unwrap().value, "old");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_update_fails_its_batch_and_the_next_caller_still_succeeds() {
+    let store = store(Duration::from_millis(5)).await;
+    let group = counter(&store, GroupCommitConfig::default());
+    group.update(1, increment).await.unwrap();
+    let err = group
+        .update(1, |_: Option<&u64>| -> u64 { panic!("boom in an update") })
+        .await
+        .unwrap_err();
+    match &err {
+        LeaseError::Store(e) => {
+            assert_eq!(e.kind(), ErrorKind::Ambiguous);
+            assert!(e.message().contains("panicked"), "{err}");
+            assert!(e.message().contains("boom in an update"), "{err}");
+        }
+        other => panic!("expected a store error, got {other:?}"),
+    }
+    // The handle still works, for one caller and for a crowd.
+    assert_eq!(group.update(1, increment).await.unwrap().value, 2);
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let group = group.clone();
+            tokio::spawn(async move { group.update(1, increment).await })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    assert_eq!(stored(&group).await, 18);
+}
+
+#[test]
+fn a_committer_dropped_with_its_runtime_refuses_the_queue_and_the_next_runtime_commits() {
+    let (group, ticket) = {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let store = runtime.block_on(store(Duration::ZERO));
+        let group = counter(&store, GroupCommitConfig::default());
+        // Queued, its committer spawned but never polled: a current-thread
+        // runtime runs other tasks only while blocked on.
+        let ticket = runtime.block_on(group.submit(1, increment)).unwrap();
+        (group, ticket)
+        // The runtime shuts down here, dropping the committer.
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let refused = tokio::time::timeout(Duration::from_secs(10), ticket.wait())
+            .await
+            .expect("a queued update must not wait forever");
+        match refused.unwrap_err() {
+            LeaseError::Store(e) => assert_eq!(e.kind(), ErrorKind::NotSent, "{e}"),
+            other => panic!("expected a store error, got {other:?}"),
+        }
+        let applied = tokio::time::timeout(Duration::from_secs(10), group.update(1, increment))
+            .await
+            .expect("a later caller must not wait forever")
+            .unwrap();
+        assert_eq!(applied.value, 1, "the refused update was never applied");
+    });
+}
+
+#[test]
+fn outside_a_runtime_a_group_handle_refuses_instead_of_panicking() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = runtime.block_on(store(Duration::ZERO));
+    let group = counter(&store, GroupCommitConfig::default());
+    drop(runtime);
+    let err = futures::executor::block_on(group.update(1, increment)).unwrap_err();
+    assert!(matches!(err, LeaseError::InvalidConfig(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_queue_limit_beyond_the_semaphores_is_clamped() {
+    let store = store(Duration::ZERO).await;
+    let mut config = GroupCommitConfig::default();
+    config.max_queued = usize::MAX;
+    let group = counter(&store, config);
+    assert_eq!(group.update(1, increment).await.unwrap().value, 1);
+    let built = GroupCommitConfig::default().with_max_queued(usize::MAX);
+    assert_eq!(built.max_queued, tokio::sync::Semaphore::MAX_PERMITS);
+    let group = counter(&store, built);
+    assert_eq!(group.update(1, increment).await.unwrap().value, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn reading_one_record_of_a_batch_entry_is_refused_not_truncated() {
+    let store = store(Duration::from_millis(20)).await;
+    let group = group_log(&store, GroupCommitConfig::default());
+    let tickets = futures::future::join_all((0..8).map(|i| group.submit(1, format!("r{i}")))).await;
+    let mut appended = Vec::new();
+    for ticket in tickets {
+        appended.push(ticket.unwrap().wait().await.unwrap());
+    }
+    let seq = appended[0].seq;
+    let records = group.log().read_records(seq).await.unwrap();
+    assert!(records.len() > 1, "the submits made one batch entry");
+    match group.log().read(seq).await.unwrap_err() {
+        LeaseError::Store(e) => {
+            assert_eq!(e.kind(), ErrorKind::InvalidInput);
+            assert!(e.message().contains("read_records"), "{e}");
+        }
+        other => panic!("expected a store error, got {other:?}"),
+    }
+}

@@ -16,8 +16,10 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use futures::FutureExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
@@ -32,7 +34,8 @@ use super::{FencedLog, FencedResource, LeaseError, LogEntry};
 #[non_exhaustive]
 pub struct GroupCommitConfig {
     /// Updates waiting for a batch; a caller beyond this waits for room
-    /// (back-pressure). Default 4096.
+    /// (back-pressure). Default 4096; a handle clamps it to between 1 and
+    /// [`Semaphore::MAX_PERMITS`](tokio::sync::Semaphore::MAX_PERMITS).
     pub max_queued: usize,
     /// Records in one batch. Default 1024.
     pub max_batch_records: usize,
@@ -52,9 +55,10 @@ impl Default for GroupCommitConfig {
 }
 
 impl GroupCommitConfig {
-    /// Sets how many updates may wait for a batch (at least 1).
+    /// Sets how many updates may wait for a batch (at least 1, at most
+    /// [`Semaphore::MAX_PERMITS`](tokio::sync::Semaphore::MAX_PERMITS)).
     pub fn with_max_queued(mut self, max_queued: usize) -> Self {
-        self.max_queued = max_queued.max(1);
+        self.max_queued = max_queued.clamp(1, Semaphore::MAX_PERMITS);
         self
     }
 
@@ -80,7 +84,10 @@ pub struct Applied<T> {
     pub value: T,
     /// The token the batch was fenced with (the caller's own).
     pub token: u64,
-    /// The version of the object the batch wrote.
+    /// The version of the object the batch wrote: that of our write, or of
+    /// the object as read if writes of others already replaced ours (the
+    /// write was found again by its nonce), as for
+    /// [`FencedResource::update`].
     pub version: Version,
     /// This update's place in its batch, from 0.
     pub offset: usize,
@@ -207,7 +214,10 @@ impl<W: BatchWriter> Batcher<W> {
                 committing: false,
                 next_id: 0,
             }),
-            slots: Arc::new(Semaphore::new(config.max_queued.max(1))),
+            // Above MAX_PERMITS the semaphore would panic.
+            slots: Arc::new(Semaphore::new(
+                config.max_queued.clamp(1, Semaphore::MAX_PERMITS),
+            )),
         })
     }
 
@@ -228,6 +238,13 @@ impl<W: BatchWriter> Batcher<W> {
                 self.config.max_batch_bytes
             )));
         }
+        // The committer is a task of the caller's runtime.
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            LeaseError::InvalidConfig(
+                "group commit needs a tokio runtime: call submit, update or append from within one"
+                    .to_string(),
+            )
+        })?;
         // The semaphore is never closed; the error arm is unreachable.
         let slot = self
             .slots
@@ -254,7 +271,13 @@ impl<W: BatchWriter> Batcher<W> {
         };
         let (id, start) = start;
         if start {
-            tokio::spawn(self.clone().commit_loop());
+            // The guard is made before the task: a task dropped unpolled
+            // (its runtime shutting down) still hands the queue back.
+            let guard = Committer {
+                batcher: self.clone(),
+                finished: false,
+            };
+            runtime.spawn(guard.run());
         }
         Ok(Ticket {
             id,
@@ -264,7 +287,7 @@ impl<W: BatchWriter> Batcher<W> {
     }
 
     /// Writes batches until the queue is empty.
-    async fn commit_loop(self: Arc<Self>) {
+    async fn commit_loop(&self) {
         loop {
             let batch = {
                 let mut queue = self.lock();
@@ -277,6 +300,33 @@ impl<W: BatchWriter> Batcher<W> {
             };
             self.commit(batch).await;
             self.let_answered_callers_queue().await;
+        }
+    }
+
+    /// The committer stopped without emptying the queue (its task was
+    /// dropped at runtime shutdown, or it panicked): no committer runs any
+    /// more, so the next caller starts one, and the updates still queued
+    /// (never sent) are refused rather than left waiting forever.
+    fn committer_stopped(&self) {
+        let stranded: Vec<_> = {
+            let mut queue = self.lock();
+            if !queue.committing {
+                return;
+            }
+            queue.committing = false;
+            queue.waiting.drain(..).collect()
+        };
+        if !stranded.is_empty() {
+            tracing::warn!(
+                queued = stranded.len(),
+                "group commit: the committer stopped; refusing the queued updates"
+            );
+        }
+        for queued in stranded {
+            let _ = queued.reply.send(Err(LeaseError::Store(CasError::new(
+                ErrorKind::NotSent,
+                "the group commit's committer stopped (its runtime shut down) before this update was sent; it was not applied",
+            ))));
         }
     }
 
@@ -341,7 +391,24 @@ impl<W: BatchWriter> Batcher<W> {
             records = items.len(),
             "group commit: writing a batch"
         );
-        match self.writer.write(token, items).await {
+        // A panicking update function fails its batch, not the handle.
+        let written = match AssertUnwindSafe(self.writer.write(token, items))
+            .catch_unwind()
+            .await
+        {
+            Ok(written) => written,
+            Err(panic) => {
+                let what = panic_message(panic.as_ref());
+                tracing::warn!(token, panic = %what, "group commit: an update function panicked");
+                Err(LeaseError::Store(CasError::new(
+                    ErrorKind::Ambiguous,
+                    format!(
+                        "an update function of this batch panicked ({what}); the batch's write was abandoned, but an earlier attempt of it may have landed"
+                    ),
+                )))
+            }
+        };
+        match written {
             Ok(done) if done.len() == replies.len() => {
                 for (reply, done) in replies.into_iter().zip(done) {
                     // A caller gone after sealing is not told; its update
@@ -362,6 +429,42 @@ impl<W: BatchWriter> Batcher<W> {
             }
             Err(err) => answer_all(replies, &err),
         }
+    }
+}
+
+/// The running committer of a batcher. Dropped without the queue handed
+/// back (a panic, or the task dropped at runtime shutdown), it hands it
+/// back: see [`Batcher::committer_stopped`].
+struct Committer<W: BatchWriter> {
+    batcher: Arc<Batcher<W>>,
+    /// The loop ended with the queue empty and handed back (a later
+    /// committer may already own it).
+    finished: bool,
+}
+
+impl<W: BatchWriter> Committer<W> {
+    async fn run(mut self) {
+        self.batcher.commit_loop().await;
+        self.finished = true;
+    }
+}
+
+impl<W: BatchWriter> Drop for Committer<W> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.batcher.committer_stopped();
+        }
+    }
+}
+
+/// What a caught panic said, if it said it as text.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
     }
 }
 
@@ -512,6 +615,15 @@ where
 /// process are applied in queue order and written together, one
 /// conditional write per batch.
 ///
+/// The committer is a task of the tokio runtime the first caller of a
+/// batch runs on: call [`submit`](Self::submit) and
+/// [`update`](Self::update) from within a tokio runtime (outside one they
+/// fail with [`LeaseError::InvalidConfig`]). If that runtime shuts down,
+/// updates still queued are refused with [`ErrorKind::NotSent`] and one in
+/// flight with [`ErrorKind::Ambiguous`]; the next caller starts a new
+/// committer. An update function that panics fails its batch with
+/// [`ErrorKind::Ambiguous`] and leaves the handle working.
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), casaas_core::lease::LeaseError> {
@@ -633,7 +745,12 @@ where
 
 /// A [`FencedLog`] with group commit: concurrent appends in this process
 /// are written together as the records of one entry, in queue order.
-/// Readers see records ([`FencedLog::entries`] gives one item per record).
+/// Readers see records ([`FencedLog::entries`] gives one item per record;
+/// [`FencedLog::read`] refuses an entry of several records).
+///
+/// As for [`GroupResource`], [`submit`](Self::submit) and
+/// [`append`](Self::append) must be called from within a tokio runtime,
+/// whose task the committer is.
 #[derive(Debug)]
 pub struct GroupLog<T>
 where

@@ -241,11 +241,29 @@ where
         Ok((head.seq > 0).then_some(head.seq))
     }
 
-    /// Reads the first record of entry `seq` (one GET): the entry's only
-    /// record unless a [group commit](super::GroupLog) wrote it;
-    /// [`read_records`](FencedLog::read_records) returns them all.
+    /// Reads entry `seq`, an entry of one record (one GET).
+    ///
+    /// An entry a [group commit](super::GroupLog) wrote may hold several
+    /// records: reading such an entry here fails with
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) rather
+    /// than return one record and silently drop the others. Read those with
+    /// [`read_records`](FencedLog::read_records) or
+    /// [`entries`](FencedLog::entries), which return every record.
     pub async fn read(&self, seq: u64) -> Result<Option<LogEntry<T>>, LeaseError> {
-        Ok(self.read_records(seq).await?.into_iter().next())
+        let mut records = self.read_records(seq).await?;
+        if records.len() > 1 {
+            return Err(LeaseError::Store(
+                CasError::new(
+                    ErrorKind::InvalidInput,
+                    format!(
+                        "log entry {seq} holds {} records (a group commit wrote it); FencedLog::read returns one record only, so read it with read_records or entries",
+                        records.len()
+                    ),
+                )
+                .with_key(self.entry_key(seq)),
+            ));
+        }
+        Ok(records.pop())
     }
 
     /// Reads every record of entry `seq`, in order (one GET; empty if the
