@@ -358,8 +358,7 @@ impl FairLease {
             };
             let predecessor = listed
                 .into_iter()
-                .filter(|(n, v)| *n < ticket.number && !passed.contains(&(*n, v.clone())))
-                .next_back();
+                .rfind(|(n, v)| *n < ticket.number && !passed.contains(&(*n, v.clone())));
             let Some((number, _)) = predecessor else {
                 return Ok(Turn::Head);
             };
