@@ -305,21 +305,28 @@ impl FairLease {
     async fn try_take_ticket(&self) -> Result<Ticket, LeaseError> {
         let mut number = self.next_number(0).await?;
         for lost in 1..=MAX_TICKET_RACES {
-            match self.ticket_lease(number)?.try_acquire().await? {
-                AcquireOutcome::Acquired(guard) => {
+            match self.ticket_lease(number)?.try_acquire().await {
+                Ok(AcquireOutcome::Acquired(guard)) => {
                     tracing::debug!(ticket = number, "took a ticket");
                     return Ok(Ticket { number, guard });
                 }
-                // Taken by an arrival as recent as ours. A crowd that
-                // arrived at once all list the same highest ticket, so the
-                // next try skips a random few numbers past it (more after
-                // each loss): the crowd spreads out in a few rounds instead
-                // of one winner per round. Numbers need not be contiguous.
-                AcquireOutcome::Held(_) => {
-                    let spread = self.entropy.next_u64() % u64::from(lost * 2);
-                    number = self.next_number(number).await?.saturating_add(spread);
-                }
+                Ok(AcquireOutcome::Held(_)) => {}
+                // The number changed hands between our read and our write
+                // (taken, ended, or deleted meanwhile): a race lost too.
+                Err(LeaseError::Store(err))
+                    if matches!(
+                        err.kind(),
+                        ErrorKind::PreconditionFailed | ErrorKind::NotFound
+                    ) => {}
+                Err(err) => return Err(err),
             }
+            // Taken by an arrival as recent as ours. A crowd that arrived at
+            // once all list the same highest ticket, so the next try skips a
+            // random few numbers past it (more after each loss): the crowd
+            // spreads out in a few rounds instead of one winner per round.
+            // Numbers need not be contiguous.
+            let spread = self.entropy.next_u64() % u64::from(lost * 2);
+            number = self.next_number(number).await?.saturating_add(spread);
         }
         Err(LeaseError::Contended {
             key: self.queue.clone(),
