@@ -20,6 +20,13 @@
 //! With sessions, each worker holds the lock under a session of its own (a
 //! heartbeat at `SESSION_PREFIX/worker-N`), so a killed or frozen holder's
 //! lock is taken over by ending its session's term; the checks are the same.
+//!
+//! With group commit, each worker writes its updates through `GroupResource`
+//! and `GroupLog` from several tasks at once, so one write carries several
+//! updates: a log entry of schema 2 holds several records (`values`), and
+//! the checker reads every record of every entry, so that a record lost or
+//! written twice inside a batch counts as one inside an entry of its own
+//! would. `batched_entries` counts the entries of more than one record.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -173,6 +180,8 @@ pub struct Verdict {
     pub lost_updates: usize,
     /// Updates applied twice (and log gaps).
     pub duplicate_updates: usize,
+    /// Log entries holding more than one record (written by group commit).
+    pub batched_entries: usize,
     /// Human-readable details of each violation.
     pub details: Vec<String>,
 }
@@ -188,6 +197,9 @@ pub struct MinimumWork {
     pub handovers: usize,
     /// Fenced writes reported applied.
     pub writes_applied: usize,
+    /// Log entries of more than one record (0 unless the run used group
+    /// commit: see [`MinimumWork::group_commit`]).
+    pub batched_entries: usize,
 }
 
 impl Default for MinimumWork {
@@ -198,6 +210,19 @@ impl Default for MinimumWork {
             acquisitions: 20,
             handovers: 5,
             writes_applied: 20,
+            batched_entries: 0,
+        }
+    }
+}
+
+impl MinimumWork {
+    /// The default, and also 5 log entries of more than one record: a group
+    /// commit run whose batches never held two updates tested nothing of
+    /// batching.
+    pub fn group_commit() -> Self {
+        MinimumWork {
+            batched_entries: 5,
+            ..MinimumWork::default()
         }
     }
 }
@@ -213,6 +238,11 @@ impl MinimumWork {
                 "applied writes",
                 verdict.writes_applied,
                 self.writes_applied,
+            ),
+            (
+                "log entries of several records",
+                verdict.batched_entries,
+                self.batched_entries,
             ),
         ]
         .iter()
@@ -380,10 +410,11 @@ fn check_counter(events: &[Event], observed: &Observed, verdict: &mut Verdict) {
 }
 
 /// The log has no gaps and no duplicates, holds every append reported
-/// applied, and its tokens never decrease.
+/// applied, and its tokens never decrease. An entry of schema 2 (group
+/// commit) holds several records, each checked as an append of its own.
 fn check_log(events: &[Event], observed: &Observed, verdict: &mut Verdict) {
     let (_, told) = results(events, "app");
-    let mut by_seq: BTreeMap<u64, (u64, u32, u64)> = BTreeMap::new();
+    let mut by_seq: BTreeMap<u64, (u64, Vec<(u32, u64)>)> = BTreeMap::new();
     for (key, body) in &observed.log_entries {
         let Some(value) = serde_json::from_slice::<Value>(body).ok() else {
             verdict.details.push(format!("unreadable log entry {key}"));
@@ -391,15 +422,25 @@ fn check_log(events: &[Event], observed: &Observed, verdict: &mut Verdict) {
             continue;
         };
         let field = |name: &str| value.get(name).and_then(Value::as_u64);
-        let inner = |name: &str| {
-            value
-                .get("value")
-                .and_then(|v| v.get(name))
-                .and_then(Value::as_u64)
+        let record = |r: &Value| {
+            let n = |name: &str| r.get(name).and_then(Value::as_u64);
+            match (n("w"), n("op")) {
+                (Some(w), Some(op)) => Some((u32::try_from(w).unwrap_or(u32::MAX), op)),
+                _ => None,
+            }
         };
-        match (field("seq"), field("token"), inner("w"), inner("op")) {
-            (Some(seq), Some(token), Some(w), Some(op)) => {
-                by_seq.insert(seq, (token, u32::try_from(w).unwrap_or(u32::MAX), op));
+        // Schema 1: one record in `value`; schema 2: records in `values`.
+        let records: Option<Vec<(u32, u64)>> = match value.get("values") {
+            Some(Value::Array(values)) if !values.is_empty() => values.iter().map(record).collect(),
+            Some(_) => None,
+            None => value.get("value").and_then(record).map(|r| vec![r]),
+        };
+        match (field("seq"), field("token"), records) {
+            (Some(seq), Some(token), Some(records)) => {
+                if records.len() > 1 {
+                    verdict.batched_entries += 1;
+                }
+                by_seq.insert(seq, (token, records));
             }
             _ => {
                 verdict
@@ -412,7 +453,7 @@ fn check_log(events: &[Event], observed: &Observed, verdict: &mut Verdict) {
     let mut seen: HashSet<(u32, u64)> = HashSet::new();
     let mut max_token = 0;
     let mut expected_seq = by_seq.keys().next().copied().unwrap_or(1);
-    for (seq, (token, worker, op)) in &by_seq {
+    for (seq, (token, records)) in &by_seq {
         if *seq != expected_seq {
             verdict.duplicate_updates += 1;
             verdict
@@ -427,11 +468,13 @@ fn check_log(events: &[Event], observed: &Observed, verdict: &mut Verdict) {
             ));
         }
         max_token = max_token.max(*token);
-        if !seen.insert((*worker, *op)) {
-            verdict.duplicate_updates += 1;
-            verdict.details.push(format!(
-                "append {op} of worker {worker} appears twice (again at {seq})"
-            ));
+        for (offset, (worker, op)) in records.iter().enumerate() {
+            if !seen.insert((*worker, *op)) {
+                verdict.duplicate_updates += 1;
+                verdict.details.push(format!(
+                    "append {op} of worker {worker} appears twice (again at {seq}, record {offset})"
+                ));
+            }
         }
     }
     for ((worker, op), result) in &told {
@@ -508,6 +551,21 @@ mod tests {
             format!("{LOG_PREFIX}/{seq:020}"),
             Bytes::from(
                 serde_json::json!({"seq": seq, "token": token, "value": {"w": w, "op": op}})
+                    .to_string(),
+            ),
+        )
+    }
+
+    /// A group commit's entry: records `(w, op)` in order.
+    fn batch(seq: u64, token: u64, records: &[(u32, u64)]) -> (String, Bytes) {
+        let values: Vec<_> = records
+            .iter()
+            .map(|(w, op)| serde_json::json!({"w": w, "op": op}))
+            .collect();
+        (
+            format!("{LOG_PREFIX}/{seq:020}"),
+            Bytes::from(
+                serde_json::json!({"schema": 2, "seq": seq, "token": token, "values": values})
                     .to_string(),
             ),
         )
@@ -620,5 +678,61 @@ mod tests {
         assert_eq!(check(&events, &stale).stale_writes_accepted, 1);
         let gap = log(vec![entry(1, 1, 1, 1), entry(3, 1, 1, 2)]);
         assert_eq!(check(&events, &gap).duplicate_updates, 1);
+    }
+
+    #[test]
+    fn records_inside_batch_entries_are_each_checked() {
+        let mut events: Vec<Event> = Vec::new();
+        for op in 1..=4 {
+            events.extend(result(1, "app", op, "ok"));
+        }
+        let log = |entries: Vec<(String, Bytes)>| Observed {
+            log_entries: entries.into_iter().collect(),
+            ..Default::default()
+        };
+        let good = log(vec![
+            entry(1, 1, 1, 1),
+            batch(2, 1, &[(1, 2), (1, 3)]),
+            batch(3, 2, &[(1, 4)]),
+        ]);
+        let verdict = check(&events, &good);
+        assert_eq!(verdict.violations(), 0, "{:?}", verdict.details);
+        assert_eq!(verdict.batched_entries, 1);
+        let lost = log(vec![entry(1, 1, 1, 1), batch(2, 1, &[(1, 2), (1, 4)])]);
+        assert_eq!(check(&events, &lost).lost_updates, 1, "record 3 is missing");
+        let twice = log(vec![
+            batch(1, 1, &[(1, 1), (1, 2)]),
+            batch(2, 1, &[(1, 3), (1, 2), (1, 4)]),
+        ]);
+        assert_eq!(check(&events, &twice).duplicate_updates, 1);
+        let stale = log(vec![
+            batch(1, 2, &[(1, 1), (1, 2)]),
+            batch(2, 1, &[(1, 3), (1, 4)]),
+        ]);
+        assert_eq!(check(&events, &stale).stale_writes_accepted, 1);
+        let empty = log(vec![batch(1, 1, &[])]);
+        assert_eq!(
+            check(&events, &empty).duplicate_updates,
+            1,
+            "an empty batch is malformed"
+        );
+    }
+
+    #[test]
+    fn a_group_commit_run_without_batches_is_inconclusive() {
+        let busy = Verdict {
+            acquisitions: 40,
+            handovers: 20,
+            writes_applied: 100,
+            ..Verdict::default()
+        };
+        assert_eq!(MinimumWork::default().shortfall(&busy), None);
+        let why = MinimumWork::group_commit().shortfall(&busy).unwrap();
+        assert!(why.contains("0 log entries of several records"), "{why}");
+        let batched = Verdict {
+            batched_entries: 5,
+            ..busy
+        };
+        assert_eq!(MinimumWork::group_commit().shortfall(&batched), None);
     }
 }

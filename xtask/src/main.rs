@@ -17,7 +17,7 @@
 //! - `cargo xtask bench [--quick]` — casaas against etcd and Redis on
 //!   loopback (lock round trip, failover, many leases, contention, cost);
 //!   writes `docs/performance.md` and prints headline `name=value` lines last.
-//! - `cargo xtask chaos --server NAME [--minutes M] [--seed S] [--sessions]` — worker
+//! - `cargo xtask chaos --server NAME [--minutes M] [--seed S] [--sessions] [--group-commit]` — worker
 //!   processes under kills, pauses and proxy faults against a real server,
 //!   judged by an independent checker.
 
@@ -106,6 +106,10 @@ enum Task {
         /// Workers hold the lock under sessions (a heartbeat each).
         #[arg(long)]
         sessions: bool,
+        /// Workers write their fenced updates through group commit, from
+        /// several tasks at once (batches of several updates per write).
+        #[arg(long)]
+        group_commit: bool,
     },
     /// Benchmarks against etcd and Redis on loopback; writes
     /// docs/performance.md and prints `name=value` headlines last.
@@ -401,6 +405,7 @@ fn main() -> Result<()> {
             keep_servers,
             option,
             sessions,
+            group_commit,
         } => {
             let option = option.unwrap_or_else(|| {
                 CHAOS_SERVERS
@@ -408,12 +413,14 @@ fn main() -> Result<()> {
                     .find(|(name, _)| *name == server)
                     .map_or(String::new(), |(_, option)| option.to_string())
             });
-            let extra: &[&str] = if sessions {
-                &["--sessions", "true"]
-            } else {
-                &[]
-            };
-            let result = chaos(&ctx, &root, &server, minutes, seed, &option, extra);
+            let mut extra: Vec<&str> = Vec::new();
+            if sessions {
+                extra.extend(["--sessions", "true"]);
+            }
+            if group_commit {
+                extra.extend(["--group-commit", "true"]);
+            }
+            let result = chaos(&ctx, &root, &server, minutes, seed, &option, &extra);
             if !keep_servers {
                 servers::down(&ctx, &[server])?;
             }

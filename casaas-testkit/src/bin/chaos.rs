@@ -1,8 +1,8 @@
 //! The torture run (`cargo xtask chaos` starts the server and calls this).
 //!
 //! ```text
-//! chaos run --url STORE_URL [--gateways "URL …"] [--env-file FILE] [--seconds 60] [--seed 1] [--workers 5] [--ttl-ms 2000] [--work-dir DIR] [--sessions true]
-//! chaos worker --url STORE_URL --id N --seed S --ttl-ms T --log FILE [--sessions true]
+//! chaos run --url STORE_URL [--gateways "URL …"] [--env-file FILE] [--seconds 60] [--seed 1] [--workers 5] [--ttl-ms 2000] [--work-dir DIR] [--sessions true] [--group-commit true]
+//! chaos worker --url STORE_URL --id N --seed S --ttl-ms T --log FILE [--sessions true] [--group-commit true]
 //! ```
 //!
 //! `run` puts a chaos proxy in front of the store's endpoint (and of each
@@ -20,7 +20,16 @@
 //! (a heartbeat per process; a killed or frozen holder's lock is taken over
 //! by ending its session's term), and now and then closes its session and
 //! opens the next term; the line starts with `mode=sessions`.
+//!
+//! `--group-commit true`: while it holds the lock, each worker writes its
+//! increments and appends through `GroupResource` and `GroupLog` from
+//! [`GROUP_TASKS`] tasks at once, so that batches form (several updates in
+//! one conditional write). The checks are the same, over every record of
+//! every log entry; the line starts with `mode=group_commit` and ends with
+//! `batched_entries=N`, and a run without at least 5 log entries of several
+//! records is inconclusive, not a pass.
 
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -29,8 +38,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use casaas_core::lease::{
-    AcquireOptions, Entropy, FencedLog, FencedResource, Lease, LeaseConfig, LeaseError, LeaseGuard,
-    Session,
+    AcquireOptions, Entropy, FencedLog, FencedResource, GroupCommitConfig, GroupLog, GroupResource,
+    Lease, LeaseConfig, LeaseError, LeaseGuard, Session,
 };
 use casaas_core::testkit::TestServer;
 use std::sync::Arc;
@@ -59,6 +68,10 @@ const EXIT_HOLDING: f64 = 0.05;
 /// With sessions: how often a worker closes its session after a release
 /// (the next holding opens a new term).
 const CLOSE_SESSION: f64 = 0.1;
+
+/// With group commit: the tasks of a worker writing at once while it
+/// holds the lock.
+const GROUP_TASKS: usize = 4;
 
 /// The harness kills or pauses one worker every this many milliseconds
 /// (uniform): about 280 kills and pauses in ten minutes.
@@ -171,6 +184,7 @@ fn worker(args: &[String]) -> Result<()> {
     let ttl = Duration::from_millis(get(&map, "ttl-ms", Some(2000))?);
     let log_path: PathBuf = get(&map, "log", None)?;
     let sessions: bool = get(&map, "sessions", Some(false))?;
+    let group_commit: bool = get(&map, "group-commit", Some(false))?;
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -183,7 +197,7 @@ fn worker(args: &[String]) -> Result<()> {
     register_providers();
     runtime.block_on(async move {
         let store = open_store(&url).await?;
-        Worker::new(store, id, seed, ttl, log, sessions)?
+        Worker::new(store, id, seed, ttl, log, sessions, group_commit)?
             .run()
             .await
     })
@@ -240,12 +254,16 @@ struct Worker {
     ttl: Duration,
     config: LeaseConfig,
     rng: ChaCha8Rng,
-    log: WorkerLog,
+    /// Shared by the writing tasks under group commit (one thread: never
+    /// borrowed across an await).
+    log: RefCell<WorkerLog>,
     locks: LockSource,
     counter: FencedResource<u64>,
     entries: FencedLog<serde_json::Value>,
+    /// With group commit: the counter and log through group handles.
+    group: Option<(GroupResource<u64>, GroupLog<serde_json::Value>)>,
     /// The last write's number.
-    op: u64,
+    op: Cell<u64>,
 }
 
 impl Worker {
@@ -258,6 +276,7 @@ impl Worker {
         ttl: Duration,
         log: WorkerLog,
         sessions: bool,
+        group_commit: bool,
     ) -> Result<Worker> {
         let rng = ChaCha8Rng::seed_from_u64(seed);
         let config = LeaseConfig::with_ttl(ttl);
@@ -282,16 +301,23 @@ impl Worker {
         let entries = FencedLog::<serde_json::Value>::new(store.clone(), LOG_PREFIX)?
             .with_entropy(Entropy::seeded(seed ^ 2))
             .with_retries(config.request_timeout, config.retry_period, 8);
+        let group = group_commit.then(|| {
+            (
+                GroupResource::new(counter.clone(), GroupCommitConfig::default()),
+                GroupLog::new(entries.clone(), GroupCommitConfig::default()),
+            )
+        });
         Ok(Worker {
             id,
             ttl,
             config,
             rng,
-            log,
+            log: RefCell::new(log),
             locks,
             counter,
             entries,
-            op: 0,
+            group,
+            op: Cell::new(0),
         })
     }
 
@@ -313,7 +339,7 @@ impl Worker {
                 }
             };
             let token = guard.token();
-            self.log.event(Event::Acquired {
+            self.log.borrow_mut().event(Event::Acquired {
                 worker: id,
                 token,
                 at: monotonic_ns(),
@@ -323,7 +349,7 @@ impl Worker {
                 // Exit holding the lease, as a crashed process would.
                 std::process::exit(0);
             }
-            self.log.event(Event::Released {
+            self.log.borrow_mut().event(Event::Released {
                 worker: id,
                 token,
                 at: monotonic_ns(),
@@ -347,41 +373,76 @@ impl Worker {
                 break;
             }
             let now = monotonic_ns();
-            self.log.event(Event::Belief {
+            self.log.borrow_mut().event(Event::Belief {
                 worker: id,
                 token,
                 until: now + ns(guard.remaining()),
             });
-            let op = self.write_started("inc");
-            let r = self
-                .counter
-                .update(token, |v| v.copied().unwrap_or(0) + 1)
-                .await;
-            self.write_finished("inc", op, outcome(&r));
-            let op = self.write_started("app");
-            let r = self
-                .entries
-                .append(token, serde_json::json!({"w": id, "op": op}))
-                .await;
-            self.write_finished("app", op, outcome(&r));
+            match &self.group {
+                None => self.write_round(token).await,
+                Some((counter, entries)) => {
+                    // Several tasks at once: their updates queue while a
+                    // write is in flight and share the next one.
+                    let this = &*self;
+                    futures::future::join_all(
+                        (0..GROUP_TASKS).map(|_| this.group_round(counter, entries, token)),
+                    )
+                    .await;
+                }
+            }
             tokio::time::sleep(Duration::from_millis(self.rng.random_range(10..60))).await;
         }
     }
 
+    /// One increment and one append, each one conditional write.
+    async fn write_round(&self, token: u64) {
+        let op = self.write_started("inc");
+        let r = self
+            .counter
+            .update(token, |v| v.copied().unwrap_or(0) + 1)
+            .await;
+        self.write_finished("inc", op, outcome(&r));
+        let op = self.write_started("app");
+        let r = self
+            .entries
+            .append(token, serde_json::json!({"w": self.id, "op": op}))
+            .await;
+        self.write_finished("app", op, outcome(&r));
+    }
+
+    /// One increment and one append through the group handles (one of
+    /// several tasks doing the same at once).
+    async fn group_round(
+        &self,
+        counter: &GroupResource<u64>,
+        entries: &GroupLog<serde_json::Value>,
+        token: u64,
+    ) {
+        let op = self.write_started("inc");
+        let r = counter.update(token, |v| v.copied().unwrap_or(0) + 1).await;
+        self.write_finished("inc", op, outcome(&r));
+        let op = self.write_started("app");
+        let r = entries
+            .append(token, serde_json::json!({"w": self.id, "op": op}))
+            .await;
+        self.write_finished("app", op, outcome(&r));
+    }
+
     /// Logs the start of the next write, of `kind`; its number.
-    fn write_started(&mut self, kind: &str) -> u64 {
-        self.op += 1;
-        self.log.event(Event::WriteStarted {
+    fn write_started(&self, kind: &str) -> u64 {
+        let op = self.op.get() + 1;
+        self.op.set(op);
+        self.log.borrow_mut().event(Event::WriteStarted {
             worker: self.id,
             kind: kind.into(),
-            op: self.op,
+            op,
         });
-        self.op
+        op
     }
 
     /// Logs what write `op`, of `kind`, was told.
-    fn write_finished(&mut self, kind: &str, op: u64, result: &str) {
-        self.log.event(Event::WriteResult {
+    fn write_finished(&self, kind: &str, op: u64, result: &str) {
+        self.log.borrow_mut().event(Event::WriteResult {
             worker: self.id,
             kind: kind.into(),
             op,
@@ -403,6 +464,8 @@ struct Workers {
     seed: u64,
     /// Workers hold the lock under sessions.
     sessions: bool,
+    /// Workers write through group commit.
+    group_commit: bool,
     next_id: u32,
     live: Vec<(u32, Child)>,
 }
@@ -424,6 +487,7 @@ impl Workers {
             ])
             .args(["--ttl-ms", &self.ttl_ms.to_string()])
             .args(["--sessions", &self.sessions.to_string()])
+            .args(["--group-commit", &self.group_commit.to_string()])
             .arg("--log")
             .arg(&log)
             .envs(&self.env)
@@ -469,6 +533,8 @@ struct RunArgs {
     work_dir: Option<PathBuf>,
     /// Workers hold the lock under sessions.
     sessions: bool,
+    /// Workers write through group commit.
+    group_commit: bool,
 }
 
 impl RunArgs {
@@ -505,6 +571,7 @@ impl RunArgs {
             env,
             work_dir: map.get("work-dir").map(PathBuf::from),
             sessions: get(&map, "sessions", Some(false))?,
+            group_commit: get(&map, "group-commit", Some(false))?,
         })
     }
 }
@@ -546,6 +613,7 @@ async fn torture(args: RunArgs) -> Result<bool> {
         ttl_ms,
         seed: args.seed,
         sessions: args.sessions,
+        group_commit: args.group_commit,
         next_id: 1,
         live: Vec::new(),
     };
@@ -567,9 +635,20 @@ async fn torture(args: RunArgs) -> Result<bool> {
     for detail in verdict.details.iter().take(20) {
         eprintln!("violation: {detail}");
     }
+    let mut modes = String::new();
+    if args.sessions {
+        modes.push_str("mode=sessions ");
+    }
+    if args.group_commit {
+        modes.push_str("mode=group_commit ");
+    }
+    let batched = if args.group_commit {
+        format!(" batched_entries={}", verdict.batched_entries)
+    } else {
+        String::new()
+    };
     println!(
-        "{}acquisitions={} handovers={} writes_applied={} kills={kills} pauses={pauses} faults={faults} overlaps={} stale_writes_accepted={} lost_updates={} duplicate_updates={}",
-        if args.sessions { "mode=sessions " } else { "" },
+        "{modes}acquisitions={} handovers={} writes_applied={} kills={kills} pauses={pauses} faults={faults} overlaps={} stale_writes_accepted={} lost_updates={} duplicate_updates={}{batched}",
         verdict.acquisitions,
         verdict.handovers,
         verdict.writes_applied,
@@ -578,7 +657,12 @@ async fn torture(args: RunArgs) -> Result<bool> {
         verdict.lost_updates,
         verdict.duplicate_updates
     );
-    Ok(passed(&verdict, &dir, args.work_dir.is_some()))
+    let minimum = if args.group_commit {
+        MinimumWork::group_commit()
+    } else {
+        MinimumWork::default()
+    };
+    Ok(passed(&verdict, &minimum, &dir, args.work_dir.is_some()))
 }
 
 /// A chaos proxy in front of the store's endpoint and of each gateway,
@@ -692,7 +776,7 @@ fn worker_logs(dir: &Path) -> Result<Vec<String>> {
 /// Whether the run passed: something was acquired, nothing was violated,
 /// and enough work was done to show it. The logs in `dir` are removed after
 /// a pass unless `keep_dir`.
-fn passed(verdict: &Verdict, dir: &Path, keep_dir: bool) -> bool {
+fn passed(verdict: &Verdict, minimum: &MinimumWork, dir: &Path, keep_dir: bool) -> bool {
     if verdict.acquisitions == 0 {
         eprintln!(
             "chaos: no worker ever acquired the lease; a run where nothing happened is not a pass (worker stderr in {})",
@@ -701,7 +785,7 @@ fn passed(verdict: &Verdict, dir: &Path, keep_dir: bool) -> bool {
         return false;
     }
     if verdict.violations() == 0
-        && let Some(shortfall) = MinimumWork::default().shortfall(verdict)
+        && let Some(shortfall) = minimum.shortfall(verdict)
     {
         // A clean run that did too little proves nothing.
         eprintln!("chaos: {shortfall} (worker logs in {})", dir.display());
