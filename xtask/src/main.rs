@@ -365,6 +365,17 @@ fn ci(root: &PathBuf, sim_ops: u64, keep_servers: bool) -> Result<()> {
         // Locks under sessions: one more minute, on Ceph (about 70 s in all;
         // every server would add five minutes).
         chaos(&ctx, root, "ceph", 1.0, 1, "", &["--sessions", "true"])?;
+        // Writes through group commit (batches of several updates per
+        // write): one more minute, on fake-gcs (about 70 s).
+        chaos(
+            &ctx,
+            root,
+            "fake-gcs",
+            1.0,
+            1,
+            "",
+            &["--group-commit", "true"],
+        )?;
         Ok(())
     });
     if !keep_servers {
