@@ -4,6 +4,7 @@
 //! foreign object in the queue left untouched. Memory store, paused tokio
 //! time behind the lease's clock.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,7 +12,9 @@ use bytes::Bytes;
 use casaas_core::lease::{
     AcquireOptions, Entropy, FairLease, Lease, LeaseConfig, LeaseError, LeaseRecord,
 };
-use casaas_core::{Capabilities, CasError, CasStore, ForwardingStore, MemoryStore, Version};
+use casaas_core::{
+    Capabilities, CasError, CasStore, ErrorKind, ForwardingStore, ListEntry, MemoryStore, Version,
+};
 
 const KEY: &str = "locks/fair";
 const QUEUE: &str = "locks/fair.queue/";
@@ -48,6 +51,7 @@ async fn waiters_that_arrive_one_after_another_are_served_in_order_and_a_release
     let store: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
     let first = fair(&store, "first", 1);
     let held = first.acquire(AcquireOptions::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1)).await;
     assert!(
         tickets(store.as_ref()).await.is_empty(),
         "the holder's ticket ended"
@@ -108,6 +112,8 @@ async fn a_crashed_waiters_ticket_expires_and_the_queue_moves_on() {
         .acquire(AcquireOptions::default())
         .await
         .unwrap();
+    // Its ticket ends just after the guard is returned.
+    tokio::time::sleep(Duration::from_millis(1)).await;
     // A waiter took ticket 1 and died: its record is never renewed.
     let crashed = LeaseRecord::new("crashed", "feedface", 1, 10_000, 0);
     store.create(&ticket(1), crashed.encode()).await.unwrap();
@@ -166,12 +172,14 @@ async fn a_waiter_that_gives_up_leaves_no_ticket_and_a_barging_lease_is_not_queu
         .acquire(AcquireOptions::default())
         .await
         .unwrap();
+    // Its ticket ends just after the guard is returned.
+    tokio::time::sleep(Duration::from_millis(1)).await;
     let err = fair(&store, "impatient", 2)
         .acquire(AcquireOptions::default().deadline(Duration::from_secs(2)))
         .await
         .unwrap_err();
     assert!(matches!(err, LeaseError::DeadlineExceeded(_)), "{err:?}");
-    assert!(tickets(store.as_ref()).await.is_empty());
+    assert_eq!(tickets(store.as_ref()).await, Vec::<String>::new());
 
     // Fair mode binds only those who use it: a plain Lease takes a free
     // lock ahead of a queued fair waiter.
@@ -218,6 +226,9 @@ async fn without_conditional_delete_tickets_still_end_and_expire() {
         .acquire(AcquireOptions::default())
         .await
         .unwrap();
+    // Its ticket ends just after the guard is returned.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    tokio::time::sleep(Duration::from_millis(1)).await;
     assert!(
         tickets(store.as_ref()).await.is_empty(),
         "the holder's ticket ended"
@@ -248,4 +259,204 @@ async fn without_conditional_delete_tickets_still_end_and_expire() {
         tickets(store.as_ref()).await.is_empty(),
         "tickets left behind"
     );
+}
+
+/// A store whose replaces of one ticket fail (retryably) while `fail` is
+/// set: that ticket's renewals cannot land, so its waiter loses it while
+/// the record stays in the queue.
+#[derive(Debug)]
+struct FailingRenewals {
+    inner: MemoryStore,
+    key: String,
+    fail: AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl ForwardingStore for FailingRenewals {
+    type Inner = MemoryStore;
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
+    }
+    async fn wrap_replace(
+        &self,
+        key: &str,
+        expected: &Version,
+        body: Bytes,
+    ) -> Result<Version, CasError> {
+        if key == self.key && self.fail.load(Ordering::SeqCst) {
+            return Err(CasError::new(ErrorKind::NotSent, "renewal refused"));
+        }
+        self.inner.replace(key, expected, body).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_ticket_is_ended_and_its_waiter_does_not_wait_behind_its_own_ghost() {
+    let failing = Arc::new(FailingRenewals {
+        inner: MemoryStore::new(),
+        key: ticket(2),
+        fail: AtomicBool::new(true),
+    });
+    let store: Arc<dyn CasStore> = failing.clone();
+    // A live waiter ahead, renewing ticket 1.
+    let ahead = Lease::new(store.clone(), ticket(1), "ahead", config())
+        .unwrap()
+        .acquire(AcquireOptions::default())
+        .await
+        .unwrap();
+    let start = tokio::time::Instant::now();
+    let waiter = fair(&store, "waiter", 2);
+    let waiting = tokio::spawn(async move {
+        let guard = waiter.acquire(AcquireOptions::default()).await.unwrap();
+        (guard, tokio::time::Instant::now())
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(tickets(store.as_ref()).await, [ticket(1), ticket(2)]);
+    // Ticket 2 cannot be renewed: its waiter loses it within a TTL and
+    // queues again. Its record stays listed; before, the new ticket then
+    // waited a whole expiry behind it.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert!(!waiting.is_finished());
+    ahead.release().await.unwrap();
+    let (guard, held_at) = waiting.await.unwrap();
+    let waited = held_at.duration_since(start);
+    assert!(waited <= Duration::from_secs(14), "{waited:?}");
+    failing.fail.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert!(
+        tickets(store.as_ref()).await.is_empty(),
+        "tickets left behind"
+    );
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn crashed_waiters_in_a_row_cost_one_expiry_not_one_each() {
+    let store: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
+    let holder = fair(&store, "holder", 1)
+        .acquire(AcquireOptions::default())
+        .await
+        .unwrap();
+    // Its ticket ends just after the guard is returned.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    for n in 1..=3 {
+        let crashed = LeaseRecord::new(format!("crashed-{n}"), "feedface", n, 10_000, 0);
+        store.create(&ticket(n), crashed.encode()).await.unwrap();
+    }
+    let start = tokio::time::Instant::now();
+    let waiter = fair(&store, "waiter", 2);
+    let waiting = tokio::spawn(async move {
+        let guard = waiter.acquire(AcquireOptions::default()).await.unwrap();
+        (guard, tokio::time::Instant::now())
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    holder.release().await.unwrap();
+    let (guard, held_at) = waiting.await.unwrap();
+    let waited = held_at.duration_since(start);
+    let expiry = config().takeover_wait(Duration::from_secs(10));
+    assert!(waited >= expiry, "{waited:?}");
+    assert!(waited <= expiry + Duration::from_secs(2), "{waited:?}");
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert!(
+        tickets(store.as_ref()).await.is_empty(),
+        "tickets left behind"
+    );
+    guard.release().await.unwrap();
+}
+
+/// A store whose deletes of tickets take `delay` (a slow request).
+#[derive(Debug)]
+struct SlowTicketDeletes {
+    inner: MemoryStore,
+    delay: Duration,
+}
+
+#[async_trait::async_trait]
+impl ForwardingStore for SlowTicketDeletes {
+    type Inner = MemoryStore;
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
+    }
+    async fn wrap_delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
+        if key.starts_with(QUEUE) {
+            tokio::time::sleep(self.delay).await;
+        }
+        self.inner.delete(key, expected).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_guard_is_returned_before_the_ticket_is_ended() {
+    let store: Arc<dyn CasStore> = Arc::new(SlowTicketDeletes {
+        inner: MemoryStore::new(),
+        delay: Duration::from_secs(2),
+    });
+    let start = tokio::time::Instant::now();
+    let guard = fair(&store, "first", 1)
+        .acquire(AcquireOptions::default())
+        .await
+        .unwrap();
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert_eq!(tickets(store.as_ref()).await, [ticket(1)]);
+    // The ticket still ends, on its own.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        tickets(store.as_ref()).await.is_empty(),
+        "the ticket was not ended"
+    );
+    guard.release().await.unwrap();
+}
+
+/// A store whose listing lags deletes: ticket 1, never written, is listed
+/// while fewer than `max_gets` reads of it were made (time does not pass
+/// in a loop that never sleeps) and for the first two seconds.
+#[derive(Debug)]
+struct LaggingList {
+    inner: MemoryStore,
+    gets: AtomicUsize,
+    until: tokio::time::Instant,
+}
+
+const MAX_GETS: usize = 1_000;
+
+#[async_trait::async_trait]
+impl ForwardingStore for LaggingList {
+    type Inner = MemoryStore;
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
+    }
+    async fn wrap_get(&self, key: &str) -> Result<Option<casaas_core::StoredObject>, CasError> {
+        if key == ticket(1) {
+            self.gets.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.get(key).await
+    }
+    async fn wrap_list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
+        let mut listed = self.inner.list(prefix).await?;
+        if self.gets.load(Ordering::SeqCst) < MAX_GETS && tokio::time::Instant::now() < self.until {
+            listed.insert(0, ListEntry::new(ticket(1), Version::Generation(1)));
+        }
+        Ok(listed)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_ticket_listed_after_it_is_gone_is_read_once_per_poll_period() {
+    let lagging = Arc::new(LaggingList {
+        inner: MemoryStore::new(),
+        gets: AtomicUsize::new(0),
+        until: tokio::time::Instant::now() + Duration::from_secs(2),
+    });
+    let store: Arc<dyn CasStore> = lagging.clone();
+    // Ticket 1 is listed (but gone) before our ticket is taken: ours is 2.
+    let guard = fair(&store, "waiter", 1)
+        .acquire(AcquireOptions::default())
+        .await
+        .unwrap();
+    let gets = lagging.gets.load(Ordering::SeqCst);
+    let polls = (Duration::from_secs(2).as_millis() / config().poll_period.as_millis()) as usize;
+    assert!(gets <= polls + 3, "{gets} reads of a gone ticket in 2 s");
+    assert_eq!(guard.token(), 1);
+    guard.release().await.unwrap();
 }

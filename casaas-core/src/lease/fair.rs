@@ -17,7 +17,7 @@
 //! and arrive one after another; a waiter using [`Lease`] directly can
 //! still take the lock ahead of the queue.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -230,7 +230,14 @@ impl FairLease {
                     Ok(Turn::Head) => {
                         tracing::debug!(ticket = ticket.number, "at the head of the queue");
                         let acquired = self.lease.acquire(budget.remaining()).await;
-                        self.end_ticket(ticket).await;
+                        // The guard goes back at once: ending the ticket (a
+                        // delete, maybe a read and more tries) runs on its
+                        // own, not out of the new holder's validity.
+                        if acquired.is_ok() {
+                            self.end_ticket_in_background(ticket).await;
+                        } else {
+                            self.end_ticket(ticket).await;
+                        }
                         return acquired;
                     }
                     Ok(Turn::TicketLost) => {
@@ -240,7 +247,14 @@ impl FairLease {
                             ticket = ticket.number,
                             "lost our place in the queue; queueing again"
                         );
-                        ticket.guard.abandon();
+                        // End the old record (its delete checks owner and
+                        // token, so someone else's is never touched): our new
+                        // ticket must not wait behind our own ghost. Then
+                        // pause, so that a ticket lost at once every time
+                        // does not spin.
+                        self.end_ticket(ticket).await;
+                        let pause = backoff(&self.entropy, self.lease.config().retry_period, None);
+                        budget.pause(pause).await?;
                     }
                     Err(err) => {
                         self.end_ticket(ticket).await;
@@ -349,6 +363,14 @@ impl FairLease {
         // Tickets ended by a release record (on stores without conditional
         // delete) at the version listed: gone, without reading them again.
         let mut passed: HashSet<(u64, Version)> = HashSet::new();
+        // When each version of each ticket ahead was first seen, over the
+        // whole wait (from every LIST and GET): a ticket already seen
+        // unchanged long enough is removed at once when its turn to be
+        // watched comes, so k crashed waiters cost one expiry, not k.
+        let mut first_seen: HashMap<(u64, Version), Duration> = HashMap::new();
+        // The ticket last watched until it was not found (or removed): if
+        // the next LIST still names it, the listing lags, so pause.
+        let mut gone: Option<u64> = None;
         loop {
             budget.check()?;
             if !ticket.guard.is_held() {
@@ -363,14 +385,28 @@ impl FairLease {
                 }
                 Err(err) => return Err(err),
             };
+            let now = self.lease.clock().now();
+            for (n, v) in &listed {
+                if *n < ticket.number {
+                    first_seen.entry((*n, v.clone())).or_insert(now);
+                }
+            }
             let predecessor = listed
                 .into_iter()
                 .rfind(|(n, v)| *n < ticket.number && !passed.contains(&(*n, v.clone())));
             let Some((number, _)) = predecessor else {
                 return Ok(Turn::Head);
             };
-            if let Some(released) = self.watch(number, ticket, budget).await? {
-                passed.insert((number, released));
+            if gone == Some(number) {
+                // Listed again after it was found gone: the listing lags.
+                budget.pause(self.lease.config().poll_period).await?;
+            }
+            match self.watch(number, ticket, budget, &mut first_seen).await? {
+                Some(released) => {
+                    passed.insert((number, released));
+                    gone = None;
+                }
+                None => gone = Some(number),
             }
         }
     }
@@ -382,11 +418,11 @@ impl FairLease {
         number: u64,
         ticket: &Ticket,
         budget: &Budget,
+        first_seen: &mut HashMap<(u64, Version), Duration>,
     ) -> Result<Option<Version>, LeaseError> {
         let key = ticket_key(&self.queue, number);
         let config = self.lease.config();
         let clock = self.lease.clock();
-        let mut seen: Option<(Version, Duration)> = None;
         loop {
             let read = read_record(
                 self.lease.store().as_ref(),
@@ -402,13 +438,7 @@ impl FairLease {
                 }
                 Ok(Some((record, version))) => {
                     let now = clock.now();
-                    let since = match &seen {
-                        Some((v, since)) if *v == version => *since,
-                        _ => {
-                            seen = Some((version.clone(), now));
-                            now
-                        }
-                    };
+                    let since = *first_seen.entry((number, version.clone())).or_insert(now);
                     let left = (since + config.takeover_wait(record.ttl())).saturating_sub(now);
                     if left.is_zero() {
                         tracing::info!(ticket = number, waiter = %record.owner, "a waiter's ticket expired; removing it");
@@ -508,6 +538,20 @@ impl FairLease {
         )
         .await?;
         Ok(self.clear_released(key, &version).await)
+    }
+
+    /// Ends our ticket in a task of its own where there is a runtime to
+    /// spawn on (its failure is only logged, and a ticket left behind
+    /// expires), else here.
+    async fn end_ticket_in_background(&self, ticket: Ticket) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let fair = self.clone();
+                let span = tracing::Span::current();
+                runtime.spawn(async move { fair.end_ticket(ticket).instrument(span).await });
+            }
+            Err(_) => self.end_ticket(ticket).await,
+        }
     }
 
     /// Ends our ticket: stops its renewal and removes it, so that our
