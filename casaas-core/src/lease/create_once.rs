@@ -1,0 +1,201 @@
+//! Create-if-absent, exactly once, for objects whose format is the caller's.
+//!
+//! A table format commits by creating the next entry of its log if it is
+//! absent (Delta Lake's `_delta_log/<version>.json`). When the store's
+//! answer is lost, or is a refusal that may be the store seeing our own
+//! request twice, a writer that takes the refusal at face value believes it
+//! lost the race and commits the same transaction again at the next
+//! entry: a duplicate no reader can undo. [`CreateOnce`] settles every
+//! such answer by reading the object back and looking for the nonce the
+//! caller put in the body ([`super::pending`]'s rule), inside the shared
+//! attempt loop, so that the outcome is exactly one of:
+//!
+//! - [`Created::Ours`]: our body holds the key (answered, or found again);
+//! - [`Created::Taken`]: another writer's object holds it, and none of our
+//!   writes can land any more (each was conditioned on the key being
+//!   absent);
+//! - an error of kind [`ErrorKind::Ambiguous`](crate::ErrorKind::Ambiguous)
+//!   only while a write of ours may still land (the key stayed absent and
+//!   the store kept failing): never reported as a conflict.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tracing::Instrument;
+
+use crate::{CasStore, Version};
+
+use super::attempt::{Attempts, Sent, Unresolved, attempt_knobs};
+use super::pending::{PendingWrite, Settled};
+use super::retry::{RequestPolicy, timed};
+use super::{Clock, Entropy, LeaseError};
+
+const UNRESOLVED_CREATE: Unresolved = Unresolved {
+    what: "the object may or may not have been created",
+    advice: "read the key to find out before writing it again",
+};
+
+/// What [`CreateOnce::create`] settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Created {
+    /// Our body holds the key, at this version.
+    Ours(Version),
+    /// Another writer's object holds the key, at this version; ours was not
+    /// written and can never be.
+    Taken(Version),
+}
+
+/// Creates objects of the caller's format exactly once (see the
+/// [module](self) for the rule).
+///
+/// The caller makes the body from a nonce and finds the nonce in a stored
+/// body again; everything else (the store guard, timeouts, pauses, reading
+/// back after an unknown answer) is the shared attempt loop's.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), casaas_core::lease::LeaseError> {
+/// use std::sync::Arc;
+/// use bytes::Bytes;
+/// use casaas_core::MemoryStore;
+/// use casaas_core::lease::{CreateOnce, Created};
+///
+/// let store = Arc::new(MemoryStore::new());
+/// let writer = CreateOnce::new(store);
+/// let body = |nonce: &str| Ok(Bytes::from(format!("commit 1\nnonce {nonce}\n")));
+/// let nonce_in = |stored: &[u8]| {
+///     let text = std::str::from_utf8(stored).ok()?;
+///     Some(text.lines().find_map(|l| l.strip_prefix("nonce "))?.to_string())
+/// };
+/// assert!(matches!(writer.create("log/1", body, nonce_in).await?, Created::Ours(_)));
+/// // A second writer finds the entry taken: its body was never written.
+/// assert!(matches!(writer.create("log/1", body, nonce_in).await?, Created::Taken(_)));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct CreateOnce {
+    store: Arc<dyn CasStore>,
+    policy: RequestPolicy,
+}
+
+impl CreateOnce {
+    /// A writer on `store` with the default knobs (request timeout 10 s,
+    /// retry period 100 ms, 32 attempts, the store guard on).
+    pub fn new(store: Arc<dyn CasStore>) -> Self {
+        CreateOnce {
+            store,
+            policy: RequestPolicy::default(),
+        }
+    }
+
+    attempt_knobs!("create-once writer");
+
+    /// The store written to.
+    pub fn store(&self) -> &Arc<dyn CasStore> {
+        &self.store
+    }
+
+    /// Creates `key` holding `body(nonce)` unless it exists, exactly once.
+    ///
+    /// `body` is called once per write sent, each time with a fresh nonce;
+    /// `nonce_in` returns the nonce a stored body carries (`None` for a
+    /// body of another writer that carries none). Two bodies must never
+    /// carry the same nonce, and `nonce_in(&body(n))` must be `Some(n)`.
+    ///
+    /// # Errors
+    ///
+    /// [`LeaseError::Store`] with [`ErrorKind::Ambiguous`](crate::ErrorKind::Ambiguous)
+    /// while a write may still land; other store errors (nothing was
+    /// written); [`LeaseError::UnsafeStore`] when the store guard finds
+    /// that the store does not honour create-if-absent;
+    /// [`LeaseError::Contended`] after every attempt was refused as
+    /// retryable with nothing written; whatever `body` returns.
+    pub async fn create<B, N>(&self, key: &str, body: B, nonce_in: N) -> Result<Created, LeaseError>
+    where
+        B: Fn(&str) -> Result<Bytes, LeaseError>,
+        N: Fn(&[u8]) -> Option<String>,
+    {
+        crate::validate_key(key)?;
+        let span = tracing::debug_span!("create_once", key);
+        self.create_inner(key, body, nonce_in).instrument(span).await
+    }
+
+    async fn create_inner<B, N>(&self, key: &str, body: B, nonce_in: N) -> Result<Created, LeaseError>
+    where
+        B: Fn(&str) -> Result<Bytes, LeaseError>,
+        N: Fn(&[u8]) -> Option<String>,
+    {
+        // The guard checks what this writer relies on: create-if-absent
+        // (through the epoch view on a create-only store).
+        let view = crate::layout::lease_view(self.store.clone());
+        self.policy.verify(view.as_ref()).await?;
+        let mut attempts: Attempts<'_, ()> = Attempts::new(&self.policy, key, UNRESOLVED_CREATE);
+        while attempts.next().await {
+            if !attempts.pending.is_empty() {
+                let found = timed(
+                    self.policy.clock.as_ref(),
+                    self.policy.request_timeout,
+                    key,
+                    self.store.get(key),
+                )
+                .await;
+                let found = match found {
+                    Ok(found) => found,
+                    Err(err) if err.is_retryable() => {
+                        attempts.retry(err);
+                        continue;
+                    }
+                    Err(err) => return Err(attempts.fail(err.into())),
+                };
+                let (version, stored_nonce) = match &found {
+                    Some(object) => (Some(object.version.clone()), nonce_in(&object.body)),
+                    None => (None, None),
+                };
+                let holds = |nonce: &str| stored_nonce.as_deref() == Some(nonce);
+                match (attempts.pending.settle(version.as_ref(), holds), version) {
+                    (Settled::Landed(_), Some(version)) => {
+                        tracing::debug!(key, "an unanswered create landed");
+                        return Ok(Created::Ours(version));
+                    }
+                    // Every write of ours was conditioned on absence: with
+                    // another body there, none of them can land.
+                    (Settled::NotLanded, Some(version)) => {
+                        debug_assert!(attempts.pending.is_empty());
+                        return Ok(Created::Taken(version));
+                    }
+                    // Still absent: our writes are live, and the next one is
+                    // conditioned on the same absence, so at most one lands.
+                    (_, None) => {}
+                }
+            }
+            let nonce = self.policy.entropy.nonce();
+            let bytes = match body(&nonce) {
+                Ok(bytes) => bytes,
+                Err(err) => return Err(attempts.fail(err)),
+            };
+            debug_assert_eq!(nonce_in(&bytes).as_deref(), Some(nonce.as_str()));
+            let write = PendingWrite {
+                nonce,
+                sent_at: attempts.now(),
+                condition: None,
+                payload: (),
+            };
+            match attempts.send(write, key, self.store.create(key, bytes)).await {
+                Sent::Written(version) => return Ok(Created::Ours(version)),
+                // Taken, or our own request seen twice: the next round reads
+                // which, at once.
+                Sent::Unknown(err) if err.kind() == crate::ErrorKind::PreconditionFailed => {}
+                Sent::Unknown(err) => attempts.retry(err),
+                Sent::Refused(err) => {
+                    if !err.is_retryable() {
+                        return Err(attempts.fail(err.into()));
+                    }
+                    attempts.retry(err);
+                }
+            }
+        }
+        Err(attempts.give_up())
+    }
+}

@@ -1,0 +1,309 @@
+//! The log store: delta-rs's commit protocol with each `_delta_log` entry
+//! created exactly once through casaas.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use casaas_core::lease::{CreateOnce, Created, LeaseError};
+use casaas_core::{CasStore, ErrorKind};
+use casaas_object_store::v0_13::ObjectStoreCas;
+use deltalake_core::kernel::Version;
+use deltalake_core::kernel::transaction::TransactionError;
+use deltalake_core::logstore::{
+    CommitOrBytes, LogStore, LogStoreConfig, LogStoreFactory, ObjectStoreRef, StorageConfig,
+    commit_uri_from_version, get_latest_version, read_commit_entry,
+};
+use deltalake_core::logstore::object_store::ObjectStoreExt;
+use deltalake_core::{DeltaResult, DeltaTableError, ObjectStore};
+use tokio::sync::OnceCell;
+use url::Url;
+use uuid::Uuid;
+
+use crate::nonce::{nonce_of, with_nonce};
+
+/// The storage option naming the casaas store URL that commits go to
+/// (the table's root: `s3://bucket/tables/t1?endpoint=...`,
+/// `file:///data/t1`, `object_store+gs://...`). Without it, commits go
+/// through the object store delta-rs built for the table, adapted.
+pub const STORE_URL_OPTION: &str = "casaas_url";
+
+/// The prefix of storage options given to casaas's store beside
+/// [`STORE_URL_OPTION`], with the prefix removed: `casaas.etag_unquoted`,
+/// `casaas.verify`, `casaas.capability_profile`, `casaas.layout`,
+/// `casaas.aws_access_key_id`, ...
+pub const OPTION_PREFIX: &str = "casaas.";
+
+/// Credentials shared with casaas's store when given unprefixed (the object
+/// store already reads them under these names), by the scheme of
+/// [`STORE_URL_OPTION`]; a prefixed one wins.
+const SHARED_CREDENTIALS: [(&str, &str); 6] = [
+    ("s3", "aws_access_key_id"),
+    ("s3", "aws_secret_access_key"),
+    ("s3", "aws_session_token"),
+    ("az", "azure_storage_key"),
+    ("az", "azure_storage_sas_token"),
+    ("az", "azure_storage_connection_string"),
+];
+
+/// Where a log store's commits go.
+#[derive(Debug, Clone)]
+pub enum CommitStore {
+    /// A casaas store URL with its options (opened at the first commit).
+    Url {
+        /// The store URL, rooted at the table.
+        url: String,
+        /// Options beside it (credentials among them).
+        options: Vec<(String, String)>,
+    },
+    /// The object store delta-rs built for the table, through casaas's
+    /// object_store adapter.
+    Adapter,
+    /// A store the caller opened, rooted at the table.
+    Store(Arc<dyn CasStore>),
+}
+
+impl CommitStore {
+    /// Reads the commit store from a table's storage options: the
+    /// [`STORE_URL_OPTION`] and its [`OPTION_PREFIX`]ed options, or the
+    /// adapter without one.
+    pub fn from_options(options: &HashMap<String, String>) -> Self {
+        let Some(url) = options.get(STORE_URL_OPTION) else {
+            return CommitStore::Adapter;
+        };
+        let scheme = url.split_once("://").map_or("", |(s, _)| s);
+        let mut given: Vec<(String, String)> = options
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix(OPTION_PREFIX)?.to_string(), v.clone())))
+            .collect();
+        for (for_scheme, name) in SHARED_CREDENTIALS {
+            if scheme == for_scheme
+                && !given.iter().any(|(k, _)| k == name)
+                && let Some(value) = options.get(name)
+            {
+                given.push((name.to_string(), value.clone()));
+            }
+        }
+        given.sort();
+        CommitStore::Url {
+            url: url.clone(),
+            options: given,
+        }
+    }
+}
+
+/// A delta-rs [`LogStore`] whose commits are casaas [`CreateOnce`] writes.
+///
+/// Reads (the log, checkpoints, data) go through the table's object store
+/// as with any log store. A commit of version `v` creates
+/// `_delta_log/<v>.json` if absent, carrying a nonce in its `commitInfo`;
+/// an answer that is lost or that may be the store seeing the request
+/// twice is settled by reading the entry back, so that delta-rs hears:
+///
+/// - `Ok` only when the entry holds this commit;
+/// - [`TransactionError::VersionAlreadyExists`] only when another writer's
+///   commit holds it (delta-rs then checks conflicts and tries `v + 1`);
+/// - [`TransactionError::LogStoreError`] otherwise, whose message says
+///   whether the commit may have landed (casaas
+///   [`ErrorKind::Ambiguous`]): reload the table before committing it again.
+pub struct CasaasLogStore {
+    prefixed_store: ObjectStoreRef,
+    root_store: ObjectStoreRef,
+    config: LogStoreConfig,
+    source: CommitStore,
+    writer: OnceCell<CreateOnce>,
+}
+
+impl std::fmt::Debug for CasaasLogStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let source = match &self.source {
+            CommitStore::Url { url, .. } => casaas_core::StoreUrl::parse(url)
+                .map_or_else(|_| "a casaas URL".to_string(), |u| u.to_string()),
+            CommitStore::Adapter => "the table's object store".to_string(),
+            CommitStore::Store(store) => store.describe(),
+        };
+        f.debug_struct("CasaasLogStore")
+            .field("location", self.config.location())
+            .field("commits", &source)
+            .finish()
+    }
+}
+
+impl CasaasLogStore {
+    /// The log store of the table at `location`, whose object stores delta-rs
+    /// built (`prefixed_store` rooted at the table, `root_store` at the
+    /// bucket), committing through `source`.
+    pub fn new(
+        prefixed_store: ObjectStoreRef,
+        root_store: ObjectStoreRef,
+        location: &Url,
+        options: &StorageConfig,
+        source: CommitStore,
+    ) -> Self {
+        CasaasLogStore {
+            prefixed_store,
+            root_store,
+            config: LogStoreConfig::new(location, options.clone()),
+            source,
+            writer: OnceCell::new(),
+        }
+    }
+
+    /// Opens the commit store now (it is otherwise opened at the first
+    /// commit), so that a wrong URL, option or credential, or a store that
+    /// fails the store guard, is an error here.
+    pub async fn open(&self) -> Result<&CreateOnce, LeaseError> {
+        self.writer
+            .get_or_try_init(|| async {
+                let store: Arc<dyn CasStore> = match &self.source {
+                    CommitStore::Url { url, options } => {
+                        casaas::open_store_with(url, options.iter().cloned()).await?
+                    }
+                    CommitStore::Adapter => {
+                        Arc::new(ObjectStoreCas::new(self.prefixed_store.clone(), "")?)
+                    }
+                    CommitStore::Store(store) => store.clone(),
+                };
+                Ok(CreateOnce::new(store))
+            })
+            .await
+    }
+
+    async fn create_commit(&self, version: Version, commit: &[u8]) -> Result<(), TransactionError> {
+        let writer = self.open().await.map_err(|e| commit_error(version, e))?;
+        let key = commit_uri_from_version(Some(version)).to_string();
+        let body = |nonce: &str| {
+            with_nonce(commit, nonce).map_err(|e| {
+                LeaseError::Store(casaas_core::CasError::invalid_input(format!(
+                    "commit of version {version}: {e}"
+                )))
+            })
+        };
+        match writer.create(&key, body, nonce_of).await {
+            Ok(Created::Ours(_)) => Ok(()),
+            Ok(Created::Taken(_)) => Err(TransactionError::VersionAlreadyExists(version)),
+            Err(err) => Err(commit_error(version, err)),
+        }
+    }
+}
+
+fn commit_error(version: Version, err: LeaseError) -> TransactionError {
+    let ambiguous = err.store_kind() == Some(ErrorKind::Ambiguous);
+    let msg = if ambiguous {
+        format!(
+            "the commit of version {version} may or may not have landed ({err}); reload the \
+             table and look for it before committing it again"
+        )
+    } else {
+        format!("the commit of version {version} was not written: {err}")
+    };
+    TransactionError::LogStoreError {
+        msg,
+        source: Box::new(err),
+    }
+}
+
+#[async_trait::async_trait]
+impl LogStore for CasaasLogStore {
+    /// delta-rs 1.1 hands the commit's bytes only to log stores of this name
+    /// (conditional-put stores); any other name costs every commit a
+    /// temporary object, written, read back and deleted.
+    fn name(&self) -> String {
+        "DefaultLogStore".into()
+    }
+
+    async fn read_commit_entry(&self, version: Version) -> DeltaResult<Option<Bytes>> {
+        read_commit_entry(self.prefixed_store.as_ref(), version).await
+    }
+
+    async fn write_commit_entry(
+        &self,
+        version: Version,
+        commit_or_bytes: CommitOrBytes,
+        _operation_id: Uuid,
+    ) -> Result<(), TransactionError> {
+        match commit_or_bytes {
+            CommitOrBytes::LogBytes(bytes) => self.create_commit(version, &bytes).await,
+            CommitOrBytes::TmpCommit(path) => {
+                let bytes = self
+                    .prefixed_store
+                    .get(&path)
+                    .await
+                    .map_err(TransactionError::from)?
+                    .bytes()
+                    .await
+                    .map_err(TransactionError::from)?;
+                self.create_commit(version, &bytes).await?;
+                // Best effort: the temporary object is not part of the table.
+                if let Err(err) = self.prefixed_store.delete(&path).await {
+                    tracing::warn!(%path, %err, "could not delete a temporary commit object");
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn abort_commit_entry(
+        &self,
+        _version: Version,
+        commit_or_bytes: CommitOrBytes,
+        _operation_id: Uuid,
+    ) -> Result<(), TransactionError> {
+        if let CommitOrBytes::TmpCommit(path) = commit_or_bytes {
+            self.prefixed_store
+                .delete(&path)
+                .await
+                .map_err(TransactionError::from)?;
+        }
+        Ok(())
+    }
+
+    async fn get_latest_version(&self, current_version: Version) -> DeltaResult<Version> {
+        get_latest_version(self, current_version).await
+    }
+
+    fn object_store(&self, _operation_id: Option<Uuid>) -> Arc<dyn ObjectStore> {
+        self.prefixed_store.clone()
+    }
+
+    fn root_object_store(&self, _operation_id: Option<Uuid>) -> Arc<dyn ObjectStore> {
+        self.root_store.clone()
+    }
+
+    fn config(&self) -> &LogStoreConfig {
+        &self.config
+    }
+}
+
+/// The [`LogStoreFactory`] that [`register`](crate::register) installs:
+/// every table of its schemes gets a [`CasaasLogStore`], committing to the
+/// store its options name ([`CommitStore::from_options`]).
+#[derive(Debug, Clone, Default)]
+pub struct CasaasLogStoreFactory;
+
+impl LogStoreFactory for CasaasLogStoreFactory {
+    fn with_options(
+        &self,
+        prefixed_store: ObjectStoreRef,
+        root_store: ObjectStoreRef,
+        location: &Url,
+        options: &StorageConfig,
+    ) -> DeltaResult<Arc<dyn LogStore>> {
+        let source = CommitStore::from_options(&options.raw);
+        if let CommitStore::Url { url, .. } = &source {
+            // A misspelt URL fails when the table is built, not at its first
+            // commit (an adapter's URL is its library's to parse).
+            if casaas_core::provider::split_adapter(url).is_none() {
+                casaas_core::StoreUrl::parse(url)
+                    .map_err(|e| DeltaTableError::Generic(format!("{STORE_URL_OPTION}: {e}")))?;
+            }
+        }
+        Ok(Arc::new(CasaasLogStore::new(
+            prefixed_store,
+            root_store,
+            location,
+            options,
+            source,
+        )))
+    }
+}
