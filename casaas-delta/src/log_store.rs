@@ -92,6 +92,35 @@ impl CommitStore {
     }
 }
 
+impl CommitStore {
+    /// Refuses a store URL that delta-rs could not read the commits from:
+    /// a misspelt URL, or casaas's own `file://` and `memory://` stores,
+    /// which keep objects in their own format or process (on a `file://`
+    /// table, leave [`STORE_URL_OPTION`] out: the commits then go through
+    /// casaas to the table's own files).
+    pub fn check(&self) -> Result<(), casaas_core::CasError> {
+        let CommitStore::Url { url, .. } = self else {
+            return Ok(());
+        };
+        // An adapter's URL is its library's to parse.
+        if casaas_core::provider::split_adapter(url).is_some() {
+            return Ok(());
+        }
+        let parsed = casaas_core::StoreUrl::parse(url)
+            .map_err(|e| casaas_core::CasError::misconfigured(format!("{STORE_URL_OPTION}: {e}")))?;
+        if matches!(parsed.scheme(), "file" | "memory") {
+            return Err(casaas_core::CasError::misconfigured(format!(
+                "{STORE_URL_OPTION}={parsed}: casaas's {scheme}:// store keeps objects in a \
+                 format of its own, where delta-rs cannot read the commits; leave \
+                 {STORE_URL_OPTION} out, and the commits go through casaas to the table's \
+                 own files",
+                scheme = parsed.scheme()
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// A delta-rs [`LogStore`] whose commits are casaas [`CreateOnce`] writes.
 ///
 /// Reads (the log, checkpoints, data) go through the table's object store
@@ -155,18 +184,30 @@ impl CasaasLogStore {
     pub async fn open(&self) -> Result<&CreateOnce, LeaseError> {
         self.writer
             .get_or_try_init(|| async {
+                self.source.check()?;
                 let store: Arc<dyn CasStore> = match &self.source {
                     CommitStore::Url { url, options } => {
                         casaas::open_store_with(url, options.iter().cloned()).await?
                     }
                     CommitStore::Adapter => {
-                        Arc::new(ObjectStoreCas::new(self.prefixed_store.clone(), "")?)
+                        let adapter = ObjectStoreCas::new(self.prefixed_store.clone(), "")?;
+                        // delta-rs's prefix wrapper hides the client's kind,
+                        // by which the adapter knows that a local filesystem
+                        // has no conditional replace.
+                        let local = self.config.location().scheme() == "file";
+                        Arc::new(adapter.conditional_replace(!local))
                     }
                     CommitStore::Store(store) => store.clone(),
                 };
                 Ok(CreateOnce::new(store))
             })
             .await
+    }
+
+    /// The store the commits go to (opened if it was not yet), rooted at
+    /// the table: for [`Maintenance`](crate::Maintenance), or to inspect.
+    pub async fn commit_store(&self) -> Result<Arc<dyn CasStore>, LeaseError> {
+        Ok(self.open().await?.store().clone())
     }
 
     async fn create_commit(&self, version: Version, commit: &[u8]) -> Result<(), TransactionError> {
@@ -290,14 +331,9 @@ impl LogStoreFactory for CasaasLogStoreFactory {
         options: &StorageConfig,
     ) -> DeltaResult<Arc<dyn LogStore>> {
         let source = CommitStore::from_options(&options.raw);
-        if let CommitStore::Url { url, .. } = &source {
-            // A misspelt URL fails when the table is built, not at its first
-            // commit (an adapter's URL is its library's to parse).
-            if casaas_core::provider::split_adapter(url).is_none() {
-                casaas_core::StoreUrl::parse(url)
-                    .map_err(|e| DeltaTableError::Generic(format!("{STORE_URL_OPTION}: {e}")))?;
-            }
-        }
+        source
+            .check()
+            .map_err(|e| DeltaTableError::Generic(e.to_string()))?;
         Ok(Arc::new(CasaasLogStore::new(
             prefixed_store,
             root_store,

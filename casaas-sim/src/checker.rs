@@ -440,6 +440,9 @@ pub mod fenced_resource {
 /// `group_commit` (in a file of its own).
 pub mod group_commit;
 
+/// `create_once` (in a file of its own).
+pub mod create_once;
+
 /// `fenced_log`: what the store really holds at the end, read directly.
 pub mod fenced_log {
     use std::collections::BTreeMap;

@@ -278,7 +278,8 @@ pub mod fenced_resource {
     }
 }
 
-/// `group_commit` (in a file of its own).
+/// `group_commit`, `fair` and `create_once` (in files of their own).
+pub mod create_once;
 pub mod fair;
 pub mod group_commit;
 

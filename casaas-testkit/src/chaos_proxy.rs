@@ -59,6 +59,11 @@ pub enum ProxyFault {
     /// Forward the request twice and answer with the second answer (a won
     /// create comes back as a conflict).
     Duplicate,
+    /// Forward, wait for the server's answer, then answer 500 instead: the
+    /// write is applied and the client hears a server error (a gateway
+    /// whose backend answered after the gateway gave up), which clients
+    /// retry.
+    ServerErrorAfterForward,
 }
 
 impl ProxyFault {
@@ -129,6 +134,8 @@ pub enum ProxyError {
 struct State {
     scripted: VecDeque<ProxyFault>,
     random: Option<(RandomFaults, ChaCha8Rng)>,
+    /// Writes whose path lacks this pass without a fault.
+    only_paths_containing: Option<String>,
     log: Vec<ProxyRecord>,
     next_seq: u64,
 }
@@ -179,6 +186,7 @@ impl ChaosProxy {
             state: Mutex::new(State {
                 scripted: VecDeque::new(),
                 random: None,
+                only_paths_containing: None,
                 log: Vec::new(),
                 next_seq: 0,
             }),
@@ -204,6 +212,12 @@ impl ChaosProxy {
     pub fn randomize(&self, random: RandomFaults) {
         let rng = ChaCha8Rng::seed_from_u64(random.seed);
         self.shared.lock().random = Some((random, rng));
+    }
+
+    /// Faults (scripted or random) only for writes whose path and query
+    /// contain `needle` (a Delta commit: `_delta_log/`); other writes pass.
+    pub fn only_paths_containing(&self, needle: &str) {
+        self.shared.lock().only_paths_containing = Some(needle.to_string());
     }
 
     /// Every request so far and what was done to it.
@@ -321,7 +335,11 @@ fn is_write(method: &Method) -> bool {
 /// Picks the fault for a request and logs it; returns its log index.
 fn choose(shared: &Shared, method: &Method, path: String) -> (usize, ProxyFault) {
     let mut state = shared.lock();
-    let fault = if is_write(method) {
+    let targeted = state
+        .only_paths_containing
+        .as_deref()
+        .is_none_or(|needle| path.contains(needle));
+    let fault = if is_write(method) && targeted {
         match state.scripted.pop_front() {
             Some(fault) => fault,
             None => match &mut state.random {
@@ -494,6 +512,10 @@ async fn handle(
         ProxyFault::Duplicate => {
             forward(&shared, index, &req).await?;
             Ok(respond(forward(&shared, index, &req).await?))
+        }
+        ProxyFault::ServerErrorAfterForward => {
+            forward(&shared, index, &req).await?;
+            Ok(error_answer(500, "InternalError", None))
         }
     }
 }

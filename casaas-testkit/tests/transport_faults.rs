@@ -173,7 +173,8 @@ fn judge(fault: ProxyFault, result: Result<(), CasError>, applied: bool, op: &st
         }
         ProxyFault::DropAfterForward
         | ProxyFault::TruncateResponse
-        | ProxyFault::StallThenForward(_) => {
+        | ProxyFault::StallThenForward(_)
+        | ProxyFault::ServerErrorAfterForward => {
             assert!(applied, "{what}: the server holds the write");
             let err = result.expect_err(&what);
             assert_may_have_taken_effect(&err, &what);
@@ -297,6 +298,11 @@ macro_rules! provider_faults {
             #[tokio::test]
             async fn internal_error_may_have_taken_effect() {
                 run(ProxyFault::InternalError).await;
+            }
+
+            #[tokio::test]
+            async fn server_error_after_the_write_landed_may_have_taken_effect() {
+                run(ProxyFault::ServerErrorAfterForward).await;
             }
 
             #[tokio::test]

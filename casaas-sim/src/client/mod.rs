@@ -4,6 +4,7 @@
 //! and `fenced` for what the `fenced_resource` and `fenced_log` clients
 //! share. Nothing here imports the checkers.
 
+pub mod create_once;
 pub mod election;
 pub mod fair;
 mod fenced;
