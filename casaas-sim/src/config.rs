@@ -43,11 +43,16 @@ pub enum Primitive {
     /// one before), some frozen while queued: the lease's checks on the
     /// lock, and turns really taken.
     Fair,
+    /// `CreateOnce`: transactions committed to shared logs the Delta Lake
+    /// way (create-if-absent of the next version, the next one when it is
+    /// taken, unknown outcomes settled by reading): each at most once, where
+    /// its client was told, none told not committed, no holes.
+    CreateOnce,
 }
 
 impl Primitive {
     /// Every primitive, in the order they run and report.
-    pub const ALL: [Primitive; 10] = [
+    pub const ALL: [Primitive; 11] = [
         Primitive::Lease,
         Primitive::SharedLease,
         Primitive::Election,
@@ -58,6 +63,7 @@ impl Primitive {
         Primitive::Session,
         Primitive::GroupCommit,
         Primitive::Fair,
+        Primitive::CreateOnce,
     ];
 
     /// The name printed in `primitive=NAME`.
@@ -73,6 +79,7 @@ impl Primitive {
             Primitive::Session => "session",
             Primitive::GroupCommit => "group_commit",
             Primitive::Fair => "fair",
+            Primitive::CreateOnce => "create_once",
         }
     }
 
@@ -95,6 +102,7 @@ impl Primitive {
             Primitive::Session => 12,
             Primitive::GroupCommit => 12,
             Primitive::Fair => 12,
+            Primitive::CreateOnce => 12,
         }
     }
 }

@@ -109,6 +109,10 @@ async fn simulate(
             let r = client::fair::simulate(config, ops, seed).await?;
             report::fair::report(config, seed, &r.world, &r.history)
         }
+        Primitive::CreateOnce => {
+            let r = client::create_once::simulate(config, ops, seed).await?;
+            report::create_once::report(config, seed, &r.world, &r.history)
+        }
     })
 }
 

@@ -134,6 +134,18 @@ const MUTANTS: &[Mutant] = &[
         replace: "        return Ok(TermVerdict::Ended);\n        let mut ended = beat;\n",
     },
     Mutant {
+        name: "create-once takes a 412 as Taken without reading the key back",
+        file: "casaas-core/src/lease/create_once.rs",
+        find: "Sent::Unknown(err) if err.kind() == crate::ErrorKind::PreconditionFailed => {}",
+        replace: "Sent::Unknown(err) if err.kind() == crate::ErrorKind::PreconditionFailed => {\n                    return Ok(Created::Taken(Version::Generation(0)));\n                }",
+    },
+    Mutant {
+        name: "create-once takes any stored body as its own without the nonce check",
+        file: "casaas-core/src/lease/create_once.rs",
+        find: "let holds = |nonce: &str| stored_nonce.as_deref() == Some(nonce);",
+        replace: "let holds = |nonce: &str| stored_nonce.is_some() || nonce.is_empty();",
+    },
+    Mutant {
         name: "holder never steps down at its renew deadline",
         file: "casaas-core/src/lease/handle.rs",
         find: "if now >= deadline {\n                self.lose(LostReason::RenewDeadlineExceeded);",

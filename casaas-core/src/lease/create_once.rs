@@ -127,9 +127,13 @@ impl CreateOnce {
         B: Fn(&str) -> Result<Bytes, LeaseError>,
         N: Fn(&[u8]) -> Option<String>,
     {
-        // The guard checks what this writer relies on: create-if-absent
-        // (through the epoch view on a create-only store).
-        let view = crate::layout::lease_view(self.store.clone());
+        // The guard checks what this writer relies on, create-if-absent,
+        // and nothing more: through the epoch view, whose every write is a
+        // create (a store whose replace needs options is fine here).
+        let view = crate::layout::lease_view(crate::layout::with_layout(
+            self.store.clone(),
+            crate::layout::LeaseLayout::Epochs,
+        ));
         self.policy.verify(view.as_ref()).await?;
         let mut attempts: Attempts<'_, ()> = Attempts::new(&self.policy, key, UNRESOLVED_CREATE);
         while attempts.next().await {

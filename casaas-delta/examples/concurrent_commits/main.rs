@@ -108,6 +108,7 @@ fn local_table(dir: &std::path::Path, kind: LogStoreKind) -> Result<Table> {
         url,
         root_store: None,
         options: HashMap::new(),
+        commit: None,
     })
 }
 
@@ -132,7 +133,7 @@ async fn s3_table(
     let region = std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into());
     let proxy = if args.faults > 0.0 {
         let proxy = ChaosProxy::start(&endpoint).await?;
-        proxy.only_paths_containing("_delta_log/0");
+        proxy.only_paths_containing("_delta_log");
         proxy.randomize(RandomFaults {
             seed: args.seed,
             probability: args.faults,
@@ -181,6 +182,7 @@ async fn s3_table(
             url: table_url,
             root_store: Some(Arc::new(root)),
             options,
+            commit: None,
         },
         proxy,
     ))

@@ -46,6 +46,9 @@ pub struct Table {
     pub root_store: Option<ObjectStoreRef>,
     /// Storage options (for casaas: `casaas_url` and `casaas.*`).
     pub options: HashMap<String, String>,
+    /// Where casaas commits, if not where `options` say (a store the
+    /// caller opened, e.g. with faults injected).
+    pub commit: Option<casaas_delta::CommitStore>,
 }
 
 impl Table {
@@ -73,7 +76,9 @@ impl Table {
                 root,
                 &self.url,
                 &config,
-                casaas_delta::CommitStore::from_options(&self.options),
+                self.commit
+                    .clone()
+                    .unwrap_or_else(|| casaas_delta::CommitStore::from_options(&self.options)),
             )),
             LogStoreKind::Default => default_logstore(prefixed, root, &self.url, &config),
         })

