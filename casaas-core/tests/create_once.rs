@@ -57,7 +57,10 @@ async fn a_create_whose_answer_is_lost_is_found_again_not_taken() {
         .await
         .unwrap();
     assert!(matches!(created, Created::Ours(_)), "{created:?}");
-    assert_eq!(stored_txn(store.as_ref(), "log/0").await.as_deref(), Some("t1"));
+    assert_eq!(
+        stored_txn(store.as_ref(), "log/0").await.as_deref(),
+        Some("t1")
+    );
     assert_eq!(store.counts().lost_responses, 1);
 }
 
@@ -89,7 +92,10 @@ async fn another_writers_body_is_taken_and_ours_is_never_written() {
     store.inject(Fault::LoseResponse);
     let created = second.create("log/0", body("b"), nonce_in).await.unwrap();
     assert!(matches!(created, Created::Taken(_)), "{created:?}");
-    assert_eq!(stored_txn(store.as_ref(), "log/0").await.as_deref(), Some("a"));
+    assert_eq!(
+        stored_txn(store.as_ref(), "log/0").await.as_deref(),
+        Some("a")
+    );
 }
 
 #[tokio::test]
@@ -119,7 +125,10 @@ async fn refusals_that_wrote_nothing_are_retried() {
         .await
         .unwrap();
     assert!(matches!(created, Created::Ours(_)), "{created:?}");
-    assert_eq!(stored_txn(store.as_ref(), "log/0").await.as_deref(), Some("t1"));
+    assert_eq!(
+        stored_txn(store.as_ref(), "log/0").await.as_deref(),
+        Some("t1")
+    );
 }
 
 #[tokio::test]
@@ -152,7 +161,10 @@ async fn a_write_that_lands_after_its_caller_timed_out_is_found_by_the_next_read
     );
     let created = writer.create("log/0", body("t1"), nonce_in).await.unwrap();
     assert!(matches!(created, Created::Ours(_)), "{created:?}");
-    assert_eq!(stored_txn(store.as_ref(), "log/0").await.as_deref(), Some("t1"));
+    assert_eq!(
+        stored_txn(store.as_ref(), "log/0").await.as_deref(),
+        Some("t1")
+    );
 }
 
 #[tokio::test]
@@ -252,10 +264,17 @@ struct IgnoresConditions(MemoryStore);
 
 #[async_trait::async_trait]
 impl CasStore for IgnoresConditions {
-    async fn get(&self, key: &str) -> Result<Option<casaas_core::StoredObject>, casaas_core::CasError> {
+    async fn get(
+        &self,
+        key: &str,
+    ) -> Result<Option<casaas_core::StoredObject>, casaas_core::CasError> {
         self.0.get(key).await
     }
-    async fn create(&self, key: &str, body: Bytes) -> Result<casaas_core::Version, casaas_core::CasError> {
+    async fn create(
+        &self,
+        key: &str,
+        body: Bytes,
+    ) -> Result<casaas_core::Version, casaas_core::CasError> {
         match self.0.get(key).await? {
             Some(old) => self.0.replace(key, &old.version, body).await,
             None => self.0.create(key, body).await,
@@ -269,10 +288,17 @@ impl CasStore for IgnoresConditions {
     ) -> Result<casaas_core::Version, casaas_core::CasError> {
         self.0.replace(key, expected, body).await
     }
-    async fn delete(&self, key: &str, expected: &casaas_core::Version) -> Result<(), casaas_core::CasError> {
+    async fn delete(
+        &self,
+        key: &str,
+        expected: &casaas_core::Version,
+    ) -> Result<(), casaas_core::CasError> {
         self.0.delete(key, expected).await
     }
-    async fn list(&self, prefix: &str) -> Result<Vec<casaas_core::ListEntry>, casaas_core::CasError> {
+    async fn list(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<casaas_core::ListEntry>, casaas_core::CasError> {
         self.0.list(prefix).await
     }
     fn capabilities(&self) -> casaas_core::Capabilities {

@@ -30,7 +30,7 @@
 //! The correct protocol has no counterexample within the bounds; each test
 //! that removes one rule asserts that the checker finds one.
 //!
-//! The file holds four models: the lease on the record layout (above), the
+//! The file holds five models: the lease on the record layout (above), the
 //! write-and-resolve model (how a primitive turns writes of unknown outcome
 //! into exactly-once updates), the lease on the epoch layout, and the
 //! session model: locks that hang from one heartbeat (a session lease),
@@ -40,6 +40,12 @@
 //! Its mutants take a session lock without checking the session, read the
 //! session before the lock, or skip the term-ending write; each finds two
 //! holders.
+//! The fifth, the create-once model, is a Delta Lake log committed by
+//! create-if-absent (`CreateOnce`): two writers, lost answers, our own
+//! duplicate's 412 and writes that land late; no transaction at two
+//! versions, `Ours` where told, `Taken` never for our own commit. Its
+//! mutants take a 412 or a lost answer as `Taken` without reading, claim a
+//! body without the nonce check, or remember only the last write's nonce.
 //! See docs/simulation.md.
 
 use std::fmt::Debug;
@@ -3054,4 +3060,450 @@ fn session_lock_taken_without_ending_the_term_breaks_mutual_exclusion() {
         ..SessionModel::correct()
     };
     expect_counterexample("session model no end-term write", model, "mutual exclusion");
+}
+
+// ---------------------------------------------------------------------------
+// Create-once: a Delta Lake log committed by create-if-absent
+// (`casaas_core::lease::CreateOnce`).
+//
+// Two writers each commit one transaction to a log of `CO_VERSIONS`
+// versions: create version `v` if absent; told `Taken`, the writer moves to
+// `v + 1` and commits the same transaction again, as a Delta writer does.
+// Every write carries a fresh nonce and is conditioned on the key being
+// absent. It reaches the store at any later step — also after its writer
+// stopped waiting for it or moved on to the next version — where it is
+// applied if the key is absent and refused (412) otherwise. Its answer
+// arrives as the store gave it, or is lost (ambiguous; the write may still
+// be on the network), or, for a write that was applied, comes back 412
+// because a transport duplicate of it was answered (the write is ours, the
+// answer says "taken").
+//
+// The rules (each removed by one mutation below):
+// - an ambiguous answer and a 412 resolve nothing: the writer reads the key
+//   back;
+// - the read settles by nonce: a body carrying one of the nonces of this
+//   call's writes (every write of the call, not only the last) is ours; a
+//   body of another writer means `Taken`, and none of our writes can land
+//   any more (each was conditioned on absence); an absent key sends another
+//   write, conditioned on the same absence, so at most one of them lands;
+// - the call ends ambiguous (never `Taken`) while the key stayed absent and
+//   a write of it may still land.
+//
+// Properties: no transaction at two versions; a writer told `Ours(v)` has
+// its transaction at `v`; `Taken(v)` is never told for a version that holds
+// the writer's own transaction. `sometimes`: a 412 of our own duplicate is
+// settled as ours, a write lands after its writer stopped waiting for it, a
+// write reaches the store after its writer moved to the next version, both
+// transactions commit.
+// ---------------------------------------------------------------------------
+
+const CO_WRITERS: usize = 2;
+const CO_VERSIONS: usize = 3;
+
+#[derive(Clone, Debug)]
+struct CreateOnceModel {
+    /// A write that was applied may be answered 412 by its own duplicate.
+    duplicates: bool,
+    /// Mutation: a 412 is taken as `Taken` without reading the key back.
+    precondition_is_taken: bool,
+    /// Mutation: an ambiguous answer is taken as a lost race (`Taken`)
+    /// without reading the key back.
+    ambiguous_is_taken: bool,
+    /// Mutation: the read takes any stored body as ours (no nonce check).
+    no_nonce_check: bool,
+    /// Mutation: only the last write's nonce is remembered (earlier writes
+    /// of the call are forgotten when the read finds the key absent).
+    last_nonce_only: bool,
+    max_sends: u8,
+}
+
+impl CreateOnceModel {
+    fn correct() -> Self {
+        CreateOnceModel {
+            duplicates: true,
+            precondition_is_taken: false,
+            ambiguous_is_taken: false,
+            no_nonce_check: false,
+            last_nonce_only: false,
+            max_sends: bound("MODEL_CREATE_ONCE_SENDS", 4),
+        }
+    }
+}
+
+/// A stored commit: whose transaction, written with which nonce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct CoEntry {
+    txn: u8,
+    nonce: u8,
+}
+
+/// A create on the network, for `version`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct CoSent {
+    writer: u8,
+    nonce: u8,
+    version: u8,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum CoTold {
+    /// `Created::Ours` at this version.
+    Ours(u8),
+    /// Ambiguous at this version: a write of ours may still land there.
+    Ambiguous(u8),
+    /// Every version was taken.
+    OutOfVersions,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum CoStep {
+    /// About to send a create of the current version.
+    Ready,
+    /// Waiting for the answer to the write with `nonce`; `landed` once the
+    /// store handled it (`Some(true)`: applied).
+    Waiting {
+        nonce: u8,
+        landed: Option<bool>,
+    },
+    /// An ambiguous answer or a 412 (`after_412`): read the key back.
+    Reading {
+        after_412: bool,
+    },
+    Done(CoTold),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct CoWriter {
+    step: CoStep,
+    /// The version this writer is committing to.
+    version: u8,
+    /// Nonces of the current call's writes that may still land (bit n =
+    /// nonce n).
+    pending: u16,
+    /// Versions told `Taken` (bit v).
+    taken: u8,
+    /// Told `Ours` by reading after a 412.
+    ours_after_412: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct CoState {
+    log: [Option<CoEntry>; CO_VERSIONS],
+    net: Vec<CoSent>,
+    sends: u8,
+    writers: [CoWriter; CO_WRITERS],
+    /// A write was applied after its writer stopped waiting for it.
+    landed_late: bool,
+    /// A write reached the store after its writer moved to another version.
+    arrived_after_move: bool,
+}
+
+impl CoState {
+    /// Version `version` holds transaction `txn`.
+    fn holds(&self, txn: usize, version: u8) -> bool {
+        self.log[version as usize].is_some_and(|e| e.txn as usize == txn)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CoAction {
+    /// The writer sends a create of its current version.
+    Send(usize),
+    /// The write at this index of `net` reaches the store.
+    Land(usize),
+    /// The writer's answer arrives as the store gave it.
+    Answer(usize),
+    /// The answer is lost or never comes in time: ambiguous.
+    LoseAnswer(usize),
+    /// The write was applied, but its duplicate's 412 is the answer.
+    Duplicate(usize),
+    /// The writer reads its version back.
+    Read(usize),
+    /// The store keeps failing and the call gives up (attempts spent, a
+    /// read that fails for good): ambiguous, as a write may still land.
+    GiveUp(usize),
+}
+
+impl CreateOnceModel {
+    /// The call at the writer's version is settled `Taken`: the writer
+    /// moves to the next version (a new call), or runs out of versions.
+    fn taken(w: &mut CoWriter) {
+        w.taken |= 1 << w.version;
+        w.pending = 0;
+        w.version += 1;
+        w.step = if (w.version as usize) < CO_VERSIONS {
+            CoStep::Ready
+        } else {
+            CoStep::Done(CoTold::OutOfVersions)
+        };
+    }
+
+    /// A 412 (refused, or our own duplicate's answer).
+    fn precondition_failed(&self, w: &mut CoWriter) {
+        if self.precondition_is_taken {
+            Self::taken(w);
+        } else {
+            w.step = CoStep::Reading { after_412: true };
+        }
+    }
+}
+
+impl Model for CreateOnceModel {
+    type State = CoState;
+    type Action = CoAction;
+
+    fn init_states(&self) -> Vec<CoState> {
+        vec![CoState {
+            log: [None; CO_VERSIONS],
+            net: Vec::new(),
+            sends: 0,
+            writers: [CoWriter {
+                step: CoStep::Ready,
+                version: 0,
+                pending: 0,
+                taken: 0,
+                ours_after_412: false,
+            }; CO_WRITERS],
+            landed_late: false,
+            arrived_after_move: false,
+        }]
+    }
+
+    fn actions(&self, s: &CoState, actions: &mut Vec<CoAction>) {
+        for i in 0..s.net.len() {
+            actions.push(CoAction::Land(i));
+        }
+        for (i, w) in s.writers.iter().enumerate() {
+            match w.step {
+                CoStep::Ready => {
+                    if s.sends < self.max_sends {
+                        actions.push(CoAction::Send(i));
+                    }
+                    if w.pending != 0 {
+                        actions.push(CoAction::GiveUp(i));
+                    }
+                }
+                CoStep::Waiting { landed, .. } => {
+                    actions.push(CoAction::LoseAnswer(i));
+                    if landed.is_some() {
+                        actions.push(CoAction::Answer(i));
+                    }
+                    if landed == Some(true) && self.duplicates {
+                        actions.push(CoAction::Duplicate(i));
+                    }
+                }
+                CoStep::Reading { .. } => {
+                    actions.push(CoAction::Read(i));
+                    actions.push(CoAction::GiveUp(i));
+                }
+                CoStep::Done(_) => {}
+            }
+        }
+    }
+
+    fn next_state(&self, last: &CoState, action: CoAction) -> Option<CoState> {
+        let mut s = last.clone();
+        match action {
+            CoAction::Send(i) => {
+                s.sends += 1;
+                let nonce = s.sends;
+                let w = &mut s.writers[i];
+                s.net.push(CoSent {
+                    writer: i as u8,
+                    nonce,
+                    version: w.version,
+                });
+                w.pending |= 1 << nonce;
+                w.step = CoStep::Waiting {
+                    nonce,
+                    landed: None,
+                };
+            }
+            CoAction::Land(n) => {
+                let sent = s.net.remove(n);
+                let slot = &mut s.log[sent.version as usize];
+                let applied = slot.is_none();
+                if applied {
+                    *slot = Some(CoEntry {
+                        txn: sent.writer,
+                        nonce: sent.nonce,
+                    });
+                }
+                let w = &mut s.writers[sent.writer as usize];
+                if w.version != sent.version {
+                    s.arrived_after_move = true;
+                }
+                match &mut w.step {
+                    CoStep::Waiting { nonce, landed } if *nonce == sent.nonce => {
+                        *landed = Some(applied);
+                    }
+                    _ => s.landed_late |= applied,
+                }
+            }
+            CoAction::Answer(i) => {
+                let w = &mut s.writers[i];
+                let CoStep::Waiting {
+                    landed: Some(applied),
+                    ..
+                } = w.step
+                else {
+                    return None;
+                };
+                if applied {
+                    w.pending = 0;
+                    w.step = CoStep::Done(CoTold::Ours(w.version));
+                } else {
+                    self.precondition_failed(w);
+                }
+            }
+            CoAction::Duplicate(i) => {
+                let w = &mut s.writers[i];
+                if !matches!(
+                    w.step,
+                    CoStep::Waiting {
+                        landed: Some(true),
+                        ..
+                    }
+                ) {
+                    return None;
+                }
+                self.precondition_failed(w);
+            }
+            CoAction::LoseAnswer(i) => {
+                let w = &mut s.writers[i];
+                if !matches!(w.step, CoStep::Waiting { .. }) {
+                    return None;
+                }
+                // The write, if still on the network, stays there.
+                if self.ambiguous_is_taken {
+                    Self::taken(w);
+                } else {
+                    w.step = CoStep::Reading { after_412: false };
+                }
+            }
+            CoAction::Read(i) => {
+                let w = &mut s.writers[i];
+                let CoStep::Reading { after_412 } = w.step else {
+                    return None;
+                };
+                match s.log[w.version as usize] {
+                    Some(e) if self.no_nonce_check || w.pending & (1 << e.nonce) != 0 => {
+                        w.pending = 0;
+                        w.ours_after_412 |= after_412;
+                        w.step = CoStep::Done(CoTold::Ours(w.version));
+                    }
+                    Some(_) => Self::taken(w),
+                    None => {
+                        if self.last_nonce_only {
+                            w.pending = 0;
+                        }
+                        w.step = CoStep::Ready;
+                    }
+                }
+            }
+            CoAction::GiveUp(i) => {
+                let w = &mut s.writers[i];
+                w.step = CoStep::Done(CoTold::Ambiguous(w.version));
+            }
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("no transaction at two versions", |_, s: &CoState| {
+                (0..CO_WRITERS).all(|t| {
+                    s.log
+                        .iter()
+                        .filter(|e| e.is_some_and(|e| e.txn as usize == t))
+                        .count()
+                        <= 1
+                })
+            }),
+            Property::always("ours is at its version", |_, s: &CoState| {
+                s.writers.iter().enumerate().all(|(t, w)| match w.step {
+                    CoStep::Done(CoTold::Ours(v)) => s.holds(t, v),
+                    _ => true,
+                })
+            }),
+            Property::always("taken never holds our own", |_, s: &CoState| {
+                s.writers.iter().enumerate().all(|(t, w)| {
+                    (0..CO_VERSIONS as u8).all(|v| w.taken & (1 << v) == 0 || !s.holds(t, v))
+                })
+            }),
+            // Not vacuous: our own duplicate's 412 is settled as ours, writes
+            // land after their writer stopped waiting or moved on, and both
+            // transactions commit.
+            Property::sometimes("a 412 of our own settled as ours", |_, s: &CoState| {
+                s.writers.iter().any(|w| w.ours_after_412)
+            }),
+            Property::sometimes("a write lands late", |_, s: &CoState| s.landed_late),
+            Property::sometimes(
+                "a write arrives after its writer moved on",
+                |_, s: &CoState| s.arrived_after_move,
+            ),
+            Property::sometimes("both committed", |_, s: &CoState| {
+                s.writers
+                    .iter()
+                    .all(|w| matches!(w.step, CoStep::Done(CoTold::Ours(_))))
+            }),
+        ]
+    }
+}
+
+#[test]
+fn create_once_commits_each_transaction_once() {
+    expect_no_counterexample("create-once model correct", CreateOnceModel::correct());
+}
+
+#[test]
+fn create_once_taking_a_412_as_taken_without_reading_commits_twice() {
+    let model = CreateOnceModel {
+        precondition_is_taken: true,
+        ..CreateOnceModel::correct()
+    };
+    expect_counterexample(
+        "create-once model 412 is taken",
+        model,
+        "no transaction at two versions",
+    );
+}
+
+#[test]
+fn create_once_taking_an_ambiguous_answer_as_taken_commits_twice() {
+    let model = CreateOnceModel {
+        ambiguous_is_taken: true,
+        ..CreateOnceModel::correct()
+    };
+    expect_counterexample(
+        "create-once model ambiguous is taken",
+        model,
+        "no transaction at two versions",
+    );
+}
+
+#[test]
+fn create_once_without_the_nonce_check_claims_anothers_commit() {
+    let model = CreateOnceModel {
+        no_nonce_check: true,
+        ..CreateOnceModel::correct()
+    };
+    expect_counterexample(
+        "create-once model no nonce check",
+        model,
+        "ours is at its version",
+    );
+}
+
+#[test]
+fn create_once_remembering_only_the_last_write_reports_taken_for_its_own() {
+    let model = CreateOnceModel {
+        last_nonce_only: true,
+        ..CreateOnceModel::correct()
+    };
+    expect_counterexample(
+        "create-once model last nonce only",
+        model,
+        "taken never holds our own",
+    );
 }

@@ -58,6 +58,7 @@ use std::sync::Arc;
 
 pub use log_store::{
     CasaasLogStore, CasaasLogStoreFactory, CommitStore, OPTION_PREFIX, STORE_URL_OPTION,
+    commit_store,
 };
 pub use maintenance::{
     MAINTENANCE_LEASE_KEY, MAINTENANCE_STEPS_KEY, Maintenance, MaintenanceFence, MaintenanceStep,

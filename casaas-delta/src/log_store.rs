@@ -10,11 +10,11 @@ use casaas_core::{CasStore, ErrorKind};
 use casaas_object_store::v0_13::ObjectStoreCas;
 use deltalake_core::kernel::Version;
 use deltalake_core::kernel::transaction::TransactionError;
+use deltalake_core::logstore::object_store::ObjectStoreExt;
 use deltalake_core::logstore::{
     CommitOrBytes, LogStore, LogStoreConfig, LogStoreFactory, ObjectStoreRef, StorageConfig,
     commit_uri_from_version, get_latest_version, read_commit_entry,
 };
-use deltalake_core::logstore::object_store::ObjectStoreExt;
 use deltalake_core::{DeltaResult, DeltaTableError, ObjectStore};
 use tokio::sync::OnceCell;
 use url::Url;
@@ -106,8 +106,9 @@ impl CommitStore {
         if casaas_core::provider::split_adapter(url).is_some() {
             return Ok(());
         }
-        let parsed = casaas_core::StoreUrl::parse(url)
-            .map_err(|e| casaas_core::CasError::misconfigured(format!("{STORE_URL_OPTION}: {e}")))?;
+        let parsed = casaas_core::StoreUrl::parse(url).map_err(|e| {
+            casaas_core::CasError::misconfigured(format!("{STORE_URL_OPTION}: {e}"))
+        })?;
         if matches!(parsed.scheme(), "file" | "memory") {
             return Err(casaas_core::CasError::misconfigured(format!(
                 "{STORE_URL_OPTION}={parsed}: casaas's {scheme}:// store keeps objects in a \
@@ -184,21 +185,9 @@ impl CasaasLogStore {
     pub async fn open(&self) -> Result<&CreateOnce, LeaseError> {
         self.writer
             .get_or_try_init(|| async {
-                self.source.check()?;
-                let store: Arc<dyn CasStore> = match &self.source {
-                    CommitStore::Url { url, options } => {
-                        casaas::open_store_with(url, options.iter().cloned()).await?
-                    }
-                    CommitStore::Adapter => {
-                        let adapter = ObjectStoreCas::new(self.prefixed_store.clone(), "")?;
-                        // delta-rs's prefix wrapper hides the client's kind,
-                        // by which the adapter knows that a local filesystem
-                        // has no conditional replace.
-                        let local = self.config.location().scheme() == "file";
-                        Arc::new(adapter.conditional_replace(!local))
-                    }
-                    CommitStore::Store(store) => store.clone(),
-                };
+                let store =
+                    open_commit_store(&self.source, &self.prefixed_store, self.config.location())
+                        .await?;
                 Ok(CreateOnce::new(store))
             })
             .await
@@ -226,6 +215,44 @@ impl CasaasLogStore {
             Err(err) => Err(commit_error(version, err)),
         }
     }
+}
+
+/// Opens the store `source` names for the table at `location`, whose
+/// object store (rooted at the table) is `prefixed_store`.
+async fn open_commit_store(
+    source: &CommitStore,
+    prefixed_store: &ObjectStoreRef,
+    location: &Url,
+) -> Result<Arc<dyn CasStore>, LeaseError> {
+    source.check()?;
+    Ok(match source {
+        CommitStore::Url { url, options } => {
+            casaas::open_store_with(url, options.iter().cloned()).await?
+        }
+        CommitStore::Adapter => {
+            let adapter = ObjectStoreCas::new(prefixed_store.clone(), "")?;
+            // delta-rs's prefix wrapper hides the client's kind, by which
+            // the adapter knows that a local filesystem has no conditional
+            // replace.
+            let local = location.scheme() == "file";
+            Arc::new(adapter.conditional_replace(!local))
+        }
+        CommitStore::Store(store) => store.clone(),
+    })
+}
+
+/// The commit store of `table` as its storage options name it (see
+/// [`CommitStore::from_options`]), rooted at the table: where
+/// [`Maintenance`](crate::Maintenance) keeps its lease. A table whose log
+/// store was built with [`CommitStore::Store`] has that store instead, which
+/// its caller holds.
+pub async fn commit_store(
+    table: &deltalake_core::DeltaTable,
+) -> Result<Arc<dyn CasStore>, LeaseError> {
+    let log_store = table.log_store();
+    let config = log_store.config();
+    let source = CommitStore::from_options(&config.options().raw);
+    open_commit_store(&source, &log_store.object_store(None), config.location()).await
 }
 
 fn commit_error(version: Version, err: LeaseError) -> TransactionError {

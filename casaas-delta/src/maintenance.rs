@@ -30,7 +30,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use casaas_core::CasStore;
-use casaas_core::lease::{AcquireOptions, FencedResource, Lease, LeaseConfig, LeaseError, LeaseGuard};
+use casaas_core::lease::{
+    AcquireOptions, Clock, FencedResource, Lease, LeaseConfig, LeaseError, LeaseGuard,
+};
 use serde::{Deserialize, Serialize};
 
 /// The lease key in the table's commit store.
@@ -55,7 +57,7 @@ pub struct MaintenanceStep {
 #[derive(Debug, Clone)]
 pub struct Maintenance {
     lease: Lease,
-    steps: Arc<FencedResource<MaintenanceStep>>,
+    steps: FencedResource<MaintenanceStep>,
 }
 
 impl Maintenance {
@@ -68,8 +70,18 @@ impl Maintenance {
     ) -> Result<Self, LeaseError> {
         Ok(Maintenance {
             lease: Lease::new(store.clone(), MAINTENANCE_LEASE_KEY, owner, config)?,
-            steps: Arc::new(FencedResource::new(store, MAINTENANCE_STEPS_KEY)?),
+            steps: FencedResource::new(store, MAINTENANCE_STEPS_KEY)?,
         })
+    }
+
+    /// Uses `clock` for the lease and the fenced record (tests: a runner
+    /// whose clock runs slow believes its lease for too long, and the
+    /// fence still stops it).
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
+        Maintenance {
+            lease: self.lease.with_clock(clock.clone()),
+            steps: self.steps.with_clock(clock),
+        }
     }
 
     /// The lease (to read who runs, or to tune acquiring).
@@ -103,7 +115,7 @@ impl Maintenance {
         let guard = Arc::new(self.lease.acquire(options).await?);
         let fence = MaintenanceFence {
             guard: guard.clone(),
-            steps: self.steps.clone(),
+            steps: Arc::new(self.steps.clone()),
             job: job.to_string(),
         };
         let result = body(fence).await;

@@ -87,7 +87,13 @@ pub fn nonce_of(commit: &[u8]) -> Option<String> {
         .filter(|line| line.contains("\"commitInfo\""))
         .find_map(|line| {
             let action: Value = serde_json::from_str(line).ok()?;
-            Some(action.get("commitInfo")?.get(NONCE_FIELD)?.as_str()?.to_string())
+            Some(
+                action
+                    .get("commitInfo")?
+                    .get(NONCE_FIELD)?
+                    .as_str()?
+                    .to_string(),
+            )
         })
 }
 
@@ -117,7 +123,10 @@ mod tests {
         assert_eq!(nonce_of(&spaced).as_deref(), Some("b"));
         let none = with_nonce(b"{\"add\":{\"path\":\"commitInfo\"}}", "c").unwrap();
         let text = std::str::from_utf8(&none).unwrap();
-        assert!(text.starts_with("{\"commitInfo\":{\"casaasNonce\":\"c\"}}\n"), "{text}");
+        assert!(
+            text.starts_with("{\"commitInfo\":{\"casaasNonce\":\"c\"}}\n"),
+            "{text}"
+        );
         assert_eq!(nonce_of(&none).as_deref(), Some("c"));
     }
 

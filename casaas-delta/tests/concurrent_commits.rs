@@ -48,7 +48,10 @@ async fn commits_exactly_once(table: &Table, proxy: Option<&ChaosProxy>) {
     );
     if let Some(proxy) = proxy {
         let faults = proxy.fault_count();
-        assert!(faults > 0, "no commit answer was lost: the run proves nothing");
+        assert!(
+            faults > 0,
+            "no commit answer was lost: the run proves nothing"
+        );
     }
     // Plain delta-rs (its default log store, no casaas) reads the same
     // table: every version, one file per commit.
@@ -110,7 +113,11 @@ fn table(url: &str, root: ObjectStoreRef, options: HashMap<String, String>) -> T
 }
 
 fn s3_root(server: &TestServer, endpoint: &str) -> ObjectStoreRef {
-    let bucket = Url::parse(&server.url).unwrap().host_str().unwrap().to_string();
+    let bucket = Url::parse(&server.url)
+        .unwrap()
+        .host_str()
+        .unwrap()
+        .to_string();
     Arc::new(
         AmazonS3Builder::new()
             .with_bucket_name(bucket)
@@ -130,7 +137,11 @@ async fn ceph(adapter: bool) {
     let upstream = url_option(&server, "endpoint");
     let proxy = commit_fault_proxy(&upstream).await;
     let path = unique_prefix("delta-ceph");
-    let bucket = Url::parse(&server.url).unwrap().host_str().unwrap().to_string();
+    let bucket = Url::parse(&server.url)
+        .unwrap()
+        .host_str()
+        .unwrap()
+        .to_string();
     let options = if adapter {
         HashMap::new()
     } else {
@@ -154,8 +165,7 @@ async fn ceph_commits_through_the_tables_own_client_exactly_once_under_lost_answ
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn azurite_commits_exactly_once_under_lost_answers() {
     let server = test_server("azurite");
-    let (upstream, account_path) =
-        casaas_testkit::chaos_proxy::endpoint_of(&server.url).unwrap();
+    let (upstream, account_path) = casaas_testkit::chaos_proxy::endpoint_of(&server.url).unwrap();
     let proxy = commit_fault_proxy(&upstream).await;
     let path = unique_prefix("delta-azurite");
     let url = casaas_url(
@@ -226,9 +236,8 @@ async fn fake_gcs_commits_exactly_once_under_lost_answers() {
 async fn local_disk_commits_exactly_once_under_lost_answers() {
     let dir = tempfile::tempdir().unwrap();
     let url = Url::from_directory_path(dir.path()).unwrap();
-    let local: Arc<dyn object_store_0_13::ObjectStore> = Arc::new(
-        object_store_0_13::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap(),
-    );
+    let local: Arc<dyn object_store_0_13::ObjectStore> =
+        Arc::new(object_store_0_13::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap());
     let adapter = ObjectStoreCas::new(local, "").unwrap();
     let faulty = Arc::new(FaultyStore::new(adapter, 3, FaultConfig::default()));
     // The guard (on the store's create-only view, all CreateOnce needs)
@@ -276,7 +285,11 @@ async fn the_default_log_store_duplicates_commits_under_the_same_faults() {
         faults: vec![ProxyFault::ServerErrorAfterForward],
     });
     let path = unique_prefix("delta-default");
-    let bucket = Url::parse(&server.url).unwrap().host_str().unwrap().to_string();
+    let bucket = Url::parse(&server.url)
+        .unwrap()
+        .host_str()
+        .unwrap()
+        .to_string();
     let table = table(
         &format!("s3://{bucket}/{path}"),
         s3_root(&server, &proxy.endpoint()),
@@ -373,15 +386,20 @@ impl object_store_0_13::ObjectStore for SinglePut {
 
     fn delete_stream(
         &self,
-        locations: futures::stream::BoxStream<'static, object_store_0_13::Result<object_store_0_13::path::Path>>,
-    ) -> futures::stream::BoxStream<'static, object_store_0_13::Result<object_store_0_13::path::Path>> {
+        locations: futures::stream::BoxStream<
+            'static,
+            object_store_0_13::Result<object_store_0_13::path::Path>,
+        >,
+    ) -> futures::stream::BoxStream<'static, object_store_0_13::Result<object_store_0_13::path::Path>>
+    {
         self.0.delete_stream(locations)
     }
 
     fn list(
         &self,
         prefix: Option<&object_store_0_13::path::Path>,
-    ) -> futures::stream::BoxStream<'static, object_store_0_13::Result<object_store_0_13::ObjectMeta>> {
+    ) -> futures::stream::BoxStream<'static, object_store_0_13::Result<object_store_0_13::ObjectMeta>>
+    {
         self.0.list(prefix)
     }
 
@@ -425,7 +443,10 @@ fn os_error(err: casaas_core::CasError) -> object_store_0_13::Error {
 }
 
 impl CasData {
-    async fn meta(&self, location: &OsPath) -> OsResult<Option<(Bytes, object_store_0_13::ObjectMeta)>> {
+    async fn meta(
+        &self,
+        location: &OsPath,
+    ) -> OsResult<Option<(Bytes, object_store_0_13::ObjectMeta)>> {
         let Some(object) = self.0.get(location.as_ref()).await.map_err(os_error)? else {
             return Ok(None);
         };
@@ -499,19 +520,21 @@ impl object_store_0_13::ObjectStore for CasData {
             });
         };
         let range = match &options.range {
-            Some(range) => range
-                .as_range(meta.size)
-                .map_err(|e| object_store_0_13::Error::Generic {
-                    store: "casaas",
-                    source: Box::new(e),
-                })?,
+            Some(range) => {
+                range
+                    .as_range(meta.size)
+                    .map_err(|e| object_store_0_13::Error::Generic {
+                        store: "casaas",
+                        source: Box::new(e),
+                    })?
+            }
             None => 0..meta.size,
         };
         let part = body.slice(range.start as usize..range.end as usize);
         Ok(object_store_0_13::GetResult {
-            payload: object_store_0_13::GetResultPayload::Stream(Box::pin(
-                futures::stream::once(async move { Ok(part) }),
-            )),
+            payload: object_store_0_13::GetResultPayload::Stream(Box::pin(futures::stream::once(
+                async move { Ok(part) },
+            ))),
             meta,
             range,
             attributes: Default::default(),

@@ -119,10 +119,17 @@ impl CreateOnce {
     {
         crate::validate_key(key)?;
         let span = tracing::debug_span!("create_once", key);
-        self.create_inner(key, body, nonce_in).instrument(span).await
+        self.create_inner(key, body, nonce_in)
+            .instrument(span)
+            .await
     }
 
-    async fn create_inner<B, N>(&self, key: &str, body: B, nonce_in: N) -> Result<Created, LeaseError>
+    async fn create_inner<B, N>(
+        &self,
+        key: &str,
+        body: B,
+        nonce_in: N,
+    ) -> Result<Created, LeaseError>
     where
         B: Fn(&str) -> Result<Bytes, LeaseError>,
         N: Fn(&[u8]) -> Option<String>,
@@ -186,7 +193,10 @@ impl CreateOnce {
                 condition: None,
                 payload: (),
             };
-            match attempts.send(write, key, self.store.create(key, bytes)).await {
+            match attempts
+                .send(write, key, self.store.create(key, bytes))
+                .await
+            {
                 Sent::Written(version) => return Ok(Created::Ours(version)),
                 // Taken, or our own request seen twice: the next round reads
                 // which, at once.

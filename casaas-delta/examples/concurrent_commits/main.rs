@@ -33,7 +33,9 @@ use url::Url;
 use workload::{LogStoreKind, Table};
 
 #[derive(Parser, Debug)]
-#[command(about = "Concurrent Delta commits through casaas and through delta-rs's default log store")]
+#[command(
+    about = "Concurrent Delta commits through casaas and through delta-rs's default log store"
+)]
 struct Args {
     /// Concurrent writers.
     #[arg(long, default_value_t = 4)]
@@ -122,7 +124,10 @@ async fn s3_table(
     if parsed.scheme() != "s3" {
         bail!("--url {url}: this example takes s3:// URLs (the tests cover the other stores)");
     }
-    let bucket = parsed.host_str().context("--url has no bucket")?.to_string();
+    let bucket = parsed
+        .host_str()
+        .context("--url has no bucket")?
+        .to_string();
     let endpoint = parsed
         .query_pairs()
         .find(|(k, _)| k == "endpoint")
@@ -173,7 +178,10 @@ async fn s3_table(
         }
     }
     let options = HashMap::from([
-        (casaas_delta::STORE_URL_OPTION.to_string(), casaas_url.to_string()),
+        (
+            casaas_delta::STORE_URL_OPTION.to_string(),
+            casaas_url.to_string(),
+        ),
         ("casaas.aws_access_key_id".to_string(), key),
         ("casaas.aws_secret_access_key".to_string(), secret),
     ]);

@@ -164,13 +164,19 @@ pub async fn create_table(table: &Table, kind: LogStoreKind) -> Result<()> {
 /// Appends one row as one commit whose `commitInfo` names `txn`.
 async fn append(table: &mut DeltaTable, writer: u64, commit: u64, txn: &str) -> Result<()> {
     let mut rows = JsonWriter::for_table(table)?;
-    rows.write(vec![json!({"writer": writer, "commit": commit, "txn": txn})])
-        .await?;
+    rows.write(vec![
+        json!({"writer": writer, "commit": commit, "txn": txn}),
+    ])
+    .await?;
     let adds = rows.flush().await?;
     let properties = CommitProperties::default().with_metadata([("txn".to_string(), json!(txn))]);
     let snapshot = table.snapshot()?.clone();
     CommitBuilder::from(properties)
-        .with_actions(adds.into_iter().map(deltalake_core::kernel::Action::Add).collect())
+        .with_actions(
+            adds.into_iter()
+                .map(deltalake_core::kernel::Action::Add)
+                .collect(),
+        )
         .build(
             Some(&snapshot),
             table.log_store(),

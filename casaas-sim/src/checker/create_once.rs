@@ -58,7 +58,9 @@ pub fn never_twice(h: &History, context: &str) -> Vec<String> {
                 .txns
                 .get(id as usize)
                 .map_or_else(|| "nothing".to_string(), |t| format!("{:?}", t.told));
-            format!("{context}: duplicate commit: transaction {id} (told {told}) is stored at {at:?}")
+            format!(
+                "{context}: duplicate commit: transaction {id} (told {told}) is stored at {at:?}"
+            )
         })
         .collect()
 }
@@ -170,9 +172,7 @@ pub fn unknown_landed(h: &History) -> u64 {
     h.txns
         .iter()
         .enumerate()
-        .filter(|(id, t)| {
-            matches!(t.told, Told::Unknown { .. }) && !at(&places, *id).is_empty()
-        })
+        .filter(|(id, t)| matches!(t.told, Told::Unknown { .. }) && !at(&places, *id).is_empty())
         .count() as u64
 }
 

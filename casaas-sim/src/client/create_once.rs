@@ -257,11 +257,10 @@ impl Client {
                 Ok(body_with(id, client, nonce))
             };
             let attempts = ATTEMPTS[self.rng.random_range(0..ATTEMPTS.len())];
-            let writer = self.writer.clone().with_retries(
-                self.request_timeout,
-                self.retry_period,
-                attempts,
-            );
+            let writer =
+                self.writer
+                    .clone()
+                    .with_retries(self.request_timeout, self.retry_period, attempts);
             let call = writer.create(&key, body, nonce_in);
             let result = if self.rng.random_bool(DROP_CALL) {
                 let after = random_duration(&mut self.rng, self.ttl / 2);
@@ -336,10 +335,7 @@ impl Client {
             }
             version += 1;
         }
-        (
-            Told::Abandoned,
-            format!("{MAX_VERSIONS} versions taken"),
-        )
+        (Told::Abandoned, format!("{MAX_VERSIONS} versions taken"))
     }
 
     /// Settles an unknown outcome at `version` by reading it back and

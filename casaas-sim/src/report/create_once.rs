@@ -40,11 +40,7 @@ pub fn report(config: &SimConfig, seed: u64, world: &World, h: &History) -> Prim
     let faults = world.faults();
     let mut text = String::new();
     for t in &h.txns {
-        let _ = writeln!(
-            text,
-            "t {} {} {:?} {:?}",
-            t.client, t.log, t.told, t.taken
-        );
+        let _ = writeln!(text, "t {} {} {:?} {:?}", t.client, t.log, t.told, t.taken);
     }
     for c in &h.commits {
         let _ = writeln!(text, "c {} {} {} {}", c.log, c.version, c.txn, c.client);
