@@ -88,3 +88,8 @@ pub fn register_for(schemes: &[&str]) {
         }
     }
 }
+
+/// The README's example, compiled as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
