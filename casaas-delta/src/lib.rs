@@ -51,7 +51,7 @@
 #![deny(missing_docs)]
 
 mod log_store;
-mod maintenance;
+pub mod maintenance;
 pub mod nonce;
 
 use std::sync::Arc;

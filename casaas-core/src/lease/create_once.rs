@@ -46,8 +46,15 @@ pub enum Created {
     Taken(Version),
 }
 
-/// Creates objects of the caller's format exactly once (see the
-/// [module](self) for the rule).
+/// Creates objects of the caller's format exactly once.
+///
+/// A create whose answer is lost, or is a refusal that may be the store
+/// seeing our request twice, is settled by reading the key back and looking
+/// for the nonce the caller put in the body, so the outcome is exactly one
+/// of [`Created::Ours`], [`Created::Taken`] (another writer's body holds the
+/// key, and none of ours can land any more) or an error, of kind
+/// [`ErrorKind::Ambiguous`](crate::ErrorKind::Ambiguous) only while a write
+/// of ours may still land. Never a conflict it caused itself.
 ///
 /// The caller makes the body from a nonce and finds the nonce in a stored
 /// body again; everything else (the store guard, timeouts, pauses, reading
