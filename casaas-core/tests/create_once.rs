@@ -34,10 +34,18 @@ async fn faulty() -> Arc<FaultyStore<MemoryStore>> {
         7,
         FaultConfig::default(),
     ));
-    casaas_core::testkit::pass_store_guard(store.as_ref())
+    pass_guard(store.clone()).await;
+    store
+}
+
+/// Passes the store guard CreateOnce runs (on the store's create-only
+/// view) before any fault is scripted.
+async fn pass_guard(store: Arc<dyn CasStore>) {
+    use casaas_core::layout::{LeaseLayout, lease_view, with_layout};
+    let view = lease_view(with_layout(store, LeaseLayout::Epochs));
+    casaas_core::testkit::pass_store_guard(view.as_ref())
         .await
         .unwrap();
-    store
 }
 
 fn writer(store: Arc<dyn CasStore>) -> CreateOnce {
@@ -196,9 +204,7 @@ async fn racing_committers_through_faults_commit_each_transaction_once() {
             seed,
             FaultConfig::default(),
         ));
-        casaas_core::testkit::pass_store_guard(store.as_ref())
-            .await
-            .unwrap();
+        pass_guard(store.clone()).await;
         store.set_config(FaultConfig::uniform(0.08, Duration::from_millis(20)));
         let mut tasks = Vec::new();
         for w in 0..4 {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use casaas_core::lease::{AcquireOptions, DriftingClock, LeaseConfig, LeaseError, SystemClock};
-use casaas_core::{Capabilities, CasError, CasStore, ErrorKind, ListEntry, StoredObject, Version};
+use casaas_core::{CasError, CasStore, ErrorKind, ForwardingStore, Version};
 use casaas_delta::{MAINTENANCE_STEPS_KEY, Maintenance};
 use deltalake_core::DeltaTable;
 use deltalake_core::kernel::{DataType, PrimitiveType, StructField};
@@ -55,15 +55,17 @@ impl CutOff {
 }
 
 #[async_trait::async_trait]
-impl CasStore for CutOff {
-    async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
-        self.inner.get(key).await
+impl ForwardingStore for CutOff {
+    type Inner = dyn CasStore;
+
+    fn inner(&self) -> &dyn CasStore {
+        self.inner.as_ref()
     }
-    async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
+    async fn wrap_create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
         self.refuse(key)?;
         self.inner.create(key, body).await
     }
-    async fn replace(
+    async fn wrap_replace(
         &self,
         key: &str,
         expected: &Version,
@@ -72,20 +74,12 @@ impl CasStore for CutOff {
         self.refuse(key)?;
         self.inner.replace(key, expected, body).await
     }
-    async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
+    async fn wrap_delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
         self.refuse(key)?;
         self.inner.delete(key, expected).await
     }
-    async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
-        self.inner.list(prefix).await
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    fn describe(&self) -> String {
-        format!("cut-off({})", self.inner.describe())
-    }
-    fn identity(&self) -> String {
+    // The same store for the guard: only the lease's writes are cut.
+    fn wrap_identity(&self) -> String {
         self.inner.identity()
     }
 }

@@ -122,6 +122,23 @@ impl<'a, P> Attempts<'a, P> {
         }
     }
 
+    /// What a create-if-absent's answer means for the loop: `Some(version)`
+    /// once written; `None` to go on, at once after a refusal that may hide
+    /// our own write (the next round reads whose it is), after a pause
+    /// after an unknown answer or a retryable refusal; an error for a
+    /// refusal that is final (nothing was written).
+    pub(crate) fn created(&mut self, sent: Sent) -> Result<Option<Version>, LeaseError> {
+        match sent {
+            Sent::Written(version) => Ok(Some(version)),
+            Sent::Unknown(err) if err.kind() == ErrorKind::PreconditionFailed => Ok(None),
+            Sent::Refused(err) if !err.is_retryable() => Err(self.fail(err.into())),
+            Sent::Unknown(err) | Sent::Refused(err) => {
+                self.retry(err);
+                Ok(None)
+            }
+        }
+    }
+
     /// The send time to stamp on a write about to be sent.
     pub(crate) fn now(&self) -> Duration {
         self.policy.clock.now()

@@ -26,7 +26,7 @@ use tracing::Instrument;
 
 use crate::{CasStore, Version};
 
-use super::attempt::{Attempts, Sent, Unresolved, attempt_knobs};
+use super::attempt::{Attempts, Unresolved, attempt_knobs};
 use super::pending::{PendingWrite, Settled};
 use super::retry::{RequestPolicy, timed};
 use super::{Clock, Entropy, LeaseError};
@@ -200,21 +200,13 @@ impl CreateOnce {
                 condition: None,
                 payload: (),
             };
-            match attempts
+            // Taken, or our own request seen twice: the next round reads
+            // which, at once.
+            let sent = attempts
                 .send(write, key, self.store.create(key, bytes))
-                .await
-            {
-                Sent::Written(version) => return Ok(Created::Ours(version)),
-                // Taken, or our own request seen twice: the next round reads
-                // which, at once.
-                Sent::Unknown(err) if err.kind() == crate::ErrorKind::PreconditionFailed => {}
-                Sent::Unknown(err) => attempts.retry(err),
-                Sent::Refused(err) => {
-                    if !err.is_retryable() {
-                        return Err(attempts.fail(err.into()));
-                    }
-                    attempts.retry(err);
-                }
+                .await;
+            if let Some(version) = attempts.created(sent)? {
+                return Ok(Created::Ours(version));
             }
         }
         Err(attempts.give_up())

@@ -12,7 +12,7 @@ use tracing::Instrument;
 
 use crate::{CasError, CasStore, ErrorKind, Version, validate_key};
 
-use super::attempt::{Attempts, Sent, Unresolved, attempt_knobs};
+use super::attempt::{Attempts, Unresolved, attempt_knobs};
 use super::clock::{Clock, Entropy};
 use super::pending::{PendingWrite, PendingWrites, Settled};
 use super::record::{check_envelope, foreign};
@@ -607,23 +607,13 @@ where
                 payload: seq,
             };
             let request = self.store.create(&key, body);
-            match attempts.send(write, &key, request).await {
-                Sent::Written(version) => {
-                    self.appended(&head, seq, token).await;
-                    return Ok((seq, version));
-                }
-                // Lost the race for `seq` (the next round reads who won
-                // and moves on at once), or an unknown outcome (resolved
-                // after a pause).
-                Sent::Unknown(err) if err.kind() == ErrorKind::PreconditionFailed => {}
-                Sent::Unknown(err) => attempts.retry(err),
-                Sent::Refused(err) => {
-                    // Nothing was written.
-                    if !err.is_retryable() {
-                        return Err(attempts.fail(err.into()));
-                    }
-                    attempts.retry(err);
-                }
+            // Lost the race for `seq` (the next round reads who won and
+            // moves on at once), or an unknown outcome (resolved after a
+            // pause).
+            let sent = attempts.send(write, &key, request).await;
+            if let Some(version) = attempts.created(sent)? {
+                self.appended(&head, seq, token).await;
+                return Ok((seq, version));
             }
         }
         Err(attempts.give_up())

@@ -320,7 +320,8 @@ mod tests {
         assert_eq!(never_twice(&h, "t").len(), 1);
         assert_eq!(definite_failures_absent(&h, "t").len(), 1);
         assert_eq!(unknown_only_where_sent(&h, "t").len(), 1);
-        assert_eq!(taken_never_ours(&h, "t").len(), 1);
+        // Transaction 0 told Taken at 0 and transaction 1 at 1: their own.
+        assert_eq!(taken_never_ours(&h, "t").len(), 2);
         // The foreign object, the hole, the unknown transaction 9.
         assert_eq!(versions_dense(&h, "t").len(), 3);
     }
