@@ -136,8 +136,8 @@ const MUTANTS: &[Mutant] = &[
     Mutant {
         name: "create-once takes a 412 as Taken without reading the key back",
         file: "casaas-core/src/lease/create_once.rs",
-        find: "Sent::Unknown(err) if err.kind() == crate::ErrorKind::PreconditionFailed => {}",
-        replace: "Sent::Unknown(err) if err.kind() == crate::ErrorKind::PreconditionFailed => {\n                    return Ok(Created::Taken(Version::Generation(0)));\n                }",
+        find: "if let Some(version) = attempts.created(sent)? {",
+        replace: "if let super::attempt::Sent::Unknown(err) = &sent\n                && err.kind() == crate::ErrorKind::PreconditionFailed\n            {\n                return Ok(Created::Taken(Version::Generation(0)));\n            }\n            if let Some(version) = attempts.created(sent)? {",
     },
     Mutant {
         name: "create-once takes any stored body as its own without the nonce check",
