@@ -314,3 +314,24 @@ impl CasStore for IgnoresConditions {
         "ignores-conditions://".into()
     }
 }
+
+#[tokio::test]
+async fn out_of_attempts_after_an_answer_that_the_key_exists_still_settles() {
+    let store = faulty().await;
+    // One attempt only; its answer is a refusal (our own request seen
+    // twice): one read tells that the entry is ours, not "unknown".
+    store.inject(Fault::Duplicate);
+    let one_attempt =
+        CreateOnce::new(store.clone()).with_retries(Duration::from_secs(1), Duration::ZERO, 1);
+    let created = one_attempt
+        .create("log/0", body("t1"), nonce_in)
+        .await
+        .unwrap();
+    assert!(matches!(created, Created::Ours(_)), "{created:?}");
+    // And another writer's entry, with one attempt: Taken.
+    let created = one_attempt
+        .create("log/0", body("t2"), nonce_in)
+        .await
+        .unwrap();
+    assert!(matches!(created, Created::Taken(_)), "{created:?}");
+}

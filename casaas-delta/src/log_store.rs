@@ -135,7 +135,10 @@ impl CommitStore {
 ///   commit holds it (delta-rs then checks conflicts and tries `v + 1`);
 /// - [`TransactionError::LogStoreError`] otherwise, whose message says
 ///   whether the commit may have landed (casaas
-///   [`ErrorKind::Ambiguous`]): reload the table before committing it again.
+///   [`ErrorKind::Ambiguous`]). Such a commit may still land later, so
+///   committing it again is safe only for a transaction that is idempotent
+///   at the table level (an application transaction, whose version the
+///   table records); reading the table now cannot rule a late landing out.
 pub struct CasaasLogStore {
     prefixed_store: ObjectStoreRef,
     root_store: ObjectStoreRef,
@@ -259,8 +262,11 @@ fn commit_error(version: Version, err: LeaseError) -> TransactionError {
     let ambiguous = err.store_kind() == Some(ErrorKind::Ambiguous);
     let msg = if ambiguous {
         format!(
-            "the commit of version {version} may or may not have landed ({err}); reload the \
-             table and look for it before committing it again"
+            "the commit of version {version} may or may not have landed, and may still land \
+             ({err}); commit the transaction again only if it is idempotent at the table \
+             level (an application transaction, CommitProperties::with_application_transaction, \
+             whose version the table records), since reading the table now cannot prove it \
+             will not land later"
         )
     } else {
         format!("the commit of version {version} was not written: {err}")

@@ -1,5 +1,6 @@
 //! Deterministic simulation of every public primitive (`lease`,
-//! `shared_lease`, `election`, `fenced_resource`, `fenced_log`) under
+//! `shared_lease`, `election`, `fenced_resource`, `fenced_log`, `session`,
+//! `fair`, `group_commit`, `create_once`, ...) under
 //! faults, late writes, clock drift and pauses, with one checker per
 //! safety property.
 //!

@@ -24,10 +24,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use tracing::Instrument;
 
-use crate::{CasStore, Version};
+use crate::{CasError, CasStore, ErrorKind, Version};
 
-use super::attempt::{Attempts, Unresolved, attempt_knobs};
-use super::pending::{PendingWrite, Settled};
+use super::attempt::{Attempts, Sent, Unresolved, attempt_knobs};
+use super::pending::{PendingWrite, PendingWrites, Settled};
 use super::retry::{RequestPolicy, timed};
 use super::{Clock, Entropy, LeaseError};
 
@@ -150,42 +150,20 @@ impl CreateOnce {
         ));
         self.policy.verify(view.as_ref()).await?;
         let mut attempts: Attempts<'_, ()> = Attempts::new(&self.policy, key, UNRESOLVED_CREATE);
+        // The last answer said the key exists: one read settles it.
+        let mut answered_present = false;
         while attempts.next().await {
             if !attempts.pending.is_empty() {
-                let found = timed(
-                    self.policy.clock.as_ref(),
-                    self.policy.request_timeout,
-                    key,
-                    self.store.get(key),
-                )
-                .await;
-                let found = match found {
-                    Ok(found) => found,
+                match self.settle(key, &mut attempts.pending, &nonce_in).await {
+                    Ok(Some(created)) => return Ok(created),
+                    // Still absent: our writes are live, and the next one is
+                    // conditioned on the same absence, so at most one lands.
+                    Ok(None) => {}
                     Err(err) if err.is_retryable() => {
                         attempts.retry(err);
                         continue;
                     }
                     Err(err) => return Err(attempts.fail(err.into())),
-                };
-                let (version, stored_nonce) = match &found {
-                    Some(object) => (Some(object.version.clone()), nonce_in(&object.body)),
-                    None => (None, None),
-                };
-                let holds = |nonce: &str| stored_nonce.as_deref() == Some(nonce);
-                match (attempts.pending.settle(version.as_ref(), holds), version) {
-                    (Settled::Landed(_), Some(version)) => {
-                        tracing::debug!(key, "an unanswered create landed");
-                        return Ok(Created::Ours(version));
-                    }
-                    // Every write of ours was conditioned on absence: with
-                    // another body there, none of them can land.
-                    (Settled::NotLanded, Some(version)) => {
-                        debug_assert!(attempts.pending.is_empty());
-                        return Ok(Created::Taken(version));
-                    }
-                    // Still absent: our writes are live, and the next one is
-                    // conditioned on the same absence, so at most one lands.
-                    (_, None) => {}
                 }
             }
             let nonce = self.policy.entropy.nonce();
@@ -205,10 +183,56 @@ impl CreateOnce {
             let sent = attempts
                 .send(write, key, self.store.create(key, bytes))
                 .await;
+            answered_present =
+                matches!(&sent, Sent::Unknown(err) if err.kind() == ErrorKind::PreconditionFailed);
             if let Some(version) = attempts.created(sent)? {
                 return Ok(Created::Ours(version));
             }
         }
+        // Out of attempts right after an answer that the key exists: the
+        // outcome is one read away, not unknown.
+        if answered_present
+            && let Ok(Some(created)) = self.settle(key, &mut attempts.pending, &nonce_in).await
+        {
+            return Ok(created);
+        }
         Err(attempts.give_up())
+    }
+
+    /// Reads `key` and settles our unresolved writes against it: `Some`
+    /// once the outcome is known, `None` while the key is absent.
+    async fn settle<N>(
+        &self,
+        key: &str,
+        pending: &mut PendingWrites<()>,
+        nonce_in: &N,
+    ) -> Result<Option<Created>, CasError>
+    where
+        N: Fn(&[u8]) -> Option<String>,
+    {
+        let found = timed(
+            self.policy.clock.as_ref(),
+            self.policy.request_timeout,
+            key,
+            self.store.get(key),
+        )
+        .await?;
+        let Some(object) = found else {
+            return Ok(None);
+        };
+        let stored_nonce = nonce_in(&object.body);
+        let holds = |nonce: &str| stored_nonce.as_deref() == Some(nonce);
+        Ok(Some(match pending.settle(Some(&object.version), holds) {
+            Settled::Landed(_) => {
+                tracing::debug!(key, "an unanswered create landed");
+                Created::Ours(object.version)
+            }
+            // Every write of ours was conditioned on absence: with another
+            // body there, none of them can land.
+            Settled::NotLanded => {
+                debug_assert!(pending.is_empty());
+                Created::Taken(object.version)
+            }
+        }))
     }
 }
