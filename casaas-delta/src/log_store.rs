@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use casaas_core::lease::{CreateOnce, Created, LeaseError};
+use casaas_core::provider::{REDACTED, is_secret_option};
 use casaas_core::{CasStore, ErrorKind};
 use casaas_object_store::v0_13::ObjectStoreCas;
 use deltalake_core::kernel::Version;
@@ -46,8 +47,8 @@ const SHARED_CREDENTIALS: [(&str, &str); 6] = [
     ("az", "azure_storage_connection_string"),
 ];
 
-/// Where a log store's commits go.
-#[derive(Debug, Clone)]
+/// Where a log store's commits go. Its `Debug` shows no credential.
+#[derive(Clone)]
 pub enum CommitStore {
     /// A casaas store URL with its options (opened at the first commit).
     Url {
@@ -61,6 +62,43 @@ pub enum CommitStore {
     Adapter,
     /// A store the caller opened, rooted at the table.
     Store(Arc<dyn CasStore>),
+}
+
+impl std::fmt::Debug for CommitStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CommitStore::Url { url, options } => {
+                let shown: Vec<(&str, &str)> = options
+                    .iter()
+                    .map(|(name, value)| {
+                        let value = if is_secret_option(name, value) {
+                            REDACTED
+                        } else {
+                            value.as_str()
+                        };
+                        (name.as_str(), value)
+                    })
+                    .collect();
+                f.debug_struct("Url")
+                    .field("url", &shown_url(url))
+                    .field("options", &shown)
+                    .finish()
+            }
+            CommitStore::Adapter => f.write_str("Adapter"),
+            CommitStore::Store(store) => f.debug_tuple("Store").field(&store.describe()).finish(),
+        }
+    }
+}
+
+/// A casaas URL as logs may show it: parsed and redacted, or not at all.
+fn shown_url(url: &str) -> String {
+    match casaas_core::provider::split_adapter(url) {
+        Some((name, _)) => format!("{name}+[a URL for the adapter]"),
+        None => casaas_core::StoreUrl::parse(url).map_or_else(
+            |_| "[an unparsable casaas URL]".to_string(),
+            |u| u.to_string(),
+        ),
+    }
 }
 
 impl CommitStore {
@@ -150,8 +188,7 @@ pub struct CasaasLogStore {
 impl std::fmt::Debug for CasaasLogStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let source = match &self.source {
-            CommitStore::Url { url, .. } => casaas_core::StoreUrl::parse(url)
-                .map_or_else(|_| "a casaas URL".to_string(), |u| u.to_string()),
+            CommitStore::Url { url, .. } => shown_url(url),
             CommitStore::Adapter => "the table's object store".to_string(),
             CommitStore::Store(store) => store.describe(),
         };

@@ -33,6 +33,11 @@ fn prefixed_options_go_to_casaas_and_credentials_are_shared_by_scheme() {
         ("azure_storage_key", "not for s3"),
         ("aws_endpoint", "object_store's, not casaas's"),
     ]));
+    let shown = format!("{store:?}");
+    assert!(
+        !shown.contains("shared-secret") && !shown.contains("own-secret"),
+        "a secret in debug output: {shown}"
+    );
     let CommitStore::Url { url, options } = store else {
         panic!("a casaas_url names the store")
     };
