@@ -49,6 +49,7 @@ const SHARED_CREDENTIALS: [(&str, &str); 6] = [
 
 /// Where a log store's commits go. Its `Debug` shows no credential.
 #[derive(Clone)]
+#[non_exhaustive]
 pub enum CommitStore {
     /// A casaas store URL with its options (opened at the first commit).
     Url {

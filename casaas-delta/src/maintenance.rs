@@ -42,6 +42,7 @@ pub const MAINTENANCE_STEPS_KEY: &str = "_casaas/maintenance.steps";
 
 /// The last step a runner recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct MaintenanceStep {
     /// The runner.
     pub owner: String,
