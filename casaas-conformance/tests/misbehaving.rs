@@ -1424,3 +1424,64 @@ async fn later_probes_adapt_to_what_earlier_probes_found() {
     assert!(!report.backend.capabilities.conditional_delete);
     assert!(report.backend.declared_capabilities.conditional_delete);
 }
+
+/// Answers every replace of the lease probe's lock a second late: an honest
+/// store too slow for the probe's TTL, whose holder steps down for lack of
+/// a finished renewal with nobody contending.
+#[derive(Debug, Default)]
+struct SlowRenewals {
+    inner: MemoryStore,
+}
+
+#[async_trait]
+impl CasStore for SlowRenewals {
+    async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
+        self.inner.get(key).await
+    }
+    async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
+        self.inner.create(key, body).await
+    }
+    async fn replace(&self, key: &str, v: &Version, body: Bytes) -> Result<Version, CasError> {
+        if key.ends_with("/lock") || key == "lock" {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        self.inner.replace(key, v, body).await
+    }
+    async fn delete(&self, key: &str, v: &Version) -> Result<(), CasError> {
+        self.inner.delete(key, v).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
+        self.inner.list(prefix).await
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::full()
+    }
+    fn describe(&self) -> String {
+        "slow-renewals".into()
+    }
+}
+
+/// Too slow for the TTL is no conclusion on the store, not a failure: a
+/// loaded machine must not make an honest store "not safe".
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn renewals_too_slow_for_the_ttl_are_inconclusive_not_a_failure() {
+    let report = run(
+        Arc::new(SlowRenewals::default()),
+        "test://slow-renewals",
+        suite(&["lease_protocol"]),
+    )
+    .await;
+    assert_eq!(
+        verdict(&report, "lease_protocol"),
+        Verdict::Error,
+        "{}",
+        report.to_table()
+    );
+    assert!(
+        report.probes[0].detail.contains("too slowly for a TTL of"),
+        "{}",
+        report.to_table()
+    );
+    assert_eq!(report.verdict, RunVerdict::Inconclusive);
+    assert_eq!(report.exit_code(), 3);
+}

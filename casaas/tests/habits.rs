@@ -523,6 +523,26 @@ fn grace_and_id_come_from_the_environment_and_flags_win() {
     assert_eq!(elect(&["--id", "node-from-flag"]), "node-from-flag");
 }
 
+/// `lines` for a failure message: the first and the last few, without the
+/// guard-off warning every lease of the probes repeats.
+fn shown(lines: &[String]) -> String {
+    let kept: Vec<&String> = lines
+        .iter()
+        .filter(|l| !l.contains("built with the store guard off"))
+        .collect();
+    let skipped = lines.len() - kept.len();
+    let tail: Vec<&String> = if kept.len() > 40 {
+        kept[..10]
+            .iter()
+            .chain(&kept[kept.len() - 30..])
+            .copied()
+            .collect()
+    } else {
+        kept
+    };
+    format!("({skipped} guard-off warnings left out) {tail:#?}")
+}
+
 /// `casaas conformance` and `casaas doctor` write their logs in the format
 /// `--log-format` (before the subcommand) or `CASAAS_LOG_FORMAT` names.
 #[test]
@@ -564,17 +584,29 @@ fn conformance_and_doctor_follow_the_log_format() {
             (None, &[][..], false),
         ] {
             let (code, lines) = logs(env, global, command);
-            assert_eq!(code, Some(0), "{command:?} {env:?} {global:?}: {lines:?}");
+            // The verdict is not what is tested here: on a loaded machine
+            // the lease probe's short TTL may end it inconclusive (3). A
+            // usage error (2) or a crash is a failure.
+            assert!(
+                matches!(code, Some(0 | 1 | 3)),
+                "{command:?} {env:?} {global:?}: exit {code:?}: {}",
+                shown(&lines)
+            );
             // Log lines, not the verdict `conformance` prints on stderr:
             // a JSON object, or a text line that starts with its time.
             let log_lines: Vec<&String> = lines
                 .iter()
                 .filter(|l| is_json(l) || (l.starts_with("20") && l.contains(" WARN ")))
                 .collect();
-            assert!(!log_lines.is_empty(), "{command:?}: no log line: {lines:?}");
+            assert!(
+                !log_lines.is_empty(),
+                "{command:?}: no log line: {}",
+                shown(&lines)
+            );
             assert!(
                 log_lines.iter().all(|l| is_json(l) == json),
-                "{command:?} {env:?} {global:?}: {lines:?}"
+                "{command:?} {env:?} {global:?}: {}",
+                shown(&lines)
             );
         }
         let (code, lines) = logs(Some("xml"), &[], command);
