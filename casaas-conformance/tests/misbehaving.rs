@@ -1272,22 +1272,50 @@ async fn without_a_way_to_apply_it_an_option_proves_nothing() {
     );
 }
 
-/// A race in which nobody ever wins proves nothing about exclusion.
-#[derive(Debug, Default)]
-struct RefusesEveryReplace {
+/// What [`OddReplaces`] does to a replace.
+#[derive(Debug, Clone, Copy)]
+enum OddReplace {
+    /// Refuses every replace: a race in which nobody ever wins proves
+    /// nothing about exclusion.
+    RefuseAll,
+    /// Answers every replace of the lease probe's lock this late: an
+    /// honest store too slow for the probe's TTL.
+    LateOnTheLock(Duration),
+}
+
+/// A memory store whose replaces do what [`OddReplace`] says.
+#[derive(Debug)]
+struct OddReplaces {
     inner: MemoryStore,
+    odd: OddReplace,
+}
+
+impl OddReplaces {
+    fn new(odd: OddReplace) -> Arc<dyn CasStore> {
+        Arc::new(OddReplaces {
+            inner: MemoryStore::new(),
+            odd,
+        })
+    }
 }
 
 #[async_trait]
-impl CasStore for RefusesEveryReplace {
+impl CasStore for OddReplaces {
     async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
         self.inner.get(key).await
     }
     async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
         self.inner.create(key, body).await
     }
-    async fn replace(&self, key: &str, _: &Version, _: Bytes) -> Result<Version, CasError> {
-        Err(precondition_failed(key))
+    async fn replace(&self, key: &str, v: &Version, body: Bytes) -> Result<Version, CasError> {
+        match self.odd {
+            OddReplace::RefuseAll => return Err(precondition_failed(key)),
+            OddReplace::LateOnTheLock(late) if key == "lock" || key.ends_with("/lock") => {
+                tokio::time::sleep(late).await;
+            }
+            OddReplace::LateOnTheLock(_) => {}
+        }
+        self.inner.replace(key, v, body).await
     }
     async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
         self.inner.delete(key, expected).await
@@ -1299,14 +1327,14 @@ impl CasStore for RefusesEveryReplace {
         Capabilities::full()
     }
     fn describe(&self) -> String {
-        "refuses-every-replace".into()
+        format!("{:?}", self.odd)
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_race_without_winners_is_not_a_pass() {
     let report = run(
-        Arc::new(RefusesEveryReplace::default()),
+        OddReplaces::new(OddReplace::RefuseAll),
         "test://refuses",
         suite(&["race_replace"]),
     )
@@ -1350,7 +1378,7 @@ async fn a_race_without_winners_is_not_a_pass() {
 async fn a_race_without_winners_does_not_run_on_past_its_minimum() {
     let mut settings = Settings::quick();
     settings.concurrency = 4;
-    let store: Arc<dyn CasStore> = Arc::new(RefusesEveryReplace::default());
+    let store: Arc<dyn CasStore> = OddReplaces::new(OddReplace::RefuseAll);
     let report = suite(&["race_replace"])
         .run(
             &Target::new(store, "test://refuses"),
@@ -1425,48 +1453,12 @@ async fn later_probes_adapt_to_what_earlier_probes_found() {
     assert!(report.backend.declared_capabilities.conditional_delete);
 }
 
-/// Answers every replace of the lease probe's lock a second late: an honest
-/// store too slow for the probe's TTL, whose holder steps down for lack of
-/// a finished renewal with nobody contending.
-#[derive(Debug, Default)]
-struct SlowRenewals {
-    inner: MemoryStore,
-}
-
-#[async_trait]
-impl CasStore for SlowRenewals {
-    async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
-        self.inner.get(key).await
-    }
-    async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
-        self.inner.create(key, body).await
-    }
-    async fn replace(&self, key: &str, v: &Version, body: Bytes) -> Result<Version, CasError> {
-        if key.ends_with("/lock") || key == "lock" {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-        self.inner.replace(key, v, body).await
-    }
-    async fn delete(&self, key: &str, v: &Version) -> Result<(), CasError> {
-        self.inner.delete(key, v).await
-    }
-    async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
-        self.inner.list(prefix).await
-    }
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::full()
-    }
-    fn describe(&self) -> String {
-        "slow-renewals".into()
-    }
-}
-
 /// Too slow for the TTL is no conclusion on the store, not a failure: a
 /// loaded machine must not make an honest store "not safe".
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn renewals_too_slow_for_the_ttl_are_inconclusive_not_a_failure() {
     let report = run(
-        Arc::new(SlowRenewals::default()),
+        OddReplaces::new(OddReplace::LateOnTheLock(Duration::from_secs(1))),
         "test://slow-renewals",
         suite(&["lease_protocol"]),
     )
