@@ -1,11 +1,13 @@
-//! What the `fenced_resource` and `fenced_log` clients share: how a result
-//! is classified, the pace of their operations and the token they write
-//! with, the freezer that stops them mid-operation, and the end of the run.
+//! What the `fenced_resource`, `fenced_log` and `group_commit` clients
+//! share: how a result is classified, the pace of their operations and the
+//! token they write with, the freezer that stops them mid-operation, the
+//! end of the run, and the logs as the store holds them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use casaas_core::CasStore;
 use casaas_core::lease::LeaseError;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -127,4 +129,64 @@ pub async fn finish(
     }
     tokio::time::sleep(settle).await;
     Ok(freezes)
+}
+
+/// One entry object of a fenced log, read straight from the store.
+pub struct StoredLogObject {
+    /// The log's number (the first key segment after the prefix).
+    pub log: u64,
+    /// The sequence number in the entry's key.
+    pub key_seq: u64,
+    /// The object's key, for messages.
+    pub key: String,
+    /// The object's body.
+    pub body: serde_json::Value,
+}
+
+impl StoredLogObject {
+    /// The body's unsigned field `name`.
+    pub fn field(&self, name: &str) -> Option<u64> {
+        self.body.get(name).and_then(serde_json::Value::as_u64)
+    }
+}
+
+/// Every entry object of the logs under `prefix/` (`prefix/LOG/SEQ`), read
+/// from the store without faults; each log's head hint is left out.
+pub async fn stored_log_objects(
+    world: &World,
+    prefix: &str,
+) -> Result<Vec<StoredLogObject>, String> {
+    let truth = world.truth();
+    let listed = truth
+        .list(&format!("{prefix}/"))
+        .await
+        .map_err(|e| format!("cannot list the logs: {e}"))?;
+    let mut objects = Vec::with_capacity(listed.len());
+    for entry in listed {
+        let mut parts = entry.key[prefix.len() + 1..].split('/');
+        let (Some(log), Some(seq)) = (parts.next(), parts.next()) else {
+            return Err(format!("unexpected key {}", entry.key));
+        };
+        // The log's head hint: an advisory pointer, not an entry.
+        if seq == "_head" {
+            continue;
+        }
+        let (Ok(log), Ok(key_seq)) = (log.parse::<u64>(), seq.parse::<u64>()) else {
+            return Err(format!("unexpected key {}", entry.key));
+        };
+        let object = truth
+            .get(&entry.key)
+            .await
+            .map_err(|e| format!("cannot read {}: {e}", entry.key))?
+            .ok_or_else(|| format!("{} vanished", entry.key))?;
+        let body = serde_json::from_slice(&object.body)
+            .map_err(|e| format!("{} is not JSON: {e}", entry.key))?;
+        objects.push(StoredLogObject {
+            log,
+            key_seq,
+            key: entry.key,
+            body,
+        });
+    }
+    Ok(objects)
 }

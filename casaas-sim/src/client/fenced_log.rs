@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use super::fenced::{Holder, finish, outcome, spawn_freezer};
+use super::fenced::{Holder, finish, outcome, spawn_freezer, stored_log_objects};
 use crate::clock::SimClock;
 use crate::config::SimConfig;
 use crate::history::fenced_log::{AppendRec, History, StoredEntry};
@@ -100,40 +100,19 @@ impl Client {
 
 /// Reads every log straight from the store (no faults, no `FencedLog`).
 async fn stored_logs(world: &World) -> Result<BTreeMap<u64, Vec<StoredEntry>>, String> {
-    let truth = world.truth();
-    let listed = truth
-        .list(&format!("{LOG_PREFIX}/"))
-        .await
-        .map_err(|e| format!("cannot list the logs: {e}"))?;
     let mut logs: BTreeMap<u64, Vec<StoredEntry>> = BTreeMap::new();
-    for entry in listed {
-        let mut parts = entry.key[LOG_PREFIX.len() + 1..].split('/');
-        let (Some(log), Some(seq)) = (parts.next(), parts.next()) else {
-            return Err(format!("unexpected key {}", entry.key));
-        };
-        // The log's head hint: an advisory pointer, not an entry.
-        if seq == "_head" {
-            continue;
-        }
-        let (Ok(log), Ok(key_seq)) = (log.parse::<u64>(), seq.parse::<u64>()) else {
-            return Err(format!("unexpected key {}", entry.key));
-        };
-        let object = truth
-            .get(&entry.key)
-            .await
-            .map_err(|e| format!("cannot read {}: {e}", entry.key))?
-            .ok_or_else(|| format!("{} vanished", entry.key))?;
-        let v: serde_json::Value = serde_json::from_slice(&object.body)
-            .map_err(|e| format!("{} is not JSON: {e}", entry.key))?;
-        let field = |name: &str| v.get(name).and_then(serde_json::Value::as_u64);
-        let value: Option<LogOp> = v
+    for object in stored_log_objects(world, LOG_PREFIX).await? {
+        let value: Option<LogOp> = object
+            .body
             .get("value")
             .and_then(|v| serde_json::from_value(v.clone()).ok());
-        let (Some(seq), Some(token), Some(value)) = (field("seq"), field("token"), value) else {
-            return Err(format!("{} is not a log entry of this run", entry.key));
+        let (Some(seq), Some(token), Some(value)) =
+            (object.field("seq"), object.field("token"), value)
+        else {
+            return Err(format!("{} is not a log entry of this run", object.key));
         };
-        logs.entry(log).or_default().push(StoredEntry {
-            key_seq,
+        logs.entry(object.log).or_default().push(StoredEntry {
+            key_seq: object.key_seq,
             seq,
             token,
             client: value.client,

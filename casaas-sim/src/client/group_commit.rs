@@ -20,7 +20,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use super::fenced::{finish, outcome, spawn_freezer};
+use super::fenced::{finish, outcome, spawn_freezer, stored_log_objects};
 use crate::clock::{SimClock, random_duration};
 use crate::config::SimConfig;
 use crate::history::group_commit::{AppendRec, Caller, History, Outcome, StoredRecord, UpdateRec};
@@ -427,47 +427,23 @@ async fn stored_counter(world: &World) -> Result<u64, String> {
 /// Every record of every log, read straight from the store (no faults, no
 /// `FencedLog`), in (log, entry, offset) order.
 async fn stored_records(world: &World) -> Result<Vec<StoredRecord>, String> {
-    let truth = world.truth();
-    let listed = truth
-        .list(&format!("{LOG_PREFIX}/"))
-        .await
-        .map_err(|e| format!("cannot list the logs: {e}"))?;
     let mut records = Vec::new();
-    for entry in listed {
-        let mut parts = entry.key[LOG_PREFIX.len() + 1..].split('/');
-        let (Some(log), Some(seq)) = (parts.next(), parts.next()) else {
-            return Err(format!("unexpected key {}", entry.key));
-        };
-        // The log's head hint: an advisory pointer, not an entry.
-        if seq == "_head" {
-            continue;
-        }
-        let (Ok(log), Ok(key_seq)) = (log.parse::<u64>(), seq.parse::<u64>()) else {
-            return Err(format!("unexpected key {}", entry.key));
-        };
-        let object = truth
-            .get(&entry.key)
-            .await
-            .map_err(|e| format!("cannot read {}: {e}", entry.key))?
-            .ok_or_else(|| format!("{} vanished", entry.key))?;
-        let v: serde_json::Value = serde_json::from_slice(&object.body)
-            .map_err(|e| format!("{} is not JSON: {e}", entry.key))?;
-        let field = |name: &str| v.get(name).and_then(serde_json::Value::as_u64);
+    for object in stored_log_objects(world, LOG_PREFIX).await? {
         // Schema 1 holds one record (`value`), schema 2 a batch (`values`).
-        let values = match (v.get("value"), v.get("values")) {
+        let values = match (object.body.get("value"), object.body.get("values")) {
             (Some(one), None) => vec![one.clone()],
             (None, Some(serde_json::Value::Array(many))) => many.clone(),
-            _ => return Err(format!("{} holds no records", entry.key)),
+            _ => return Err(format!("{} holds no records", object.key)),
         };
-        let (Some(seq), Some(token)) = (field("seq"), field("token")) else {
-            return Err(format!("{} is not a log entry of this run", entry.key));
+        let (Some(seq), Some(token)) = (object.field("seq"), object.field("token")) else {
+            return Err(format!("{} is not a log entry of this run", object.key));
         };
         for (offset, value) in values.into_iter().enumerate() {
             let op: LogOp = serde_json::from_value(value)
-                .map_err(|e| format!("{} holds a foreign record: {e}", entry.key))?;
+                .map_err(|e| format!("{} holds a foreign record: {e}", object.key))?;
             records.push(StoredRecord {
-                log,
-                key_seq,
+                log: object.log,
+                key_seq: object.key_seq,
                 seq,
                 offset: offset as u64,
                 token,
