@@ -7,41 +7,20 @@
 //! unchanged: every guard's belief is recorded in true time.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
-use casaas_core::lease::{
-    AcquireOptions, Entropy, FairLease, FencedResource, Lease, LeaseError, LeaseGuard, LeaseRecord,
-};
+use casaas_core::lease::{AcquireOptions, Entropy, FairLease, FencedResource, Lease, LeaseGuard};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::lease::{FENCED_KEY, LOCK_KEY, Recorded, watch_beliefs};
+use super::lease::{
+    FENCED_KEY, LOCK_KEY, LetGo, Recorded, fenced_write, record_applied, record_guard,
+};
 use crate::clock::{SimClock, random_duration};
 use crate::config::{Primitive, SimConfig};
-use crate::history::lease::{GuardRec, History, SimValue};
+use crate::history::lease::{History, SimValue};
 use crate::lock;
 use crate::network::World;
-
-/// Records a write the store applied at `at` to the lock object or the
-/// fenced resource; tickets are not recorded (they decide nothing).
-fn record_applied(h: &mut History, at: Duration, key: &str, body: &Bytes) {
-    if key == LOCK_KEY {
-        if let Ok(r) = LeaseRecord::decode(key, body) {
-            h.lock_writes.push((at, r.owner, r.token, r.released));
-        }
-    } else if key == FENCED_KEY
-        && let Ok(v) = serde_json::from_slice::<serde_json::Value>(body)
-    {
-        let token = v.get("token").and_then(serde_json::Value::as_u64);
-        let value = v
-            .get("value")
-            .and_then(|v| serde_json::from_value::<SimValue>(v.clone()).ok());
-        if let (Some(token), Some(value)) = (token, value) {
-            h.fenced_writes.push((at, token, value));
-        }
-    }
-}
 
 /// One client waiting its turn, holding, and letting go, until the run
 /// stops.
@@ -96,24 +75,13 @@ impl Client {
 
     /// Records the acquisition and starts recording the guard's beliefs.
     fn record_guard(&self, guard: &LeaseGuard) -> usize {
-        let guard_id = {
-            let mut h = lock(&self.history);
-            h.guards.push(GuardRec {
-                client: self.client,
-                task: 0,
-                token: guard.token(),
-                acquired_at: self.world.time.now(),
-                beliefs: Vec::new(),
-            });
-            h.guards.len() - 1
-        };
-        tokio::spawn(watch_beliefs(
-            self.history.clone(),
-            guard_id,
-            self.clock.clone(),
-            guard.subscribe(),
-        ));
-        guard_id
+        record_guard(
+            &self.history,
+            &self.world,
+            &self.clock,
+            (self.client, 0),
+            guard,
+        )
     }
 
     /// A few fenced writes, each after a lease check with a safety margin,
@@ -134,19 +102,14 @@ impl Client {
             }
             let at = self.world.time.now();
             lock(&self.history).held_checks.push((guard_id, at));
-            let value = SimValue {
-                client: self.client as u32,
-                token: guard.token(),
-                checked_at_ns: u64::try_from(at.as_nanos()).unwrap_or(u64::MAX),
-            };
-            let result = self.resource.update(guard.token(), |_| value).await;
-            let mut h = lock(&self.history);
-            match result {
-                Ok(_) => h.fenced_ok += 1,
-                Err(LeaseError::FencedOut { .. }) => h.fenced_out += 1,
-                Err(_) => h.fenced_failed += 1,
-            }
-            drop(h);
+            fenced_write(
+                &self.history,
+                &self.resource,
+                self.client,
+                guard.token(),
+                at,
+            )
+            .await;
             if self.world.stop.is_cancelled() {
                 break;
             }
@@ -155,20 +118,12 @@ impl Client {
 
     /// Mostly a release; else a crash (renewal stops) or a drop.
     async fn let_go(&mut self, guard: LeaseGuard) {
-        match self.rng.random_range(0..100) {
-            0..80 => {
-                lock(&self.history).releases += 1;
-                let _ = guard.release().await;
-            }
-            80..90 => {
-                lock(&self.history).abandons += 1;
-                guard.abandon();
-            }
-            _ => {
-                lock(&self.history).drops += 1;
-                drop(guard);
-            }
+        LetGo {
+            released: 80,
+            abandoned: 10,
         }
+        .end(&self.history, &mut self.rng, guard)
+        .await;
     }
 }
 

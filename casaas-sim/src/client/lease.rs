@@ -29,7 +29,7 @@ pub const FENCED_KEY: &str = "sim/resource";
 
 /// Records a write the store applied at `at`: to the lock object or to
 /// the fenced resource (anything else is not recorded).
-fn record_applied(h: &mut History, at: Duration, key: &str, body: &Bytes) {
+pub(super) fn record_applied(h: &mut History, at: Duration, key: &str, body: &Bytes) {
     // In the epoch layout an object's writes are its epochs. A second
     // write of one epoch is a late create into collected history, which
     // no reader ever takes for the object (the layout's rule): not a
@@ -177,24 +177,13 @@ impl Task {
     /// Records the acquisition and starts recording the guard's beliefs;
     /// returns the guard's index in the history.
     fn record_guard(&self, guard: &LeaseGuard) -> usize {
-        let guard_id = {
-            let mut h = lock(&self.history);
-            h.guards.push(GuardRec {
-                client: self.client,
-                task: self.task,
-                token: guard.token(),
-                acquired_at: self.world.time.now(),
-                beliefs: Vec::new(),
-            });
-            h.guards.len() - 1
-        };
-        tokio::spawn(watch_beliefs(
-            self.history.clone(),
-            guard_id,
-            self.clock.clone(),
-            guard.subscribe(),
-        ));
-        guard_id
+        record_guard(
+            &self.history,
+            &self.world,
+            &self.clock,
+            (self.client, self.task),
+            guard,
+        )
     }
 
     /// A few side effects through the fenced resource, each after a lease
@@ -223,7 +212,14 @@ impl Task {
             if self.rng.random_bool(self.config.stall_after_check) {
                 self.stall().await;
             }
-            self.write(guard.token(), at).await;
+            fenced_write(
+                &self.history,
+                &self.resource,
+                self.client,
+                guard.token(),
+                at,
+            )
+            .await;
             if self.world.stop.is_cancelled() {
                 break;
             }
@@ -237,39 +233,95 @@ impl Task {
         tokio::time::sleep(d).await;
     }
 
-    /// Writes to the fenced resource with `token`, after a lease check
-    /// passed at `checked_at` (true time), and counts what it was told.
-    async fn write(&self, token: u64, checked_at: Duration) {
-        let value = SimValue {
-            client: self.client as u32,
-            token,
-            checked_at_ns: u64::try_from(checked_at.as_nanos()).unwrap_or(u64::MAX),
-        };
-        let result = self.resource.update(token, |_| value).await;
-        let mut h = lock(&self.history);
-        match result {
-            Ok(_) => h.fenced_ok += 1,
-            Err(LeaseError::FencedOut { .. }) => h.fenced_out += 1,
-            Err(_) => h.fenced_failed += 1,
-        }
-    }
-
     /// Ends the holding: mostly a release; else a crash (renewal stops,
     /// nothing is released) or a drop.
     async fn let_go(&mut self, guard: LeaseGuard) {
-        match self.rng.random_range(0..100) {
-            0..70 => {
-                lock(&self.history).releases += 1;
-                let _ = guard.release().await;
-            }
-            70..85 => {
-                lock(&self.history).abandons += 1;
-                guard.abandon();
-            }
-            _ => {
-                lock(&self.history).drops += 1;
-                drop(guard);
-            }
+        LetGo {
+            released: 70,
+            abandoned: 15,
+        }
+        .end(&self.history, &mut self.rng, guard)
+        .await;
+    }
+}
+
+/// Records a guard `(client, task)` just acquired and starts recording its
+/// beliefs; returns the guard's index in the history.
+pub(super) fn record_guard(
+    history: &Arc<Mutex<History>>,
+    world: &World,
+    clock: &SimClock,
+    (client, task): (usize, usize),
+    guard: &LeaseGuard,
+) -> usize {
+    let guard_id = {
+        let mut h = lock(history);
+        h.guards.push(GuardRec {
+            client,
+            task,
+            token: guard.token(),
+            acquired_at: world.time.now(),
+            beliefs: Vec::new(),
+        });
+        h.guards.len() - 1
+    };
+    tokio::spawn(watch_beliefs(
+        history.clone(),
+        guard_id,
+        clock.clone(),
+        guard.subscribe(),
+    ));
+    guard_id
+}
+
+/// Writes to the fenced resource with `token`, after a lease check passed
+/// at `checked_at` (true time), and counts what it was told.
+pub(super) async fn fenced_write(
+    history: &Mutex<History>,
+    resource: &FencedResource<SimValue>,
+    client: usize,
+    token: u64,
+    checked_at: Duration,
+) {
+    let value = SimValue {
+        client: client as u32,
+        token,
+        checked_at_ns: u64::try_from(checked_at.as_nanos()).unwrap_or(u64::MAX),
+    };
+    let result = resource.update(token, |_| value).await;
+    let mut h = lock(history);
+    match result {
+        Ok(_) => h.fenced_ok += 1,
+        Err(LeaseError::FencedOut { .. }) => h.fenced_out += 1,
+        Err(_) => h.fenced_failed += 1,
+    }
+}
+
+/// How holders end a holding, in percent: released, abandoned (a crash:
+/// renewal stops, nothing is released), and dropped (the rest).
+pub(super) struct LetGo {
+    pub released: u32,
+    pub abandoned: u32,
+}
+
+impl LetGo {
+    /// Ends `guard` one of the three ways, drawn from `rng`, and counts it.
+    pub(super) async fn end(
+        self,
+        history: &Mutex<History>,
+        rng: &mut ChaCha8Rng,
+        guard: LeaseGuard,
+    ) {
+        let roll = rng.random_range(0..100);
+        if roll < self.released {
+            lock(history).releases += 1;
+            let _ = guard.release().await;
+        } else if roll < self.released + self.abandoned {
+            lock(history).abandons += 1;
+            guard.abandon();
+        } else {
+            lock(history).drops += 1;
+            drop(guard);
         }
     }
 }
