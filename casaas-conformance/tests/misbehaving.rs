@@ -1291,7 +1291,7 @@ struct OddReplaces {
 }
 
 impl OddReplaces {
-    fn new(odd: OddReplace) -> Arc<dyn CasStore> {
+    fn store(odd: OddReplace) -> Arc<dyn CasStore> {
         Arc::new(OddReplaces {
             inner: MemoryStore::new(),
             odd,
@@ -1334,7 +1334,7 @@ impl CasStore for OddReplaces {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_race_without_winners_is_not_a_pass() {
     let report = run(
-        OddReplaces::new(OddReplace::RefuseAll),
+        OddReplaces::store(OddReplace::RefuseAll),
         "test://refuses",
         suite(&["race_replace"]),
     )
@@ -1378,7 +1378,7 @@ async fn a_race_without_winners_is_not_a_pass() {
 async fn a_race_without_winners_does_not_run_on_past_its_minimum() {
     let mut settings = Settings::quick();
     settings.concurrency = 4;
-    let store: Arc<dyn CasStore> = OddReplaces::new(OddReplace::RefuseAll);
+    let store: Arc<dyn CasStore> = OddReplaces::store(OddReplace::RefuseAll);
     let report = suite(&["race_replace"])
         .run(
             &Target::new(store, "test://refuses"),
@@ -1458,7 +1458,7 @@ async fn later_probes_adapt_to_what_earlier_probes_found() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn renewals_too_slow_for_the_ttl_are_inconclusive_not_a_failure() {
     let report = run(
-        OddReplaces::new(OddReplace::LateOnTheLock(Duration::from_secs(1))),
+        OddReplaces::store(OddReplace::LateOnTheLock(Duration::from_secs(1))),
         "test://slow-renewals",
         suite(&["lease_protocol"]),
     )
