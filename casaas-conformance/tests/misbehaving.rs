@@ -11,7 +11,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use casaas_conformance::{NoProgress, Report, RunVerdict, Settings, Suite, Target, Verdict};
 use casaas_core::{
-    Capabilities, CasError, CasStore, ErrorKind, ListEntry, MemoryStore, StoredObject, Version,
+    Capabilities, CasError, CasStore, ErrorKind, ForwardingStore, ListEntry, MemoryStore,
+    StoredObject, Version,
 };
 
 fn settings() -> Settings {
@@ -1300,14 +1301,13 @@ impl OddReplaces {
 }
 
 #[async_trait]
-impl CasStore for OddReplaces {
-    async fn get(&self, key: &str) -> Result<Option<StoredObject>, CasError> {
-        self.inner.get(key).await
+impl ForwardingStore for OddReplaces {
+    type Inner = MemoryStore;
+
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
     }
-    async fn create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
-        self.inner.create(key, body).await
-    }
-    async fn replace(&self, key: &str, v: &Version, body: Bytes) -> Result<Version, CasError> {
+    async fn wrap_replace(&self, key: &str, v: &Version, body: Bytes) -> Result<Version, CasError> {
         match self.odd {
             OddReplace::RefuseAll => return Err(precondition_failed(key)),
             OddReplace::LateOnTheLock(late) if key == "lock" || key.ends_with("/lock") => {
@@ -1317,16 +1317,7 @@ impl CasStore for OddReplaces {
         }
         self.inner.replace(key, v, body).await
     }
-    async fn delete(&self, key: &str, expected: &Version) -> Result<(), CasError> {
-        self.inner.delete(key, expected).await
-    }
-    async fn list(&self, prefix: &str) -> Result<Vec<ListEntry>, CasError> {
-        self.inner.list(prefix).await
-    }
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::full()
-    }
-    fn describe(&self) -> String {
+    fn wrap_describe(&self) -> String {
         format!("{:?}", self.odd)
     }
 }
