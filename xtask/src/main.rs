@@ -184,9 +184,10 @@ fn workspace_root() -> Result<PathBuf> {
         .context("xtask lives one level below the workspace root")
 }
 
-fn cargo(root: &PathBuf, args: &[&str]) -> Result<()> {
-    eprintln!("xtask: cargo {}", args.join(" "));
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+/// `cargo ARGS` in the workspace, in the environment every task runs it in.
+fn cargo_command(root: &PathBuf, args: &[&str]) -> Command {
+    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    command
         .args(args)
         .current_dir(root)
         // No test may ever reach a cloud metadata endpoint.
@@ -194,7 +195,13 @@ fn cargo(root: &PathBuf, args: &[&str]) -> Result<()> {
         .env(
             server_env::SERVERS_DIR_VAR,
             root.join(".casaas").join("servers"),
-        )
+        );
+    command
+}
+
+fn cargo(root: &PathBuf, args: &[&str]) -> Result<()> {
+    eprintln!("xtask: cargo {}", args.join(" "));
+    let status = cargo_command(root, args)
         .status()
         .with_context(|| format!("running cargo {}", args.join(" ")))?;
     if !status.success() {
@@ -262,6 +269,21 @@ fn chaos(
     option: &str,
     extra: &[&str],
 ) -> Result<()> {
+    let args = chaos_args(ctx, server, minutes, seed, option, extra)?;
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    cargo(root, &args)
+}
+
+/// The cargo arguments of one chaos run against `server` (started if it is
+/// not running).
+fn chaos_args(
+    ctx: &servers::Ctx,
+    server: &str,
+    minutes: f64,
+    seed: u64,
+    option: &str,
+    extra: &[&str],
+) -> Result<Vec<String>> {
     if !(minutes > 0.0 && minutes <= 24.0 * 60.0) {
         bail!("--minutes must be between 0 and 1440");
     }
@@ -319,7 +341,96 @@ fn chaos(
         args.extend(["--gateways", &gateways]);
     }
     args.extend(extra);
-    cargo(root, &args)
+    Ok(args.into_iter().map(String::from).collect())
+}
+
+/// How many of CI's chaos minutes run at the same time. A chaos run spends
+/// its minute mostly waiting (lease TTLs, pauses, the proxy's stalls), so
+/// runs against different servers overlap well; run one after another they
+/// were about eight minutes of every CI run.
+const CI_CHAOS_AT_ONCE: usize = 4;
+
+/// Runs the chaos runs `runs` (each the cargo arguments from
+/// [`chaos_args`]), `at_once` at a time, each one's output kept in a file
+/// of its own and printed whole when it ends; fails naming every run that
+/// failed.
+fn chaos_runs_at_once(
+    ctx: &servers::Ctx,
+    root: &PathBuf,
+    runs: &[Vec<String>],
+    at_once: usize,
+) -> Result<()> {
+    // Built once, before the runs start, so that no run's minute is spent
+    // waiting for another's build.
+    cargo(
+        root,
+        &["build", "--quiet", "-p", "casaas-testkit", "--bin", "chaos"],
+    )?;
+    let logs = ctx.state.join("ci");
+    std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+    let mut failed = Vec::new();
+    for (wave, chunk) in runs.chunks(at_once.max(1)).enumerate() {
+        let mut children = Vec::new();
+        for (n, args) in chunk.iter().enumerate() {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let label = chaos_label(&args);
+            let log = logs.join(format!("chaos-{wave}-{n}.log"));
+            let file = std::fs::File::create(&log)
+                .with_context(|| format!("creating {}", log.display()))?;
+            let err = file.try_clone()?;
+            eprintln!("xtask: chaos {label} started (output in {})", log.display());
+            let child = cargo_command(root, &args)
+                .stdout(file)
+                .stderr(err)
+                .spawn()
+                .with_context(|| format!("running cargo {}", args.join(" ")))?;
+            children.push((label, log, child));
+        }
+        for (label, log, mut child) in children {
+            let status = child.wait()?;
+            let output = std::fs::read_to_string(&log).unwrap_or_default();
+            for line in output.lines() {
+                eprintln!("[chaos {label}] {line}");
+            }
+            if status.success() {
+                eprintln!("xtask: chaos {label} passed");
+            } else {
+                eprintln!("xtask: chaos {label} FAILED ({status})");
+                failed.push(label);
+            }
+        }
+    }
+    if !failed.is_empty() {
+        bail!("chaos failed: {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+/// `SERVER[ options]` for a chaos run's cargo arguments: the store URL's
+/// server and the options that set the run apart.
+fn chaos_label(args: &[&str]) -> String {
+    let value_of = |flag: &str| {
+        args.iter()
+            .position(|a| *a == flag)
+            .and_then(|i| args.get(i + 1))
+            .copied()
+    };
+    let server = value_of("--env-file")
+        // `.casaas/servers/NAME/env`
+        .and_then(|file| std::path::Path::new(file).parent()?.file_name())
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "?".into());
+    let mut label = server;
+    for flag in ["--sessions", "--group-commit"] {
+        if value_of(flag).is_some() {
+            label.push(' ');
+            label.push_str(flag.trim_start_matches('-'));
+        }
+    }
+    if value_of("--url").is_some_and(|url| url.contains("layout=epochs")) {
+        label.push_str(" layout=epochs");
+    }
+    label
 }
 
 fn ci(root: &PathBuf, sim_ops: u64, keep_servers: bool) -> Result<()> {
@@ -339,43 +450,44 @@ fn ci(root: &PathBuf, sim_ops: u64, keep_servers: bool) -> Result<()> {
     // The docs without warnings, and no unrecorded change of a published
     // crate's public API.
     api::api(root, false)?;
-    // The library alone, as a user depends on it (no command, one provider),
-    // and the command with every feature.
+    // The library alone, as a user depends on it (default features, then
+    // one provider), and the command with every feature.
+    cargo(root, &["check", "-p", "casaas"])?;
+    cargo(root, &["check", "-p", "casaas", "--features", "s3"])?;
     cargo(
         root,
-        &[
-            "check",
-            "-p",
-            "casaas",
-            "--no-default-features",
-            "--features",
-            "s3",
-        ],
+        &["build", "-p", "casaas-cli", "--bins", "--all-features"],
     )?;
-    cargo(root, &["build", "-p", "casaas", "--bins", "--all-features"])?;
     let ctx = servers::Ctx::new(root.clone());
     let result = servers::up(&ctx, &[]).and_then(|()| {
         cargo(root, &["test", "--workspace", "--no-fail-fast"])?;
         sim(root, sim_ops, 1, &[], false)?;
         // The same operations again, each client with a timing of its own.
         sim(root, sim_ops, 1, &[], true)?;
+        let mut runs = Vec::new();
         for (server, option) in CHAOS_SERVERS {
-            chaos(&ctx, root, server, 1.0, 1, option, &[])?;
+            runs.push(chaos_args(&ctx, server, 1.0, 1, option, &[])?);
         }
-        // Locks under sessions: one more minute, on Ceph (about 70 s in all;
-        // every server would add five minutes).
-        chaos(&ctx, root, "ceph", 1.0, 1, "", &["--sessions", "true"])?;
-        // Writes through group commit (batches of several updates per
-        // write): one more minute, on fake-gcs (about 70 s).
-        chaos(
+        // Locks under sessions: one more minute, on Ceph.
+        runs.push(chaos_args(
             &ctx,
-            root,
+            "ceph",
+            1.0,
+            1,
+            "",
+            &["--sessions", "true"],
+        )?);
+        // Writes through group commit (batches of several updates per
+        // write): one more minute, on fake-gcs.
+        runs.push(chaos_args(
+            &ctx,
             "fake-gcs",
             1.0,
             1,
             "",
             &["--group-commit", "true"],
-        )?;
+        )?);
+        chaos_runs_at_once(&ctx, root, &runs, CI_CHAOS_AT_ONCE)?;
         Ok(())
     });
     if !keep_servers {
