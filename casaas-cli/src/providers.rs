@@ -15,9 +15,9 @@ pub fn missing_scheme_hint() -> String {
         ("gcs", "gs://", cfg!(feature = "gcs")),
         ("azure", "az://", cfg!(feature = "azure")),
         (
-            "object_store",
+            "object-store",
             "object_store+URL",
-            cfg!(feature = "object_store"),
+            cfg!(feature = "object-store"),
         ),
         ("opendal", "opendal+URL", cfg!(feature = "opendal")),
     ];
@@ -33,7 +33,7 @@ pub fn missing_scheme_hint() -> String {
     } else {
         format!(
             "This build of casaas lacks some: {}; install one that has it, e.g. \
-             `cargo install casaas --features {}`",
+             `cargo install casaas-cli --features {}`",
             missing.join(", "),
             features
                 .iter()

@@ -3,7 +3,6 @@
 //! so each command must judge it by its session's heartbeat: held while the
 //! session is alive (long after the lock's own TTL), free once the session
 //! was closed or stopped renewing, and never broken behind a live session.
-#![cfg(feature = "cli")]
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod common;

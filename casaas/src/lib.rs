@@ -15,7 +15,7 @@
 //! | `s3` | `s3://bucket/prefix?region=…` (Amazon S3 and S3-compatible stores) |
 //! | `gcs` | `gs://bucket/prefix` |
 //! | `azure` | `az://account/container/prefix` |
-//! | `object_store` | `object_store+URL`, through the `object_store` client |
+//! | `object-store` | `object_store+URL`, through the `object_store` client |
 //! | `opendal` | `opendal+URL`, through an OpenDAL operator |
 //!
 //! A URL whose provider is not compiled in is refused with an error that
@@ -103,7 +103,7 @@ pub use casaas_gcs as gcs;
 pub use casaas_azure as azure;
 
 /// The adapter over an `object_store` client (`object_store+URL`).
-#[cfg(feature = "object_store")]
+#[cfg(feature = "object-store")]
 pub use casaas_object_store as object_store;
 
 /// The adapter over an OpenDAL operator (`opendal+URL`).
@@ -172,7 +172,7 @@ const PROVIDERS: [(&str, &str); 5] = [
     ("s3", "s3"),
     ("gcs", "gs"),
     ("azure", "az"),
-    ("object_store", "object_store+"),
+    ("object-store", "object_store+"),
     ("opendal", "opendal+"),
 ];
 
@@ -184,8 +184,8 @@ const ENABLED: &[&str] = &[
     "gcs",
     #[cfg(feature = "azure")]
     "azure",
-    #[cfg(feature = "object_store")]
-    "object_store",
+    #[cfg(feature = "object-store")]
+    "object-store",
     #[cfg(feature = "opendal")]
     "opendal",
 ];
@@ -202,7 +202,7 @@ pub fn register_providers() {
         casaas_gcs::register();
         #[cfg(feature = "azure")]
         casaas_azure::register();
-        #[cfg(feature = "object_store")]
+        #[cfg(feature = "object-store")]
         casaas_object_store::register();
         #[cfg(feature = "opendal")]
         casaas_opendal::register();
@@ -314,7 +314,7 @@ mod tests {
         assert_eq!(missing_feature("az://a/c/p", &[]), Some("azure"));
         assert_eq!(
             missing_feature("object_store+s3://b/p", &["s3"]),
-            Some("object_store")
+            Some("object-store")
         );
         assert_eq!(missing_feature("opendal+s3://b/p", &[]), Some("opendal"));
         assert_eq!(missing_feature("memory://x/p", &[]), None);
@@ -326,7 +326,8 @@ mod tests {
 
     #[tokio::test]
     async fn every_enabled_provider_opens_without_a_register_call() {
-        // Default features: every provider. The core registry knows them
+        // Tests build with every provider (casaas's dev-dependency on
+        // itself turns them on). The core registry knows them
         // after the first open, with no register() call here.
         let store = open_store("memory://facade-test/p").await.unwrap();
         assert_eq!(store.describe(), "memory://facade-test/p/");

@@ -1,7 +1,8 @@
 //! casaas as a dependency: `tests/consumer/` is a crate outside the
-//! workspace that depends on casaas by path with `default-features = false,
-//! features = ["s3"]`, the way an application would. This test checks that
-//! its dependency graph holds no command-line crate, then builds it and
+//! workspace that depends on casaas by path with `features = ["s3"]`, the
+//! way an application would. This test checks that
+//! its dependency graph holds no command-line crate (nor does that of the
+//! library with its default features), then builds it and
 //! runs it against moto (`cargo xtask servers up moto`): it opens an
 //! `s3://` URL with credentials given as options, with no register call,
 //! and takes and releases a lease.
@@ -73,6 +74,53 @@ fn the_library_alone_has_no_command_line_dependencies() {
                 .lines()
                 .any(|l| l.starts_with(&format!("{crate_name} "))),
             "{crate_name} is in the library's graph:\n{tree}"
+        );
+    }
+}
+
+/// `cargo add casaas` (default features) brings the library and core
+/// only: no command-line crate, no SDK stack, and none of tokio's
+/// process, signal, fs or macros features.
+#[test]
+fn the_library_with_default_features_is_core_and_nothing_of_the_command() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.args([
+        "tree", "--quiet", "-p", "casaas", "-e", "normal", "--prefix", "none", "-f", "{p}|{f}",
+    ])
+    .current_dir(workspace);
+    let tree = run(cmd);
+    for crate_name in [
+        "casaas-cli",
+        "casaas-conformance",
+        "clap",
+        "clap_complete",
+        "indicatif",
+        "nix",
+        "tracing-subscriber",
+        "casaas-s3",
+        "casaas-gcs",
+        "casaas-azure",
+        "casaas-object-store",
+        "casaas-opendal",
+        "casaas-workspace-hack",
+    ] {
+        assert!(
+            !tree
+                .lines()
+                .any(|l| l.starts_with(&format!("{crate_name} "))),
+            "{crate_name} is in the default library's graph:\n{tree}"
+        );
+    }
+    let tokio = tree
+        .lines()
+        .find(|l| l.starts_with("tokio "))
+        .expect("tokio in the graph");
+    let features = tokio.split_once('|').map_or("", |(_, f)| f);
+    for forced in ["process", "signal", "fs", "macros"] {
+        assert!(
+            !features.split(',').any(|f| f == forced),
+            "the library forces tokio's `{forced}` feature: {tokio}"
         );
     }
 }

@@ -68,7 +68,7 @@ fn run(ctx: &Ctx, quick: bool, running: &[&str]) -> Result<String> {
     // The `casaas` command, timed per invocation beside `etcdctl lock`.
     crate::cargo(
         &ctx.root,
-        &["build", "--release", "--quiet", "-p", "casaas"],
+        &["build", "--release", "--quiet", "-p", "casaas-cli"],
     )?;
     let casaas_bin = ctx.root.join("target").join("release").join("casaas");
     eprintln!("xtask: cargo {}", args.join(" "));

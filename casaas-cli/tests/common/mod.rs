@@ -46,7 +46,7 @@ pub fn fenced_append() -> PathBuf {
     let path = dir.join("examples").join("fenced_append");
     assert!(
         path.exists(),
-        "{} is missing: `cargo test -p casaas` builds it",
+        "{} is missing: `cargo test -p casaas-cli` builds it",
         path.display()
     );
     path
