@@ -23,6 +23,21 @@ use super::{LeaseError, metric_names};
 /// the memory without end.
 const MAX_ORPHANS: usize = 64;
 
+/// How many races in a row [`Lease::try_acquire`] may lose to holdings that
+/// ended before it could read them, before it gives up: each one is a whole
+/// holding by someone else between two of our requests.
+const MAX_LOST_RACES: u32 = 8;
+
+/// Did our write lose to another write between our read and it? The object
+/// changed (precondition failed) or vanished (not found): nothing of ours
+/// was written, and a new read tells where the lease stands.
+fn lost_race(err: &CasError) -> bool {
+    matches!(
+        err.kind(),
+        ErrorKind::PreconditionFailed | ErrorKind::NotFound
+    )
+}
+
 /// A lease on one key of a store, from one participant's point of view.
 ///
 /// `Lease` is the contender: it reads the lock object, keeps track of how
@@ -404,12 +419,40 @@ impl Lease {
     /// One acquisition attempt: a read, and a write if the lease is absent,
     /// released, expired, or ours from an earlier unresolved write.
     ///
+    /// Losing a race is not an error: when someone else's write lands
+    /// between our read and our write (two contenders on a lock that does
+    /// not exist yet, in either layout), the answer is
+    /// [`AcquireOutcome::Held`] if the winner holds the lease, and if the
+    /// lease is free again by then (the winner already released it) the
+    /// attempt contends again at once. Only after losing
+    /// `8` such races in a row does it give up with
+    /// [`LeaseError::Contended`].
+    ///
     /// Requests: 1 GET when held; 1 GET + 1 write when acquired; 1 write
     /// when acquiring again after this lease's own release, if nobody wrote
     /// since (else that write is refused and the attempt reads as usual);
-    /// +1 GET to resolve an ambiguous or precondition-failed write.
+    /// +1 GET to resolve an ambiguous or precondition-failed write; the
+    /// same again for each race lost to a holding that has already ended.
     #[must_use = "an acquired lease is given up as soon as the returned guard is dropped"]
     pub async fn try_acquire(&self) -> Result<AcquireOutcome, LeaseError> {
+        for lost in 1..=MAX_LOST_RACES {
+            match self.attempt().await {
+                Err(LeaseError::Store(err)) if lost_race(&err) => {
+                    tracing::debug!(key = %self.key, error = %err, lost, "lost the race for a free lease; contending again");
+                }
+                outcome => return outcome,
+            }
+        }
+        Err(LeaseError::Contended {
+            key: self.key.clone(),
+            attempts: MAX_LOST_RACES,
+        })
+    }
+
+    /// One attempt, where a lost race is an error: for callers that retry
+    /// on their own terms (the waiting loop backs off; a fair waiter moves
+    /// to the next ticket rather than take one that already ended).
+    pub(crate) async fn attempt(&self) -> Result<AcquireOutcome, LeaseError> {
         let span = tracing::debug_span!("lease.try_acquire", key = %self.key, owner = %self.owner);
         self.try_acquire_inner().instrument(span).await
     }
@@ -825,7 +868,7 @@ impl Lease {
                 if cancel.is_cancelled() {
                     return Err(LeaseError::Cancelled);
                 }
-                let wait = match self.try_acquire().await {
+                let wait = match self.attempt().await {
                     Ok(AcquireOutcome::Acquired(guard)) if cancel.is_cancelled() => {
                         // Cancelled while the write was in flight: the caller
                         // no longer wants the lease, so give it back.
@@ -846,13 +889,7 @@ impl Lease {
                     }
                     // Lost races (the object changed or vanished between our
                     // read and write) are retried like transient failures.
-                    Err(LeaseError::Store(err))
-                        if err.is_retryable()
-                            || matches!(
-                                err.kind(),
-                                ErrorKind::PreconditionFailed | ErrorKind::NotFound
-                            ) =>
-                    {
+                    Err(LeaseError::Store(err)) if err.is_retryable() || lost_race(&err) => {
                         tracing::debug!(error = %err, "retrying");
                         backoff(&self.entropy, self.config.retry_period, Some(&err))
                     }

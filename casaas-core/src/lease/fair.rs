@@ -319,7 +319,7 @@ impl FairLease {
     async fn try_take_ticket(&self) -> Result<Ticket, LeaseError> {
         let mut number = self.next_number(0).await?;
         for lost in 1..=MAX_TICKET_RACES {
-            match self.ticket_lease(number)?.try_acquire().await {
+            match self.ticket_lease(number)?.attempt().await {
                 Ok(AcquireOutcome::Acquired(guard)) => {
                     tracing::debug!(ticket = number, "took a ticket");
                     return Ok(Ticket { number, guard });
