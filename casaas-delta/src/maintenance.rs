@@ -99,19 +99,32 @@ impl Maintenance {
     /// `options` say), hands the job a [`MaintenanceFence`], and releases
     /// the lease when the job returns.
     ///
+    /// The job returns its own error type `E` (a vacuum's error, say),
+    /// which needs only `From<LeaseError>` so that the fence's errors
+    /// convert with `?` inside the job; `run` hands it back untouched.
+    ///
     /// # Errors
     ///
-    /// The lease's errors (another runner holds it past the deadline), or
-    /// the job's.
-    pub async fn run<F, Fut, T>(
+    /// The lease's errors (another runner holds it past the deadline), as
+    /// `E`, or the job's.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future while it acquires is
+    /// [`Lease::acquire`]'s case; dropping it while the job runs drops the
+    /// job and the lease guard, which stops renewing and releases the lease
+    /// in the background (best effort: at worst the lease expires after its
+    /// TTL). Steps the job recorded stay recorded.
+    pub async fn run<F, Fut, T, E>(
         &self,
         job: &str,
         options: AcquireOptions,
         body: F,
-    ) -> Result<T, LeaseError>
+    ) -> Result<T, E>
     where
         F: FnOnce(MaintenanceFence) -> Fut,
-        Fut: std::future::Future<Output = Result<T, LeaseError>>,
+        Fut: std::future::Future<Output = Result<T, E>>,
+        E: From<LeaseError>,
     {
         let guard = Arc::new(self.lease.acquire(options).await?);
         let fence = MaintenanceFence {

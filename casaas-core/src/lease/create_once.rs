@@ -36,8 +36,22 @@ const UNRESOLVED_CREATE: Unresolved = Unresolved {
     advice: "read the key to find out before writing it again",
 };
 
-/// What [`CreateOnce::create`] settled.
+/// What [`CreateOnce::create`] settled. Check it: `create(..).await?;`
+/// alone would take [`Created::Taken`] (our body was not written) for a
+/// commit, so dropping a `Created` is refused at compile time when the
+/// crate denies warnings:
+///
+/// ```compile_fail
+/// # #![deny(unused_must_use)]
+/// # async fn commit(writer: casaas_core::lease::CreateOnce) -> Result<(), casaas_core::lease::LeaseError> {
+/// # let body = |n: &str| Ok::<_, casaas_core::lease::LeaseError>(bytes::Bytes::from(n.to_string()));
+/// # let nonce_in = |b: &[u8]| Some(String::from_utf8_lossy(b).into_owned());
+/// writer.create("log/1", body, nonce_in).await?; // Taken would pass for a commit
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "Created::Taken means another writer's object holds the key and ours was not written; match on it"]
 pub enum Created {
     /// Our body holds the key, at this version.
     Ours(Version),
@@ -66,11 +80,12 @@ pub enum Created {
 /// use std::sync::Arc;
 /// use bytes::Bytes;
 /// use casaas_core::MemoryStore;
-/// use casaas_core::lease::{CreateOnce, Created};
+/// use casaas_core::lease::{CreateOnce, Created, LeaseError};
 ///
 /// let store = Arc::new(MemoryStore::new());
 /// let writer = CreateOnce::new(store);
-/// let body = |nonce: &str| Ok(Bytes::from(format!("commit 1\nnonce {nonce}\n")));
+/// // The body's error type is the call's (here LeaseError; any E: From<LeaseError>).
+/// let body = |nonce: &str| Ok::<_, LeaseError>(Bytes::from(format!("commit 1\nnonce {nonce}\n")));
 /// let nonce_in = |stored: &[u8]| {
 ///     let text = std::str::from_utf8(stored).ok()?;
 ///     Some(text.lines().find_map(|l| l.strip_prefix("nonce "))?.to_string())
@@ -118,28 +133,38 @@ impl CreateOnce {
     /// written); [`LeaseError::UnsafeStore`] when the store guard finds
     /// that the store does not honour create-if-absent;
     /// [`LeaseError::Contended`] after every attempt was refused as
-    /// retryable with nothing written; whatever `body` returns.
-    pub async fn create<B, N>(&self, key: &str, body: B, nonce_in: N) -> Result<Created, LeaseError>
+    /// retryable with nothing written (each converted into `E`); the error
+    /// `body` returns, as it is, when no write of this call may still land.
+    /// A body that fails while an earlier write of this call may still land
+    /// is reported as [`ErrorKind::Ambiguous`](crate::ErrorKind::Ambiguous)
+    /// (its error in the message): "may have been created" is what the
+    /// caller must act on, by reading the key.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the object created with one of the
+    /// bodies sent: a create already on its way can still land (each one is
+    /// conditioned on the key being absent, so at most one does). Nothing
+    /// else is left behind and nothing retries it. To learn the outcome,
+    /// read the key and look for the nonces your `body` was given.
+    pub async fn create<B, N, E>(&self, key: &str, body: B, nonce_in: N) -> Result<Created, E>
     where
-        B: Fn(&str) -> Result<Bytes, LeaseError>,
+        B: Fn(&str) -> Result<Bytes, E>,
         N: Fn(&[u8]) -> Option<String>,
+        E: From<LeaseError> + std::fmt::Display,
     {
-        crate::validate_key(key)?;
+        crate::validate_key(key).map_err(LeaseError::from)?;
         let span = tracing::debug_span!("create_once", key);
         self.create_inner(key, body, nonce_in)
             .instrument(span)
             .await
     }
 
-    async fn create_inner<B, N>(
-        &self,
-        key: &str,
-        body: B,
-        nonce_in: N,
-    ) -> Result<Created, LeaseError>
+    async fn create_inner<B, N, E>(&self, key: &str, body: B, nonce_in: N) -> Result<Created, E>
     where
-        B: Fn(&str) -> Result<Bytes, LeaseError>,
+        B: Fn(&str) -> Result<Bytes, E>,
         N: Fn(&[u8]) -> Option<String>,
+        E: From<LeaseError> + std::fmt::Display,
     {
         // The guard checks what this writer relies on, create-if-absent,
         // and nothing more: through the epoch view, whose every write is a
@@ -163,13 +188,21 @@ impl CreateOnce {
                         attempts.retry(err);
                         continue;
                     }
-                    Err(err) => return Err(attempts.fail(err.into())),
+                    Err(err) => return Err(attempts.fail(err.into()).into()),
                 }
             }
             let nonce = self.policy.entropy.nonce();
             let bytes = match body(&nonce) {
                 Ok(bytes) => bytes,
-                Err(err) => return Err(attempts.fail(err)),
+                // Nothing of ours can land: the caller's error, untouched.
+                Err(err) if attempts.pending.is_empty() => return Err(err),
+                Err(err) => {
+                    let failed = LeaseError::Codec {
+                        key: key.to_string(),
+                        message: format!("the body failed: {err}"),
+                    };
+                    return Err(attempts.fail(failed).into());
+                }
             };
             debug_assert_eq!(nonce_in(&bytes).as_deref(), Some(nonce.as_str()));
             let write = PendingWrite {
@@ -196,7 +229,7 @@ impl CreateOnce {
         {
             return Ok(created);
         }
-        Err(attempts.give_up())
+        Err(attempts.give_up().into())
     }
 
     /// Reads `key` and settles our unresolved writes against it: `Some`

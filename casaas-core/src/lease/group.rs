@@ -97,7 +97,7 @@ pub struct Applied<T> {
 
 /// What became of a [`Ticket`] that was cancelled.
 #[derive(Debug)]
-#[must_use]
+#[must_use = "MayHaveApplied means the update may still land; wait on the ticket it hands back to learn"]
 pub enum Cancelled<D> {
     /// The update was still queued: it was removed and will never be
     /// written.

@@ -140,10 +140,45 @@ impl fmt::Display for LostReason {
 }
 
 /// Everything that can go wrong with leases, elections and fenced resources.
+///
+/// # Did the write happen?
+///
+/// The first question after a failed write is whether it may have taken
+/// effect anyway (a lost answer, a timeout, a batch cut off mid-write). Ask
+/// [`may_have_taken_effect`](LeaseError::may_have_taken_effect): `true`
+/// means the outcome is unknown, so read before writing again (a fenced
+/// update or log entry may be there, a [`CreateOnce`] object may hold your
+/// body); `false` means the store refused the request or never got it, so
+/// nothing of this call was written. No need to match
+/// `LeaseError::Store(e)` and then `e.kind()`.
+///
+/// ```
+/// use casaas_core::{CasError, ErrorKind};
+/// use casaas_core::lease::LeaseError;
+///
+/// let lost = LeaseError::from(CasError::new(ErrorKind::Ambiguous, "connection reset"));
+/// assert!(lost.may_have_taken_effect());
+/// let refused = LeaseError::from(CasError::new(ErrorKind::Throttled, "slow down"));
+/// assert!(!refused.may_have_taken_effect());
+/// assert!(!LeaseError::Cancelled.may_have_taken_effect());
+/// ```
+///
+/// # The caller's own errors
+///
+/// Where code of yours runs inside an operation (the body of
+/// [`CreateOnce::create`], a job under a lease in an adapter), it returns
+/// an error type of your choosing, `E: From<LeaseError>`, and so does the
+/// operation: your error comes back as it is (no downcasting), the
+/// protocol's own failures reach you through `From`, and `?` works inside
+/// your code on both. Keep a variant holding the `LeaseError` to ask
+/// [`may_have_taken_effect`](LeaseError::may_have_taken_effect) later;
+/// `LeaseError` itself is such an `E`.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LeaseError {
-    /// The store failed (after the retries the protocol allows).
+    /// The store failed (after the retries the protocol allows). When its
+    /// kind is [`ErrorKind::Ambiguous`] the write may have taken effect:
+    /// see [`may_have_taken_effect`](LeaseError::may_have_taken_effect).
     #[error(transparent)]
     Store(#[from] CasError),
     /// The store does not honour the conditional writes leases rely on:
@@ -233,6 +268,16 @@ pub enum LeaseError {
 }
 
 impl LeaseError {
+    /// May the write that failed with this error have taken effect? `true`
+    /// only for a store error of kind [`ErrorKind::Ambiguous`]: the store's
+    /// answer was lost, or a write of this call was sent and never settled
+    /// (read before writing again). Every other error means nothing of this
+    /// call was written. Cancellation and deadlines are not writes: a
+    /// blocking call's `# Cancel safety` section says what it may leave.
+    pub fn may_have_taken_effect(&self) -> bool {
+        matches!(self, LeaseError::Store(e) if e.may_have_taken_effect())
+    }
+
     /// The store error kind, if this is a store error.
     pub fn store_kind(&self) -> Option<ErrorKind> {
         match self {
