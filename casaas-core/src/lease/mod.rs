@@ -55,6 +55,7 @@ mod pending;
 mod record;
 mod retry;
 mod session;
+mod swap_once;
 
 pub(crate) use retry::timed;
 
@@ -73,6 +74,7 @@ pub use handle::{Health, LeaseGuard, LeaseStatus};
 pub use log::{FencedLog, LogEntry};
 pub use record::{LEASE_RECORD_KIND, LEASE_SCHEMA_VERSION, LeaseRecord, SessionRef};
 pub use session::Session;
+pub use swap_once::{SwapOnce, Swapped};
 
 use crate::{CasError, ErrorKind};
 
