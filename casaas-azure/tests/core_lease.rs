@@ -13,7 +13,7 @@ use casaas_core::lease::{AcquireOutcome, Lease, LeaseConfig};
 #[tokio::test]
 async fn tokens_increase_across_acquisitions() {
     let store: Arc<dyn CasStore> = Arc::new(common::fresh("azure-core-lease").await);
-    let config = LeaseConfig::with_ttl(Duration::from_secs(6));
+    let config = LeaseConfig::from_ttl(Duration::from_secs(6));
     let a = Lease::new(store.clone(), "locks/leader", "worker-a", config.clone()).unwrap();
     let b = Lease::new(store.clone(), "locks/leader", "worker-b", config).unwrap();
 

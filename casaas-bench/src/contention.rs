@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use casaas_core::CasStore;
-use casaas_core::lease::AcquireOptions;
+use casaas_core::lease::WaitOptions;
 use casaas_core::lease::{FairLease, Lease, LeaseConfig, LeaseError};
 use casaas_core::testkit::CountingStore;
 
@@ -57,7 +57,7 @@ pub async fn run(
 ) -> Result<ContentionRow> {
     let counting = CountingStore::new(store);
     let key = format!("bench/contend/{contenders}-{:08x}", rand::random::<u32>());
-    let config = LeaseConfig::with_ttl(ttl);
+    let config = LeaseConfig::from_ttl(ttl);
     let deadline = Instant::now() + duration;
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -100,7 +100,7 @@ pub async fn run_fair(
         "bench/contend-fair/{contenders}-{:08x}",
         rand::random::<u32>()
     );
-    let config = LeaseConfig::with_ttl(ttl);
+    let config = LeaseConfig::from_ttl(ttl);
     let deadline = Instant::now() + FAIR_TIME_CAP;
     let started = Instant::now();
     let turns: Arc<Vec<AtomicU64>> = Arc::new((0..contenders).map(|_| AtomicU64::new(0)).collect());
@@ -175,7 +175,7 @@ async fn take(
     if left.is_zero() {
         return Ok(None);
     }
-    let options = AcquireOptions::default().deadline(left);
+    let options = WaitOptions::default().with_deadline(left);
     let acquired = match fair {
         Some(fair) => fair.acquire(options).await,
         None => lease.acquire(options).await,
@@ -210,7 +210,7 @@ fn row(
 
 /// The report's part.
 pub fn section(rows: &[ContentionRow], ttl: Duration, duration: Duration) -> Result<Section> {
-    let config = LeaseConfig::with_ttl(ttl);
+    let config = LeaseConfig::from_ttl(ttl);
     let mut md = String::from("## Contention\n\n");
     md.push_str(&format!(
         "N contenders in one process, each with its own `Lease` on one key (TTL {} s, so \

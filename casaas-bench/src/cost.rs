@@ -123,7 +123,7 @@ const SESSION_LOCKS: usize = 10_000;
 /// (the heartbeat's writes shared by every lock under it).
 fn casaas_patterns() -> [Pattern; 3] {
     let default = LeaseConfig::default();
-    let ttl30 = LeaseConfig::with_ttl(Duration::from_secs(30));
+    let ttl30 = LeaseConfig::from_ttl(Duration::from_secs(30));
     let mut session = casaas_pattern(
         &format!("casaas, per lock under a session of {SESSION_LOCKS} locks (default TTL)"),
         &default,

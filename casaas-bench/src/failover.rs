@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use casaas_core::CasStore;
-use casaas_core::lease::AcquireOptions;
+use casaas_core::lease::WaitOptions;
 use casaas_core::lease::{Lease, LeaseConfig};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -113,7 +113,7 @@ pub async fn casaas(
     ttl: Duration,
 ) -> Result<FailoverRow> {
     let store: Arc<dyn CasStore> = target.open().await?;
-    let config = LeaseConfig::with_ttl(ttl);
+    let config = LeaseConfig::from_ttl(ttl);
     let mut args = vec![
         "hold".to_string(),
         "--url".into(),
@@ -137,7 +137,7 @@ pub async fn casaas(
         )?;
         let contender = tokio::spawn(async move {
             let guard = lease
-                .acquire(AcquireOptions::default().deadline(Duration::from_secs(60)))
+                .acquire(WaitOptions::default().with_deadline(Duration::from_secs(60)))
                 .await?;
             anyhow::Ok((guard, Instant::now()))
         });
@@ -218,7 +218,7 @@ impl FailoverResult {
 
     /// The report's part.
     pub fn section(&self, ceph_drift: f64) -> Result<Section> {
-        let config = LeaseConfig::with_ttl(self.ttl);
+        let config = LeaseConfig::from_ttl(self.ttl);
         let mut md = String::from("## Failover\n\n");
         md.push_str(&format!(
             "A holder process acquires the lock (TTL {} ms), prints `ready` and keeps renewing; a \
@@ -303,10 +303,10 @@ pub async fn hold(target: &StoreTarget, key: &str, ttl: Duration) -> Result<()> 
         store,
         key,
         format!("holder-{}", std::process::id()),
-        LeaseConfig::with_ttl(ttl),
+        LeaseConfig::from_ttl(ttl),
     )?;
     let guard = lease
-        .acquire(AcquireOptions::default().deadline(Duration::from_secs(60)))
+        .acquire(WaitOptions::default().with_deadline(Duration::from_secs(60)))
         .await?;
     println!("ready");
     let reason = guard.lost().await;

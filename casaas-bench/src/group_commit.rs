@@ -159,10 +159,11 @@ pub async fn run(
     time: Duration,
 ) -> Result<Row> {
     let key = format!("{KEY_PREFIX}{system}/{}", mode.label().replace(' ', "-"));
-    let resource = FencedResource::<u64>::new(store, key)?.with_retries(
-        Duration::from_secs(10),
-        Duration::from_millis(100),
-        64,
+    let resource = FencedResource::<u64>::new(store, key)?.with_retry_policy(
+        casaas_core::lease::RetryPolicy::default()
+            .with_request_timeout(Duration::from_secs(10))
+            .with_retry_period(Duration::from_millis(100))
+            .with_max_attempts(64),
     );
     let group = GroupResource::new(resource.clone(), GroupCommitConfig::default());
     // A server keeps the counter of an earlier run: count from its value.

@@ -59,7 +59,7 @@ async fn store_row(target: &StoreTarget, iterations: usize) -> Result<StoreRow> 
     let store = target.open().await?;
     let (mut guard, mut lock) = (Vec::new(), Vec::new());
     let mut requests = 0;
-    let mut config = LeaseConfig::with_ttl(Duration::from_secs(10));
+    let mut config = LeaseConfig::from_ttl(Duration::from_secs(10));
     // The lock round trip alone: the guard is what is measured beside it.
     config.verify_store = false;
     let lease = Lease::new(store.clone(), "bench/guard-rtt", "bench", config)?;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use casaas_core::CasStore;
-use casaas_core::lease::{AcquireOptions, FairLease, Lease, LeaseConfig, LeaseError, LeaseGuard};
+use casaas_core::lease::{FairLease, Lease, LeaseConfig, LeaseError, LeaseGuard, WaitOptions};
 
 use crate::section::{Section, ms};
 use crate::stats::{Summary, summarize};
@@ -51,11 +51,11 @@ impl Waiting {
     }
 
     fn config(self) -> LeaseConfig {
-        let config = LeaseConfig::with_ttl(HANDOFF_TTL);
+        let config = LeaseConfig::from_ttl(HANDOFF_TTL);
         match self {
             Waiting::RetryPeriod => {
                 let retry = config.retry_period;
-                config.poll_period(retry)
+                config.with_poll_period(retry)
             }
             Waiting::Default | Waiting::Fair => config,
         }
@@ -89,7 +89,7 @@ impl Taker {
     }
 
     async fn acquire(&self) -> Result<LeaseGuard, LeaseError> {
-        let options = AcquireOptions::default().deadline(HANDOFF_TTL * 4);
+        let options = WaitOptions::default().with_deadline(HANDOFF_TTL * 4);
         match self {
             Taker::Plain(lease) => lease.acquire(options).await,
             Taker::Fair(fair) => fair.acquire(options).await,
@@ -151,7 +151,7 @@ pub async fn run(
 
 /// The report's part.
 pub fn section(rows: &[HandoffRow], duration: Duration) -> Section {
-    let config = LeaseConfig::with_ttl(HANDOFF_TTL);
+    let config = LeaseConfig::from_ttl(HANDOFF_TTL);
     let mut md = String::from("## Handoff after a graceful release\n\n");
     md.push_str(&format!(
         "Rounds for {} s per mode, the modes one after another on each store (TTL {} s: \

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use async_trait::async_trait;
 use bytes::Bytes;
-use casaas_core::lease::AcquireOptions;
+use casaas_core::lease::WaitOptions;
 use casaas_core::lease::{Lease, LeaseConfig, LeaseGuard};
 use casaas_core::{CasError, CasStore, ForwardingStore, Version};
 use futures::StreamExt;
@@ -145,7 +145,7 @@ pub async fn run(
     ttl: Duration,
     hold: Duration,
 ) -> Result<ScaleRow> {
-    let config = LeaseConfig::with_ttl(ttl);
+    let config = LeaseConfig::from_ttl(ttl);
     let keys: Vec<String> = (0..leases).map(|i| format!("bench/scale/{i:06}")).collect();
     let recorder = Arc::new(RenewRecorder {
         inner: store,
@@ -164,7 +164,7 @@ pub async fn run(
     let rss_before = resident_bytes()?;
     let started = Instant::now();
     let guards: Vec<LeaseGuard> = futures::stream::iter(handles.iter())
-        .map(|lease| lease.acquire(AcquireOptions::default().deadline(Duration::from_secs(120))))
+        .map(|lease| lease.acquire(WaitOptions::default().with_deadline(Duration::from_secs(120))))
         .buffer_unordered(CONCURRENCY)
         .collect::<Vec<_>>()
         .await
@@ -229,7 +229,7 @@ pub async fn run(
 
 /// The report's part for all backends.
 pub fn section(rows: &[ScaleRow], ttl: Duration) -> Section {
-    let config = LeaseConfig::with_ttl(ttl);
+    let config = LeaseConfig::from_ttl(ttl);
     let mut md = String::from("## Many leases in one process\n\n");
     md.push_str(&format!(
         "One process acquires N leases (TTL {} s, so a renewal every {} s per lease; {CONCURRENCY} \

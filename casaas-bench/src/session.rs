@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use casaas_core::CasStore;
-use casaas_core::lease::{AcquireOptions, Lease, LeaseConfig, LeaseGuard, Session};
+use casaas_core::lease::{Lease, LeaseConfig, LeaseGuard, Session, WaitOptions};
 use casaas_core::testkit::{CountingStore, RequestCounts};
 use futures::StreamExt;
 
@@ -48,7 +48,7 @@ pub async fn run(
 ) -> Result<SessionRow> {
     let counting = CountingStore::new(store);
     let store: Arc<dyn CasStore> = Arc::new(counting.clone());
-    let config = LeaseConfig::with_ttl(ttl);
+    let config = LeaseConfig::from_ttl(ttl);
     let heartbeat = Lease::new(
         store,
         "bench/sessions/holder",
@@ -57,7 +57,7 @@ pub async fn run(
     )?;
     let session = Session::open(
         heartbeat,
-        AcquireOptions::default().deadline(Duration::from_secs(120)),
+        WaitOptions::default().with_deadline(Duration::from_secs(120)),
     )
     .await?;
     let leases: Vec<Lease> = (0..locks)
@@ -65,7 +65,7 @@ pub async fn run(
         .collect::<Result<_, _>>()?;
     let started = Instant::now();
     let guards: Vec<LeaseGuard> = futures::stream::iter(leases.iter())
-        .map(|lease| lease.acquire(AcquireOptions::default().deadline(Duration::from_secs(120))))
+        .map(|lease| lease.acquire(WaitOptions::default().with_deadline(Duration::from_secs(120))))
         .buffer_unordered(CONCURRENCY)
         .collect::<Vec<_>>()
         .await
@@ -136,7 +136,7 @@ pub async fn failover(
     trials: usize,
     ttl: Duration,
 ) -> Result<SessionFailover> {
-    let config = LeaseConfig::with_ttl(ttl);
+    let config = LeaseConfig::from_ttl(ttl);
     let (read, write) = request_p99(&store).await?;
     let extra = read + write;
     let bound = config.failover_bound(read, write) + extra;
@@ -173,7 +173,7 @@ async fn failover_trial(
         async move {
             Session::open(
                 lease?,
-                AcquireOptions::default().deadline(Duration::from_secs(60)),
+                WaitOptions::default().with_deadline(Duration::from_secs(60)),
             )
             .await
         }
@@ -190,7 +190,7 @@ async fn failover_trial(
     let lease = contender.lease(key.as_str())?;
     let waiting = tokio::spawn(async move {
         let guard = lease
-            .acquire(AcquireOptions::default().deadline(Duration::from_secs(120)))
+            .acquire(WaitOptions::default().with_deadline(Duration::from_secs(120)))
             .await;
         (guard, Instant::now())
     });
@@ -244,7 +244,7 @@ pub fn section(
     ttl: Duration,
     failover_ttl: Duration,
 ) -> Section {
-    let config = LeaseConfig::with_ttl(ttl);
+    let config = LeaseConfig::from_ttl(ttl);
     let mut md = String::from("## Many locks under one session\n\n");
     md.push_str(&format!(
         "One process opens a `Session` (TTL {} s: its heartbeat renews every {:.0} s) and \

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use casaas_core::lease::{Election, Leader, LeaseError, default_owner_id};
+use casaas_core::lease::{Election, Leader, LeaseError, WaitOptions, default_owner_id};
 use futures::StreamExt;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -56,7 +56,7 @@ pub async fn run(args: ElectArgs) -> Result<u8, Failure> {
 
     event(&args, "campaigning", &id, None, None);
     let cancel = CancellationToken::new();
-    let campaign = election.campaign(&cancel);
+    let campaign = election.campaign(WaitOptions::default().with_cancel(cancel.clone()));
     tokio::pin!(campaign);
     let leadership = tokio::select! {
         won = &mut campaign => won.map_err(explain)?,

@@ -22,7 +22,7 @@ const MAX_DEFAULT_GRACE: Duration = Duration::from_secs(10);
 /// rather than the library's 2·TTL/3, which leaves about 0.44·TTL before
 /// anyone can take over for the stop sequence.
 pub fn lease_config(ttl: Duration) -> LeaseConfig {
-    let mut config = LeaseConfig::with_ttl(ttl);
+    let mut config = LeaseConfig::from_ttl(ttl);
     config.renew_deadline = ttl / 2;
     config
 }
@@ -171,7 +171,7 @@ mod tests {
             assert_eq!(config.renew_interval, ttl / 3, "{ttl:?}");
             assert_eq!(
                 config.renew_interval,
-                LeaseConfig::with_ttl(ttl).renew_interval,
+                LeaseConfig::from_ttl(ttl).renew_interval,
                 "{ttl:?}: the README's cost per lease-month assumes the library's cadence"
             );
             assert_eq!(config.renew_deadline, ttl / 2, "{ttl:?}");

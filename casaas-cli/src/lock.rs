@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use casaas_core::lease::{
-    AcquireOptions, AcquireOutcome, HeldBy, Lease, LeaseConfig, LeaseError, LeaseGuard,
+    AcquireOutcome, HeldBy, Lease, LeaseConfig, LeaseError, LeaseGuard, WaitOptions,
     default_owner_id,
 };
 use tokio_util::sync::CancellationToken;
@@ -20,7 +20,7 @@ use crate::{holding, target};
 fn poll(config: LeaseConfig, poll: Option<Duration>) -> Result<LeaseConfig, Failure> {
     match poll {
         None => Ok(config),
-        Some(poll) if poll <= config.ttl => Ok(config.poll_period(poll)),
+        Some(poll) if poll <= config.ttl => Ok(config.with_poll_period(poll)),
         Some(poll) => Err(Failure::usage(format!(
             "--poll {} is longer than --ttl {}: a waiter would notice a release later than a crashed holder's lease expires; lower --poll",
             human(poll),
@@ -164,7 +164,7 @@ async fn acquire(
     if cancel.is_cancelled() {
         return Err(Failure::usage("cancelled"));
     }
-    let mut options = AcquireOptions::default().cancel(cancel);
+    let mut options = WaitOptions::default().with_cancel(cancel);
     options.deadline = deadline;
     let result = lease.acquire(options).await;
     bar.finish_and_clear();

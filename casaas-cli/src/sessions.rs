@@ -235,7 +235,7 @@ impl Places {
             store,
             full,
             "casaas-status",
-            LeaseConfig::with_ttl(Duration::from_secs(15)),
+            LeaseConfig::from_ttl(Duration::from_secs(15)),
         )
         .map_err(|e| Failure::usage(format!("{url}: {e}")))?;
         let read = match reader.read().await {

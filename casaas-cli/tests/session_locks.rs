@@ -46,7 +46,7 @@ async fn session_with_lock(prefix: &str, ttl: Duration) -> (Session, LeaseGuard)
         store(prefix).await,
         "sessions/worker-1",
         "worker-1",
-        LeaseConfig::with_ttl(ttl),
+        LeaseConfig::from_ttl(ttl),
     )
     .unwrap();
     let session = Session::open(heartbeat, Default::default()).await.unwrap();
@@ -319,7 +319,7 @@ fn a_later_term_frees_the_lock_and_a_missing_heartbeat_does_not_yet() {
             store(&prefix).await,
             "sessions/worker-1",
             "worker-1",
-            LeaseConfig::with_ttl(TTL),
+            LeaseConfig::from_ttl(TTL),
         )
         .unwrap();
         Session::open(heartbeat, Default::default()).await.unwrap()

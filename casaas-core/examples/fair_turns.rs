@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use casaas_core::lease::{AcquireOptions, FairLease, Lease, LeaseConfig, LeaseError};
+use casaas_core::lease::{FairLease, Lease, LeaseConfig, LeaseError, WaitOptions};
 use casaas_core::{CasStore, FileStore, MemoryStore};
 
 const KEY: &str = "locks/fair-example";
@@ -23,13 +23,13 @@ const WAITERS: usize = 5;
 
 /// A fair view of the lock for `owner`.
 fn fair(store: &Arc<dyn CasStore>, owner: &str) -> Result<FairLease, LeaseError> {
-    let config = LeaseConfig::with_ttl(Duration::from_secs(5));
+    let config = LeaseConfig::from_ttl(Duration::from_secs(5));
     FairLease::new(Lease::new(store.clone(), KEY, owner, config)?)
 }
 
 async fn run(store: Arc<dyn CasStore>) -> Result<bool, LeaseError> {
     let holder = fair(&store, "holder")?
-        .acquire(AcquireOptions::default())
+        .acquire(WaitOptions::default())
         .await?;
     println!("holder holds the lock (token {})", holder.token());
 
@@ -40,7 +40,7 @@ async fn run(store: Arc<dyn CasStore>) -> Result<bool, LeaseError> {
         let lease = fair(&store, &name)?;
         let served = served.clone();
         waiters.push(tokio::spawn(async move {
-            let guard = lease.acquire(AcquireOptions::default()).await?;
+            let guard = lease.acquire(WaitOptions::default()).await?;
             println!("{name} holds the lock (token {})", guard.token());
             served.lock().unwrap_or_else(|p| p.into_inner()).push(name);
             tokio::time::sleep(Duration::from_millis(50)).await;

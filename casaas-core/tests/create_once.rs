@@ -49,7 +49,12 @@ async fn pass_guard(store: Arc<dyn CasStore>) {
 }
 
 fn writer(store: Arc<dyn CasStore>) -> CreateOnce {
-    CreateOnce::new(store).with_retries(Duration::from_secs(1), Duration::from_millis(1), 8)
+    CreateOnce::new(store).with_retry_policy(
+        casaas_core::lease::RetryPolicy::default()
+            .with_request_timeout(Duration::from_secs(1))
+            .with_retry_period(Duration::from_millis(1))
+            .with_max_attempts(8),
+    )
 }
 
 async fn stored_txn(store: &dyn CasStore, key: &str) -> Option<String> {
@@ -162,10 +167,11 @@ async fn a_write_that_lands_after_its_caller_timed_out_is_found_by_the_next_read
     // retry (conditioned on the same absence) is refused, and the read
     // finds the first one: ours, once.
     store.inject(Fault::Delay(Duration::from_millis(300)));
-    let writer = CreateOnce::new(store.clone()).with_retries(
-        Duration::from_millis(50),
-        Duration::from_millis(100),
-        16,
+    let writer = CreateOnce::new(store.clone()).with_retry_policy(
+        casaas_core::lease::RetryPolicy::default()
+            .with_request_timeout(Duration::from_millis(50))
+            .with_retry_period(Duration::from_millis(100))
+            .with_max_attempts(16),
     );
     let created = writer.create("log/0", body("t1"), nonce_in).await.unwrap();
     assert!(matches!(created, Created::Ours(_)), "{created:?}");
@@ -210,10 +216,11 @@ async fn racing_committers_through_faults_commit_each_transaction_once() {
         for w in 0..4 {
             let store = store.clone();
             tasks.push(tokio::spawn(async move {
-                let writer = CreateOnce::new(store).with_retries(
-                    Duration::from_millis(200),
-                    Duration::from_millis(2),
-                    64,
+                let writer = CreateOnce::new(store).with_retry_policy(
+                    casaas_core::lease::RetryPolicy::default()
+                        .with_request_timeout(Duration::from_millis(200))
+                        .with_retry_period(Duration::from_millis(2))
+                        .with_max_attempts(64),
                 );
                 let mut told = Vec::new();
                 let mut version = 0u64;
@@ -321,8 +328,12 @@ async fn out_of_attempts_after_an_answer_that_the_key_exists_still_settles() {
     // One attempt only; its answer is a refusal (our own request seen
     // twice): one read tells that the entry is ours, not "unknown".
     store.inject(Fault::Duplicate);
-    let one_attempt =
-        CreateOnce::new(store.clone()).with_retries(Duration::from_secs(1), Duration::ZERO, 1);
+    let one_attempt = CreateOnce::new(store.clone()).with_retry_policy(
+        casaas_core::lease::RetryPolicy::default()
+            .with_request_timeout(Duration::from_secs(1))
+            .with_retry_period(Duration::ZERO)
+            .with_max_attempts(1),
+    );
     let created = one_attempt
         .create("log/0", body("t1"), nonce_in)
         .await

@@ -13,8 +13,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use casaas_core::lease::{
-    AcquireOptions, AcquireOutcome, Election, Entropy, FencedLog, FencedResource, Lease,
-    LeaseConfig, LeaseError, LeaseRecord, LostReason,
+    AcquireOutcome, Election, Entropy, FencedLog, FencedResource, Lease, LeaseConfig, LeaseError,
+    LeaseRecord, LostReason, WaitOptions,
 };
 use casaas_core::{
     Capabilities, CasError, CasStore, ErrorKind, ListEntry, MemoryStore, StoredObject, Version,
@@ -174,7 +174,7 @@ fn lease_on(store: Arc<Scripted>, owner: &str, seed: u64) -> Lease {
         store,
         KEY,
         owner,
-        LeaseConfig::with_ttl(Duration::from_secs(10)),
+        LeaseConfig::from_ttl(Duration::from_secs(10)),
     )
     .unwrap()
     .with_entropy(Entropy::seeded(seed))
@@ -214,7 +214,7 @@ async fn clones_of_a_lease_racing_to_acquire_get_one_guard() {
         .map(|_| {
             let l = lease.clone();
             tokio::spawn(async move {
-                l.acquire(AcquireOptions::default().deadline(Duration::from_secs(3)))
+                l.acquire(WaitOptions::default().with_deadline(Duration::from_secs(3)))
                     .await
             })
         })
@@ -270,7 +270,7 @@ async fn acquire_never_returns_a_guard_once_cancelled() {
         canceller.cancel();
     });
     let result = lease
-        .acquire(AcquireOptions::default().cancel(cancel))
+        .acquire(WaitOptions::default().with_cancel(cancel))
         .await;
     assert!(matches!(result, Err(LeaseError::Cancelled)), "{result:?}");
     // The lease it got meanwhile was given back.
@@ -283,7 +283,7 @@ async fn a_ttl_with_a_sub_millisecond_part_is_validated_as_recorded() {
     let store = Scripted::new().await;
     // The record keeps whole milliseconds (1 ms); a renew deadline derived
     // from 1.999 ms would outlive the validity of a 1 ms lease.
-    let config = LeaseConfig::with_ttl(Duration::from_micros(1999));
+    let config = LeaseConfig::from_ttl(Duration::from_micros(1999));
     match Lease::new(store, KEY, "node", config) {
         Err(LeaseError::InvalidConfig(message)) => {
             assert!(message.contains("renew_deadline"), "{message}")
@@ -298,7 +298,12 @@ fn counter(store: Arc<Scripted>) -> FencedResource<u64> {
     FencedResource::<u64>::new(store, "table/counter")
         .unwrap()
         .with_entropy(Entropy::seeded(7))
-        .with_retries(Duration::from_secs(1), Duration::from_millis(100), 8)
+        .with_retry_policy(
+            casaas_core::lease::RetryPolicy::default()
+                .with_request_timeout(Duration::from_secs(1))
+                .with_retry_period(Duration::from_millis(100))
+                .with_max_attempts(8),
+        )
 }
 
 #[tokio::test(start_paused = true)]
@@ -360,7 +365,12 @@ fn log(store: Arc<Scripted>) -> FencedLog<String> {
     FencedLog::<String>::new(store, "table/_log")
         .unwrap()
         .with_entropy(Entropy::seeded(9))
-        .with_retries(Duration::from_secs(1), Duration::from_millis(100), 8)
+        .with_retry_policy(
+            casaas_core::lease::RetryPolicy::default()
+                .with_request_timeout(Duration::from_secs(1))
+                .with_retry_period(Duration::from_millis(100))
+                .with_max_attempts(8),
+        )
 }
 
 async fn entries_in_store(store: &Scripted) -> Vec<(u64, String)> {
@@ -462,10 +472,10 @@ async fn a_dropped_runner_releases_only_after_its_work_has_stopped() {
         });
     // The runner is dropped one second into its term.
     let dropped =
-        tokio::time::timeout(Duration::from_secs(1), runner.run(CancellationToken::new())).await;
+        tokio::time::timeout(Duration::from_secs(1), runner.run(WaitOptions::default())).await;
     assert!(dropped.is_err());
     let b = Election::new(lease_on(store.clone(), "b", 12));
-    let leadership = b.campaign(&CancellationToken::new()).await.unwrap();
+    let leadership = b.campaign(Default::default()).await.unwrap();
     let b_started = Instant::now();
     let a_ended = work_ended
         .lock()
@@ -487,7 +497,7 @@ async fn a_lease_lost_while_work_stops_is_reported_as_lost() {
     let seen = reasons.clone();
     let runner = election
         .runner()
-        .once()
+        .with_recampaign(false)
         .on_started_leading(|_token, cancel: CancellationToken| async move {
             cancel.cancelled().await;
             // Ignores the cancellation for longer than the lease lives.
@@ -495,7 +505,7 @@ async fn a_lease_lost_while_work_stops_is_reported_as_lost() {
         })
         .on_stopped_leading(move |reason| seen.lock().unwrap().push(reason));
     let cancel = CancellationToken::new();
-    let run = tokio::spawn(runner.run(cancel.clone()));
+    let run = tokio::spawn(runner.run(WaitOptions::default().with_cancel(cancel.clone())));
     tokio::time::sleep(Duration::from_secs(1)).await;
     cancel.cancel();
     // While the work winds down, someone else takes the lock object over.
@@ -534,7 +544,7 @@ async fn no_new_leader_news_of_ourselves_after_we_stopped_leading() {
             on_stop.lock().unwrap().push(format!("stopped {reason}"))
         });
     let cancel = CancellationToken::new();
-    let run = tokio::spawn(runner.run(cancel.clone()));
+    let run = tokio::spawn(runner.run(WaitOptions::default().with_cancel(cancel.clone())));
     tokio::time::sleep(Duration::from_secs(2)).await;
     // Every write now goes unanswered: the renewal misses its deadline and
     // we step down while the record still names us; campaigning again

@@ -11,7 +11,6 @@ use casaas_core::lease::{
     LeaseRecord,
 };
 use casaas_core::{CasStore, MemoryStore};
-use tokio_util::sync::CancellationToken;
 
 /// A released lease record whose token is `u64::MAX`.
 async fn released_at_max(store: &dyn CasStore, key: &str) {
@@ -61,10 +60,7 @@ async fn an_election_at_the_last_token_is_refused() {
     released_at_max(store.as_ref(), "leader").await;
     let lease = Lease::new(store, "leader", "me", LeaseConfig::default()).unwrap();
     let election = Election::new(lease);
-    let err = election
-        .campaign(&CancellationToken::new())
-        .await
-        .unwrap_err();
+    let err = election.campaign(Default::default()).await.unwrap_err();
     assert!(is_exhausted(&err, "fencing token"), "{err:?}");
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use casaas_core::layout::{LeaseLayout, with_layout};
-use casaas_core::lease::{AcquireOptions, AcquireOutcome, Lease, LeaseConfig};
+use casaas_core::lease::{AcquireOutcome, Lease, LeaseConfig, WaitOptions};
 use casaas_core::{CasError, CasStore, FileStore, ForwardingStore, MemoryStore, Version};
 
 const LAYOUTS: [LeaseLayout; 2] = [LeaseLayout::Record, LeaseLayout::Epochs];
@@ -58,7 +58,7 @@ impl ForwardingStore for BeforeFirstCreate {
 }
 
 fn config() -> LeaseConfig {
-    let mut config = LeaseConfig::with_ttl(Duration::from_secs(10));
+    let mut config = LeaseConfig::from_ttl(Duration::from_secs(10));
     config.poll_period = Duration::from_millis(20);
     config.retry_period = Duration::from_millis(20);
     config
@@ -90,7 +90,7 @@ async fn a_create_lost_to_a_finished_holding_contends_again() {
             let what = format!("{name}, {layout} layout, lost create of '{part}'");
             let quick = Lease::new(store.clone(), key.clone(), "quick", config()).unwrap();
             let hook: Hook = Box::pin(async move {
-                let guard = quick.acquire(AcquireOptions::default()).await.unwrap();
+                let guard = quick.acquire(WaitOptions::default()).await.unwrap();
                 assert_eq!(guard.token(), 1);
                 guard.release().await.unwrap();
             });
@@ -126,7 +126,7 @@ async fn race_for_a_fresh_lock(store: Arc<dyn CasStore>, key: String, contenders
             let guard = match lease.try_acquire().await {
                 Ok(AcquireOutcome::Acquired(guard)) => guard,
                 Ok(AcquireOutcome::Held(_)) => lease
-                    .acquire(AcquireOptions::default().deadline(Duration::from_secs(60)))
+                    .acquire(WaitOptions::default().with_deadline(Duration::from_secs(60)))
                     .await
                     .unwrap_or_else(|e| panic!("contender {n} waited and failed: {e}")),
                 Ok(other) => panic!("contender {n}: {other:?}"),

@@ -127,7 +127,12 @@ async fn a_batch_that_cannot_be_resolved_is_ambiguous_for_every_caller() {
     let store = store(Duration::ZERO).await;
     let resource = FencedResource::<u64>::new(Arc::new(store.clone()), "counter")
         .unwrap()
-        .with_retries(Duration::from_secs(1), Duration::from_millis(10), 1);
+        .with_retry_policy(
+            casaas_core::lease::RetryPolicy::default()
+                .with_request_timeout(Duration::from_secs(1))
+                .with_retry_period(Duration::from_millis(10))
+                .with_max_attempts(1),
+        );
     let group = GroupResource::new(resource, GroupCommitConfig::default());
     let a = group.submit(1, increment).await.unwrap();
     let b = group.submit(1, increment).await.unwrap();

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use casaas_core::lease::{
-    AcquireOptions, AcquireOutcome, Clock, DriftingClock, Entropy, LEASE_SCHEMA_VERSION, Lease,
-    LeaseConfig, LeaseError, LeaseRecord, LostReason, SystemClock,
+    AcquireOutcome, Clock, DriftingClock, Entropy, LEASE_SCHEMA_VERSION, Lease, LeaseConfig,
+    LeaseError, LeaseRecord, LostReason, SystemClock, WaitOptions,
 };
 use casaas_core::testkit::{Fault, FaultConfig, FaultyStore};
 use casaas_core::{CasStore, ErrorKind, FileStore, ForwardingStore, MemoryStore};
@@ -16,7 +16,7 @@ use casaas_core::{CasStore, ErrorKind, FileStore, ForwardingStore, MemoryStore};
 const KEY: &str = "locks/leader";
 
 fn config() -> LeaseConfig {
-    LeaseConfig::with_ttl(Duration::from_secs(10))
+    LeaseConfig::from_ttl(Duration::from_secs(10))
 }
 
 fn lease(store: &Arc<dyn CasStore>, owner: &str) -> Lease {
@@ -48,7 +48,7 @@ async fn crashed_holder(store: &dyn CasStore, token: u64) {
 
 async fn lifecycle(store: Arc<dyn CasStore>) {
     let a = lease(&store, "a");
-    let guard = a.acquire(AcquireOptions::default()).await.unwrap();
+    let guard = a.acquire(WaitOptions::default()).await.unwrap();
     assert_eq!(guard.token(), 1);
     let first_version = guard.version();
     assert!(guard.remaining() > Duration::from_secs(9));
@@ -67,7 +67,7 @@ async fn lifecycle(store: Arc<dyn CasStore>) {
     // Someone else cannot take it while it is renewed.
     let b = lease(&store, "b");
     let err = b
-        .acquire(AcquireOptions::default().deadline(Duration::from_secs(25)))
+        .acquire(WaitOptions::default().with_deadline(Duration::from_secs(25)))
         .await
         .unwrap_err();
     assert!(matches!(err, LeaseError::DeadlineExceeded(_)), "{err:?}");
@@ -138,13 +138,13 @@ async fn blocking_acquire_waits_for_expiry_and_can_be_cancelled() {
         canceller.cancel();
     });
     let err = b
-        .acquire(AcquireOptions::default().cancel(cancel))
+        .acquire(WaitOptions::default().with_cancel(cancel))
         .await
         .unwrap_err();
     assert!(matches!(err, LeaseError::Cancelled));
 
     let start = tokio::time::Instant::now();
-    let guard = b.acquire(AcquireOptions::default()).await.unwrap();
+    let guard = b.acquire(WaitOptions::default()).await.unwrap();
     // The observation started at the first read, 3 s before.
     let waited = start.elapsed();
     assert!(waited >= Duration::from_millis(7_100), "{waited:?}");
@@ -159,7 +159,7 @@ async fn tokens_strictly_increase_across_acquisitions() {
     let mut last = 0;
     for round in 0..12 {
         let l = &owners[round % 3];
-        let guard = l.acquire(AcquireOptions::default()).await.unwrap();
+        let guard = l.acquire(WaitOptions::default()).await.unwrap();
         assert!(guard.token() > last, "{} after {last}", guard.token());
         last = guard.token();
         if round % 4 == 3 {
@@ -190,7 +190,7 @@ async fn foreign_object_is_never_overwritten() {
         other => panic!("{other:?}"),
     }
     let err = a
-        .acquire(AcquireOptions::default().deadline(Duration::from_secs(60)))
+        .acquire(WaitOptions::default().with_deadline(Duration::from_secs(60)))
         .await
         .unwrap_err();
     assert!(matches!(err, LeaseError::ForeignObject { .. }), "{err:?}");
@@ -261,7 +261,7 @@ async fn ambiguous_create_that_did_not_land_is_retried() {
     assert_eq!(err.store_kind(), Some(ErrorKind::Ambiguous));
     assert!(faults.inner().get(KEY).await.unwrap().is_none());
     on_write(&faults, Fault::ServerErrorNotApplied);
-    let guard = a.acquire(AcquireOptions::default()).await.unwrap();
+    let guard = a.acquire(WaitOptions::default()).await.unwrap();
     assert_eq!(guard.token(), 1);
     assert_eq!(faults.counts().server_errors, 2);
 }
@@ -300,7 +300,7 @@ async fn ambiguous_takeover_and_renewal_resolve_by_nonce() {
 async fn renewal_precondition_failure_is_lost_at_once() {
     let store: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
     let guard = lease(&store, "a")
-        .acquire(AcquireOptions::default())
+        .acquire(WaitOptions::default())
         .await
         .unwrap();
     let cancel = guard.cancellation();
@@ -356,7 +356,7 @@ async fn steps_down_before_validity_ends_when_renewals_fail() {
         let (faults, store) = faulty().await;
         let a = lease(&store, "a");
         let start = tokio::time::Instant::now();
-        let guard = a.acquire(AcquireOptions::default()).await.unwrap();
+        let guard = a.acquire(WaitOptions::default()).await.unwrap();
         faults.set_config(fault.clone());
         let mut status = guard.subscribe();
         let reason = guard.lost().await;
@@ -388,7 +388,7 @@ async fn steps_down_before_validity_ends_when_renewals_fail() {
 async fn throttled_renewals_are_retried() {
     let (faults, store) = faulty().await;
     let guard = lease(&store, "a")
-        .acquire(AcquireOptions::default())
+        .acquire(WaitOptions::default())
         .await
         .unwrap();
     for _ in 0..2 {
@@ -404,7 +404,7 @@ async fn throttled_renewals_are_retried() {
 async fn ensure_held_for_reports_remaining_validity() {
     let store: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
     let guard = lease(&store, "a")
-        .acquire(AcquireOptions::default())
+        .acquire(WaitOptions::default())
         .await
         .unwrap();
     guard.ensure_held_for(Duration::from_secs(9)).unwrap();
@@ -478,7 +478,7 @@ async fn wall_clock_mode_takes_over_by_record_expiry() {
 async fn deleted_lock_object_is_lost() {
     let store: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
     let guard = lease(&store, "a")
-        .acquire(AcquireOptions::default())
+        .acquire(WaitOptions::default())
         .await
         .unwrap();
     store.delete(KEY, &guard.version()).await.unwrap();
@@ -512,7 +512,7 @@ async fn exclusion(seed: u64, rates: [f64; 3]) -> Result<(), String> {
         // Polled at the retry period, the schedule these seeds were chosen
         // for (every seed loses some write responses); a faster poll only
         // adds reads, which cannot lose a write's answer.
-        let polled = config().poll_period(config().retry_period);
+        let polled = config().with_poll_period(config().retry_period);
         let l = Lease::new(Arc::new(connection.clone()), KEY, format!("c{i}"), polled)
             .unwrap()
             .with_clock(clock.clone())
@@ -522,7 +522,7 @@ async fn exclusion(seed: u64, rates: [f64; 3]) -> Result<(), String> {
         let noisy = noisy.clone();
         tasks.push(tokio::spawn(async move {
             for round in 0u64.. {
-                let Ok(guard) = l.acquire(AcquireOptions::default()).await else {
+                let Ok(guard) = l.acquire(WaitOptions::default()).await else {
                     continue;
                 };
                 acquisitions.lock().unwrap().push(guard.token());
@@ -648,7 +648,7 @@ async fn request_costs() {
     // released last time, so it first tries a replace from its release's
     // version, refused since b wrote: one more write.
     let before = counting.counts();
-    let guard = a.acquire(AcquireOptions::default()).await.unwrap();
+    let guard = a.acquire(WaitOptions::default()).await.unwrap();
     let c = counting.counts();
     let gets = c.get - before.get;
     assert!((85..=103).contains(&gets), "{gets}");
@@ -743,7 +743,7 @@ impl ForwardingStore for MortalStore {
 #[tokio::test(start_paused = true)]
 async fn a_waiting_contender_takes_over_within_the_failover_bound() {
     let ttl = Duration::from_secs(2);
-    let config = LeaseConfig::with_ttl(ttl);
+    let config = LeaseConfig::from_ttl(ttl);
     let bound = config.failover_bound(Duration::ZERO, Duration::ZERO);
     let mut longest = Duration::ZERO;
     for trial in 0..40u64 {
@@ -756,12 +756,12 @@ async fn a_waiting_contender_takes_over_within_the_failover_bound() {
         let holder = Lease::new(holder_store.clone(), KEY, "holder", config.clone())
             .unwrap()
             .with_entropy(Entropy::seeded(1000 + trial));
-        let guard = holder.acquire(AcquireOptions::default()).await.unwrap();
+        let guard = holder.acquire(WaitOptions::default()).await.unwrap();
         let contender = Lease::new(store.clone(), KEY, "contender", config.clone())
             .unwrap()
             .with_entropy(Entropy::seeded(trial));
         let waiting = tokio::spawn(async move {
-            let guard = contender.acquire(AcquireOptions::default()).await.unwrap();
+            let guard = contender.acquire(WaitOptions::default()).await.unwrap();
             (guard, tokio::time::Instant::now())
         });
         // Spread the crash over the phases of the contender's polls, then

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use casaas_core::lease::{
-    AcquireOptions, AcquireOutcome, Clock, Election, Entropy, FencedLog, FencedResource, Lease,
-    LeaseConfig, LeaseError, LeaseGuard, LeaseRecord, SleepFuture, SystemClock,
+    AcquireOutcome, Clock, Election, Entropy, FencedLog, FencedResource, Lease, LeaseConfig,
+    LeaseError, LeaseGuard, LeaseRecord, SleepFuture, SystemClock, WaitOptions,
 };
 use casaas_core::testkit::{CountingStore, RequestCounts};
 use casaas_core::{CasStore, MemoryStore};
@@ -40,7 +40,7 @@ fn fresh() -> Setup {
 }
 
 fn lease(store: &Arc<dyn CasStore>, owner: &str, seed: u64) -> Lease {
-    Lease::new(store.clone(), KEY, owner, LeaseConfig::with_ttl(TTL))
+    Lease::new(store.clone(), KEY, owner, LeaseConfig::from_ttl(TTL))
         .unwrap()
         .with_entropy(Entropy::seeded(seed))
 }
@@ -99,10 +99,10 @@ async fn acquire_of_an_absent_lock_is_one_get_and_one_create() {
         s.store.clone(),
         "locks/other",
         "b",
-        LeaseConfig::with_ttl(TTL),
+        LeaseConfig::from_ttl(TTL),
     )
     .unwrap();
-    let (guard, c) = s.cost(b.acquire(AcquireOptions::default())).await;
+    let (guard, c) = s.cost(b.acquire(WaitOptions::default())).await;
     assert_eq!(c, counts(1, 1, 0, 0, 0), "acquire on an absent lock");
     guard.unwrap().release().await.unwrap();
 }
@@ -122,7 +122,7 @@ async fn the_store_guard_costs_eight_requests_once_per_store() {
         s.store.clone(),
         "locks/other",
         "b",
-        LeaseConfig::with_ttl(TTL),
+        LeaseConfig::from_ttl(TTL),
     )
     .unwrap();
     let (outcome, c) = s.cost(b.try_acquire()).await;
@@ -140,7 +140,7 @@ async fn the_store_guard_costs_eight_requests_once_per_store() {
     // A second handle on the same objects (another `open_store` of one URL)
     // shares the verdict.
     let same: Arc<dyn CasStore> = Arc::new(s.counting.clone());
-    let c2 = Lease::new(same, "locks/third", "c", LeaseConfig::with_ttl(TTL)).unwrap();
+    let c2 = Lease::new(same, "locks/third", "c", LeaseConfig::from_ttl(TTL)).unwrap();
     let (outcome, c) = s.cost(c2.try_acquire()).await;
     acquired(outcome.unwrap()).release().await.unwrap();
     assert_eq!(c, counts(1, 1, 0, 0, 0), "a second handle on the store");
@@ -186,7 +186,7 @@ async fn acquiring_again_after_our_release_is_one_replace_so_a_lock_costs_two_re
         assert_eq!(c, counts(0, 0, 1, 0, 0), "release, round {round}");
     }
     // The blocking acquire takes the same path.
-    let (guard, c) = s.cost(a.acquire(AcquireOptions::default())).await;
+    let (guard, c) = s.cost(a.acquire(WaitOptions::default())).await;
     assert_eq!(c, counts(0, 0, 1, 0, 0), "acquire after release");
     assert_eq!(guard.unwrap().token(), 5);
 }
@@ -294,7 +294,7 @@ async fn waiting_out_a_crashed_holder_is_one_get_per_poll_and_one_replace() {
     let b = lease(&s.store, "b", 2).with_clock(clock.clone());
     let config = b.config().clone();
     let start = clock.now();
-    let (guard, c) = s.cost(b.acquire(AcquireOptions::default())).await;
+    let (guard, c) = s.cost(b.acquire(WaitOptions::default())).await;
     let guard = guard.unwrap();
     let waited = clock.now() - start;
 

@@ -4,7 +4,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use casaas_core::lease::{Election, Leader, Lease, LeaseConfig, LeaseRecord, LostReason};
+use casaas_core::lease::{
+    Election, Leader, Lease, LeaseConfig, LeaseRecord, LostReason, WaitOptions,
+};
 use casaas_core::testkit::{FaultConfig, FaultyStore};
 use casaas_core::{CasStore, MemoryStore};
 use tokio_util::sync::CancellationToken;
@@ -17,7 +19,7 @@ fn election(store: &Arc<dyn CasStore>, owner: &str) -> Election {
             store.clone(),
             KEY,
             owner,
-            LeaseConfig::with_ttl(Duration::from_secs(10)),
+            LeaseConfig::from_ttl(Duration::from_secs(10)),
         )
         .unwrap(),
     )
@@ -35,14 +37,14 @@ async fn campaign_observe_resign() {
     let mut seen = b.observe();
     assert_eq!(*seen.borrow_and_update(), None);
 
-    let lead_a = a.campaign(&CancellationToken::new()).await.unwrap();
+    let lead_a = a.campaign(Default::default()).await.unwrap();
     assert_eq!(lead_a.token(), 1);
     seen.changed().await.unwrap();
     assert_eq!(*seen.borrow_and_update(), leader("a", 1));
 
     // b campaigns while a leads: blocked until a resigns.
     let campaign_b = tokio::spawn(async move {
-        let l = b.campaign(&CancellationToken::new()).await.unwrap();
+        let l = b.campaign(Default::default()).await.unwrap();
         (b, l)
     });
     tokio::time::sleep(Duration::from_secs(30)).await;
@@ -129,7 +131,7 @@ async fn runner_stops_work_before_releasing() {
     let r = runner(election(&store, "a"), &events);
     let health = r.health_check();
     let cancel = CancellationToken::new();
-    let run = tokio::spawn(r.run(cancel.clone()));
+    let run = tokio::spawn(r.run(WaitOptions::default().with_cancel(cancel.clone())));
     tokio::time::sleep(Duration::from_secs(20)).await;
     assert_eq!(lifecycle(&events), vec![Event::Started(1)]);
     assert!(health.check().is_ok());
@@ -170,7 +172,7 @@ async fn runner_on_loss_stops_work_then_campaigns_again() {
     let r = runner(election(&store, "a"), &events);
     let health = r.health_check();
     let cancel = CancellationToken::new();
-    let run = tokio::spawn(r.run(cancel.clone()));
+    let run = tokio::spawn(r.run(WaitOptions::default().with_cancel(cancel.clone())));
     tokio::time::sleep(Duration::from_secs(5)).await;
 
     // Cut the leader off: it steps down at the renew deadline, stops its
@@ -239,7 +241,7 @@ async fn two_runners_never_lead_at_once() {
                             leading.lock().unwrap().retain(|n| n != name);
                         }
                     })
-                    .run(cancel.clone())
+                    .run(WaitOptions::default().with_cancel(cancel.clone()))
                     .await
                     .unwrap();
             }

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use casaas_core::layout::{EpochStore, LeaseLayout, layout_of, with_layout};
 use casaas_core::lease::{
-    AcquireOptions, AcquireOutcome, Election, Entropy, FencedLog, FencedResource, Lease,
-    LeaseConfig, LeaseError, LeaseRecord,
+    AcquireOutcome, Election, Entropy, FencedLog, FencedResource, Lease, LeaseConfig, LeaseError,
+    LeaseRecord, WaitOptions,
 };
 use casaas_core::testkit::{CountingStore, CreateOnlyStore, Fault, FaultConfig, FaultyStore};
 use casaas_core::{CasStore, ErrorKind, FileStore, MemoryStore};
@@ -18,7 +18,7 @@ use casaas_core::{CasStore, ErrorKind, FileStore, MemoryStore};
 const KEY: &str = "locks/leader";
 
 fn config() -> LeaseConfig {
-    LeaseConfig::with_ttl(Duration::from_secs(10))
+    LeaseConfig::from_ttl(Duration::from_secs(10))
 }
 
 fn lease(store: &Arc<dyn CasStore>, owner: &str) -> Lease {
@@ -67,7 +67,7 @@ fn the_layout_follows_what_the_store_honours() {
 
 async fn lifecycle(store: Arc<dyn CasStore>) {
     let a = lease(&store, "a");
-    let guard = a.acquire(AcquireOptions::default()).await.unwrap();
+    let guard = a.acquire(WaitOptions::default()).await.unwrap();
     assert_eq!(guard.token(), 1);
     let first_version = guard.version();
 
@@ -84,7 +84,7 @@ async fn lifecycle(store: Arc<dyn CasStore>) {
     // Someone else cannot take it while it is renewed.
     let b = lease(&store, "b");
     let err = b
-        .acquire(AcquireOptions::default().deadline(Duration::from_secs(25)))
+        .acquire(WaitOptions::default().with_deadline(Duration::from_secs(25)))
         .await
         .unwrap_err();
     assert!(matches!(err, LeaseError::DeadlineExceeded(_)), "{err:?}");
@@ -320,10 +320,7 @@ async fn fenced_resource_and_log_work_on_a_create_only_store() {
 async fn election_on_a_create_only_store() {
     let (_, store) = create_only();
     let election = Election::new(lease(&store, "n1"));
-    let leadership = election
-        .campaign(&tokio_util::sync::CancellationToken::new())
-        .await
-        .unwrap();
+    let leadership = election.campaign(Default::default()).await.unwrap();
     assert_eq!(leadership.token(), 1);
     let other = Election::new(lease(&store, "n2"));
     let leader = other.leader().await.unwrap().unwrap();

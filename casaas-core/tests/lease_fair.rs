@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use casaas_core::lease::{
-    AcquireOptions, Entropy, FairLease, Lease, LeaseConfig, LeaseError, LeaseRecord,
+    Entropy, FairLease, Lease, LeaseConfig, LeaseError, LeaseRecord, WaitOptions,
 };
 use casaas_core::{
     Capabilities, CasError, CasStore, ErrorKind, ForwardingStore, ListEntry, MemoryStore, Version,
@@ -20,7 +20,7 @@ const KEY: &str = "locks/fair";
 const QUEUE: &str = "locks/fair.queue/";
 
 fn config() -> LeaseConfig {
-    LeaseConfig::with_ttl(Duration::from_secs(10))
+    LeaseConfig::from_ttl(Duration::from_secs(10))
 }
 
 fn fair(store: &Arc<dyn CasStore>, owner: &str, seed: u64) -> FairLease {
@@ -50,7 +50,7 @@ async fn tickets(store: &dyn CasStore) -> Vec<String> {
 async fn waiters_that_arrive_one_after_another_are_served_in_order_and_a_releaser_goes_last() {
     let store: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
     let first = fair(&store, "first", 1);
-    let held = first.acquire(AcquireOptions::default()).await.unwrap();
+    let held = first.acquire(WaitOptions::default()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1)).await;
     assert!(
         tickets(store.as_ref()).await.is_empty(),
@@ -64,7 +64,7 @@ async fn waiters_that_arrive_one_after_another_are_served_in_order_and_a_release
         let waiter = fair(&store, name, 10 + i as u64);
         let order = order.clone();
         waiters.push(tokio::spawn(async move {
-            let guard = waiter.acquire(AcquireOptions::default()).await.unwrap();
+            let guard = waiter.acquire(WaitOptions::default()).await.unwrap();
             order
                 .lock()
                 .unwrap()
@@ -84,7 +84,7 @@ async fn waiters_that_arrive_one_after_another_are_served_in_order_and_a_release
 
     // The holder releases and wants the lock again at once: it queues last.
     held.release().await.unwrap();
-    let again = first.acquire(AcquireOptions::default()).await.unwrap();
+    let again = first.acquire(WaitOptions::default()).await.unwrap();
     order
         .lock()
         .unwrap()
@@ -109,7 +109,7 @@ async fn waiters_that_arrive_one_after_another_are_served_in_order_and_a_release
 async fn a_crashed_waiters_ticket_expires_and_the_queue_moves_on() {
     let store: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
     let holder = fair(&store, "holder", 1)
-        .acquire(AcquireOptions::default())
+        .acquire(WaitOptions::default())
         .await
         .unwrap();
     // Its ticket ends just after the guard is returned.
@@ -121,7 +121,7 @@ async fn a_crashed_waiters_ticket_expires_and_the_queue_moves_on() {
     let start = tokio::time::Instant::now();
     let waiter = fair(&store, "waiter", 2);
     let waiting = tokio::spawn(async move {
-        let guard = waiter.acquire(AcquireOptions::default()).await.unwrap();
+        let guard = waiter.acquire(WaitOptions::default()).await.unwrap();
         (guard, tokio::time::Instant::now())
     });
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -151,7 +151,7 @@ async fn a_foreign_object_in_the_queue_is_an_error_and_never_overwritten() {
     store.create(&ticket(1), body.clone()).await.unwrap();
     let waiter = fair(&store, "waiter", 1);
     let err = waiter
-        .acquire(AcquireOptions::default().deadline(Duration::from_secs(60)))
+        .acquire(WaitOptions::default().with_deadline(Duration::from_secs(60)))
         .await
         .unwrap_err();
     match &err {
@@ -169,13 +169,13 @@ async fn a_foreign_object_in_the_queue_is_an_error_and_never_overwritten() {
 async fn a_waiter_that_gives_up_leaves_no_ticket_and_a_barging_lease_is_not_queued() {
     let store: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
     let holder = fair(&store, "holder", 1)
-        .acquire(AcquireOptions::default())
+        .acquire(WaitOptions::default())
         .await
         .unwrap();
     // Its ticket ends just after the guard is returned.
     tokio::time::sleep(Duration::from_millis(1)).await;
     let err = fair(&store, "impatient", 2)
-        .acquire(AcquireOptions::default().deadline(Duration::from_secs(2)))
+        .acquire(WaitOptions::default().with_deadline(Duration::from_secs(2)))
         .await
         .unwrap_err();
     assert!(matches!(err, LeaseError::DeadlineExceeded(_)), "{err:?}");
@@ -184,11 +184,11 @@ async fn a_waiter_that_gives_up_leaves_no_ticket_and_a_barging_lease_is_not_queu
     // Fair mode binds only those who use it: a plain Lease takes a free
     // lock ahead of a queued fair waiter.
     let queued = fair(&store, "queued", 3);
-    let waiting = tokio::spawn(async move { queued.acquire(AcquireOptions::default()).await });
+    let waiting = tokio::spawn(async move { queued.acquire(WaitOptions::default()).await });
     tokio::time::sleep(Duration::from_millis(50)).await;
     let barger = Lease::new(store.clone(), KEY, "barger", config()).unwrap();
     holder.release().await.unwrap();
-    let barged = barger.acquire(AcquireOptions::default()).await.unwrap();
+    let barged = barger.acquire(WaitOptions::default()).await.unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!waiting.is_finished());
     barged.release().await.unwrap();
@@ -223,7 +223,7 @@ impl ForwardingStore for NoConditionalDelete {
 async fn without_conditional_delete_tickets_still_end_and_expire() {
     let store: Arc<dyn CasStore> = Arc::new(NoConditionalDelete(MemoryStore::new()));
     let holder = fair(&store, "holder", 1)
-        .acquire(AcquireOptions::default())
+        .acquire(WaitOptions::default())
         .await
         .unwrap();
     // Its ticket ends just after the guard is returned.
@@ -241,7 +241,7 @@ async fn without_conditional_delete_tickets_still_end_and_expire() {
         let waiter = fair(&store, name, 10 + i as u64);
         let order = order.clone();
         waiters.push(tokio::spawn(async move {
-            let guard = waiter.acquire(AcquireOptions::default()).await.unwrap();
+            let guard = waiter.acquire(WaitOptions::default()).await.unwrap();
             order
                 .lock()
                 .unwrap()
@@ -301,13 +301,13 @@ async fn a_lost_ticket_is_ended_and_its_waiter_does_not_wait_behind_its_own_ghos
     // A live waiter ahead, renewing ticket 1.
     let ahead = Lease::new(store.clone(), ticket(1), "ahead", config())
         .unwrap()
-        .acquire(AcquireOptions::default())
+        .acquire(WaitOptions::default())
         .await
         .unwrap();
     let start = tokio::time::Instant::now();
     let waiter = fair(&store, "waiter", 2);
     let waiting = tokio::spawn(async move {
-        let guard = waiter.acquire(AcquireOptions::default()).await.unwrap();
+        let guard = waiter.acquire(WaitOptions::default()).await.unwrap();
         (guard, tokio::time::Instant::now())
     });
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -334,7 +334,7 @@ async fn a_lost_ticket_is_ended_and_its_waiter_does_not_wait_behind_its_own_ghos
 async fn crashed_waiters_in_a_row_cost_one_expiry_not_one_each() {
     let store: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
     let holder = fair(&store, "holder", 1)
-        .acquire(AcquireOptions::default())
+        .acquire(WaitOptions::default())
         .await
         .unwrap();
     // Its ticket ends just after the guard is returned.
@@ -346,7 +346,7 @@ async fn crashed_waiters_in_a_row_cost_one_expiry_not_one_each() {
     let start = tokio::time::Instant::now();
     let waiter = fair(&store, "waiter", 2);
     let waiting = tokio::spawn(async move {
-        let guard = waiter.acquire(AcquireOptions::default()).await.unwrap();
+        let guard = waiter.acquire(WaitOptions::default()).await.unwrap();
         (guard, tokio::time::Instant::now())
     });
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -393,7 +393,7 @@ async fn the_guard_is_returned_before_the_ticket_is_ended() {
     });
     let start = tokio::time::Instant::now();
     let guard = fair(&store, "first", 1)
-        .acquire(AcquireOptions::default())
+        .acquire(WaitOptions::default())
         .await
         .unwrap();
     let took = start.elapsed();
@@ -451,7 +451,7 @@ async fn a_ticket_listed_after_it_is_gone_is_read_once_per_poll_period() {
     let store: Arc<dyn CasStore> = lagging.clone();
     // Ticket 1 is listed (but gone) before our ticket is taken: ours is 2.
     let guard = fair(&store, "waiter", 1)
-        .acquire(AcquireOptions::default())
+        .acquire(WaitOptions::default())
         .await
         .unwrap();
     let gets = lagging.gets.load(Ordering::SeqCst);

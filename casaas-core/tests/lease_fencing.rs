@@ -5,9 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use casaas_core::lease::{
-    AcquireOptions, FencedLog, FencedResource, Lease, LeaseConfig, LeaseError,
-};
+use casaas_core::lease::{FencedLog, FencedResource, Lease, LeaseConfig, LeaseError, WaitOptions};
 use casaas_core::testkit::{Fault, FaultConfig, FaultyStore};
 use casaas_core::{CasStore, FileStore, MemoryStore};
 
@@ -68,7 +66,12 @@ async fn fenced_resource_resolves_ambiguous_writes() {
     let store: Arc<dyn CasStore> = Arc::new(faults.clone());
     let counter = FencedResource::<u64>::new(store, "counter")
         .unwrap()
-        .with_retries(Duration::from_secs(1), Duration::from_millis(1), 8);
+        .with_retry_policy(
+            casaas_core::lease::RetryPolicy::default()
+                .with_request_timeout(Duration::from_secs(1))
+                .with_retry_period(Duration::from_millis(1))
+                .with_max_attempts(8),
+        );
     for fault in [
         Fault::LoseResponse,
         Fault::Duplicate,
@@ -103,17 +106,17 @@ async fn fenced_resource_refuses_foreign_objects() {
 #[tokio::test(start_paused = true)]
 async fn paused_leader_is_fenced_out() {
     let store: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
-    let config = LeaseConfig::with_ttl(Duration::from_secs(10));
+    let config = LeaseConfig::from_ttl(Duration::from_secs(10));
     let head = FencedResource::<String>::new(store.clone(), "table/head").unwrap();
     let old = Lease::new(store.clone(), "table/lock", "old", config.clone()).unwrap();
-    let old_guard = old.acquire(AcquireOptions::default()).await.unwrap();
+    let old_guard = old.acquire(WaitOptions::default()).await.unwrap();
     // The old leader checks its lease, then pauses before writing.
     old_guard.ensure_held_for(Duration::from_secs(1)).unwrap();
     let old_token = old_guard.token();
     old_guard.abandon();
 
     let new = Lease::new(store.clone(), "table/lock", "new", config).unwrap();
-    let new_guard = new.acquire(AcquireOptions::default()).await.unwrap();
+    let new_guard = new.acquire(WaitOptions::default()).await.unwrap();
     assert_eq!(new_guard.token(), old_token + 1);
     head.update_guarded(&new_guard, Duration::from_secs(1), |_| "new-commit".into())
         .await
@@ -206,7 +209,12 @@ async fn log_append_resolves_ambiguous_creates() {
     let store: Arc<dyn CasStore> = Arc::new(faults.clone());
     let log = FencedLog::<String>::new(store, "log")
         .unwrap()
-        .with_retries(Duration::from_secs(1), Duration::from_millis(1), 8);
+        .with_retry_policy(
+            casaas_core::lease::RetryPolicy::default()
+                .with_request_timeout(Duration::from_secs(1))
+                .with_retry_period(Duration::from_millis(1))
+                .with_max_attempts(8),
+        );
     for fault in [
         Fault::LoseResponse,
         Fault::Duplicate,

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use casaas_core::lease::{
-    AcquireOptions, Clock, Entropy, Lease, LeaseConfig, LeaseError, SleepFuture, SystemClock,
+    Clock, Entropy, Lease, LeaseConfig, LeaseError, SleepFuture, SystemClock, WaitOptions,
 };
 use casaas_core::testkit::CountingStore;
 use casaas_core::{CasStore, MemoryStore};
@@ -37,9 +37,9 @@ impl Clock for RecordingClock {
 
 /// A 15 s TTL (retry period 1.5 s) polled every 50 ms.
 fn config() -> LeaseConfig {
-    LeaseConfig::with_ttl(Duration::from_secs(15))
-        .poll_period(Duration::from_millis(50))
-        .verify_store(false)
+    LeaseConfig::from_ttl(Duration::from_secs(15))
+        .with_poll_period(Duration::from_millis(50))
+        .with_verify_store(false)
 }
 
 fn lease(store: &Arc<dyn CasStore>, owner: &str, seed: u64) -> Lease {
@@ -67,7 +67,7 @@ async fn a_waiter_polls_a_held_lock_at_the_poll_period_not_the_retry_period() {
     let counting = Arc::new(CountingStore::new(memory));
     let store: Arc<dyn CasStore> = counting.clone();
     let holder = lease(&store, "holder", 1)
-        .acquire(AcquireOptions::default())
+        .acquire(WaitOptions::default())
         .await
         .unwrap();
 
@@ -77,7 +77,7 @@ async fn a_waiter_polls_a_held_lock_at_the_poll_period_not_the_retry_period() {
     assert_eq!(config.retry_period, Duration::from_millis(1_500));
     let gets_before = counting.counts().get;
     let err = waiter
-        .acquire(AcquireOptions::default().deadline(Duration::from_secs(3)))
+        .acquire(WaitOptions::default().with_deadline(Duration::from_secs(3)))
         .await
         .unwrap_err();
     assert!(matches!(err, LeaseError::DeadlineExceeded(_)), "{err:?}");
@@ -118,12 +118,12 @@ async fn a_lock_released_gracefully_is_taken_within_one_poll() {
     let mut longest = Duration::ZERO;
     for trial in 0..20u64 {
         let holder = lease(&store, "holder", 100 + trial)
-            .acquire(AcquireOptions::default())
+            .acquire(WaitOptions::default())
             .await
             .unwrap();
         let waiter = lease(&store, "waiter", trial);
         let waiting = tokio::spawn(async move {
-            let guard = waiter.acquire(AcquireOptions::default()).await.unwrap();
+            let guard = waiter.acquire(WaitOptions::default()).await.unwrap();
             (guard, tokio::time::Instant::now())
         });
         // Release at a different phase of the waiter's polls each time.
@@ -165,7 +165,7 @@ async fn retries_after_store_errors_keep_the_retry_period() {
     let waiter = lease(&faulty, "waiter", 3).with_clock(clock.clone());
     let config = waiter.config().clone();
     let err = waiter
-        .acquire(AcquireOptions::default().deadline(Duration::from_secs(10)))
+        .acquire(WaitOptions::default().with_deadline(Duration::from_secs(10)))
         .await
         .unwrap_err();
     assert!(matches!(err, LeaseError::DeadlineExceeded(_)), "{err:?}");
@@ -190,9 +190,9 @@ async fn contenders_polling_fast_never_supersede_a_holder() {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn CasStore> =
             Arc::new(casaas_core::FileStore::open(dir.path()).await.unwrap());
-        let mut config = LeaseConfig::with_ttl(Duration::from_secs(10));
+        let mut config = LeaseConfig::from_ttl(Duration::from_secs(10));
         if let Some(poll) = poll {
-            config = config.poll_period(poll);
+            config = config.with_poll_period(poll);
         }
         let end = tokio::time::Instant::now() + Duration::from_secs(3);
         let mut tasks = Vec::new();
@@ -206,7 +206,7 @@ async fn contenders_polling_fast_never_supersede_a_holder() {
                         return Ok(turns);
                     }
                     match lease
-                        .acquire(AcquireOptions::default().deadline(left))
+                        .acquire(WaitOptions::default().with_deadline(left))
                         .await
                     {
                         Ok(guard) => {

@@ -484,7 +484,7 @@ fn config() -> impl Strategy<Value = LeaseConfig> {
         any::<bool>(),
     )
         .prop_map(|(ttl, rho, tw, skew, skew_on_bound)| {
-            let mut c = LeaseConfig::with_ttl(ttl);
+            let mut c = LeaseConfig::from_ttl(ttl);
             c.drift_margin = rho;
             let one = Duration::from_nanos(1);
             c.ttl = apply(tw[0].0, c.ttl, tw[0].1, Duration::from_millis(1), one);
@@ -567,7 +567,7 @@ proptest! {
     /// derived margins are what the documentation states.
     #[test]
     fn with_ttl_is_valid(ms in 10u64..=86_400_000) {
-        let c = LeaseConfig::with_ttl(Duration::from_millis(ms));
+        let c = LeaseConfig::from_ttl(Duration::from_millis(ms));
         prop_assert!(c.validate().is_ok(), "{:?}: {:?}", c, c.validate());
         let validity = c.holder_validity();
         prop_assert!(validity < c.ttl);

@@ -35,7 +35,7 @@ fn heartbeat(store: &Arc<dyn CasStore>, owner: &str, seed: u64) -> Lease {
         store.clone(),
         format!("sessions/{owner}"),
         owner,
-        LeaseConfig::with_ttl(TTL),
+        LeaseConfig::from_ttl(TTL),
     )
     .unwrap()
     .with_entropy(Entropy::seeded(seed))
@@ -107,7 +107,7 @@ async fn a_thousand_locks_cost_only_the_heartbeat_while_held() {
     let before = s.counting.counts();
     tokio::time::sleep(Duration::from_secs(3600)).await;
     let cost = since(before, s.counting.counts());
-    let renew_interval = LeaseConfig::with_ttl(TTL).renew_interval;
+    let renew_interval = LeaseConfig::from_ttl(TTL).renew_interval;
     let renewals = (3600.0 / renew_interval.as_secs_f64()) as u64;
     assert_eq!(cost.total(), cost.replace, "only renewals: {cost:?}");
     assert!(
@@ -253,7 +253,7 @@ async fn a_plain_lease_waits_for_the_session_of_a_session_lock() {
         s.store.clone(),
         "locks/shared",
         "plain",
-        LeaseConfig::with_ttl(TTL),
+        LeaseConfig::from_ttl(TTL),
     )
     .unwrap();
     // The lock object is never rewritten, yet the plain lease does not take
@@ -381,7 +381,7 @@ async fn an_election_runs_under_a_session() {
     let a = open(&s.store, "a", 1).await;
     let election = Election::new(a.lease("elections/leader").unwrap());
     let leadership = election
-        .campaign(&Default::default())
+        .campaign(Default::default())
         .await
         .expect("elected");
     assert_eq!(leadership.token(), 1);
@@ -503,7 +503,7 @@ async fn a_contender_whose_store_cannot_see_the_heartbeat_refuses_instead_of_gue
     let a = open(&root, "a", 1).await;
     let g = acquired(a.lease("shards/7").unwrap().try_acquire().await.unwrap());
     let inner = file_store(dir.join("shards")).await;
-    let plain = Lease::new(inner, "7", "plain", LeaseConfig::with_ttl(TTL)).unwrap();
+    let plain = Lease::new(inner, "7", "plain", LeaseConfig::from_ttl(TTL)).unwrap();
     for _ in 0..3 {
         let err = plain.try_acquire().await.unwrap_err();
         assert!(
@@ -519,7 +519,7 @@ async fn a_contender_whose_store_cannot_see_the_heartbeat_refuses_instead_of_gue
     // Seen from a prefix above the holder's, both keys gain it and the
     // session is judged as usual.
     let outer = file_store(top.path().to_path_buf()).await;
-    let above = Lease::new(outer, "root/shards/7", "above", LeaseConfig::with_ttl(TTL)).unwrap();
+    let above = Lease::new(outer, "root/shards/7", "above", LeaseConfig::from_ttl(TTL)).unwrap();
     let by = held(above.try_acquire().await.unwrap());
     assert_eq!(by.owner, "a");
     g.release().await.unwrap();

@@ -54,18 +54,32 @@ async fn errors(lost: bool) -> Vec<(&'static str, LeaseError)> {
 
     let resource = FencedResource::<u64>::new(store.clone(), "counter")
         .unwrap()
-        .with_retries(Duration::from_secs(1), Duration::from_millis(1), 3);
-    errors.push(("fenced resource", resource.update(1, |_| 1).await.unwrap_err()));
+        .with_retry_policy(
+            casaas_core::lease::RetryPolicy::default()
+                .with_request_timeout(Duration::from_secs(1))
+                .with_retry_period(Duration::from_millis(1))
+                .with_max_attempts(3),
+        );
+    errors.push((
+        "fenced resource",
+        resource.update(1, |_| 1).await.unwrap_err(),
+    ));
 
     let log = FencedLog::<String>::new(store.clone(), "log/")
         .unwrap()
-        .with_retries(Duration::from_secs(1), Duration::from_millis(1), 3);
+        .with_retry_policy(
+            casaas_core::lease::RetryPolicy::default()
+                .with_request_timeout(Duration::from_secs(1))
+                .with_retry_period(Duration::from_millis(1))
+                .with_max_attempts(3),
+        );
     errors.push(("fenced log", log.append(1, "x".into()).await.unwrap_err()));
 
-    let writer = CreateOnce::new(store).with_retries(
-        Duration::from_secs(1),
-        Duration::from_millis(1),
-        3,
+    let writer = CreateOnce::new(store).with_retry_policy(
+        casaas_core::lease::RetryPolicy::default()
+            .with_request_timeout(Duration::from_secs(1))
+            .with_retry_period(Duration::from_millis(1))
+            .with_max_attempts(3),
     );
     let body = |nonce: &str| Ok::<_, LeaseError>(Bytes::from(nonce.to_string()));
     let nonce_in = |b: &[u8]| Some(String::from_utf8_lossy(b).into_owned());

@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use casaas_core::guard::{GUARD_PREFIX, StoreGuard};
 use casaas_core::lease::{
-    AcquireOptions, AcquireOutcome, Election, FencedLog, FencedResource, Lease, LeaseConfig,
-    LeaseError,
+    AcquireOutcome, Election, FencedLog, FencedResource, Lease, LeaseConfig, LeaseError,
+    WaitOptions,
 };
 use casaas_core::testkit::CountingStore;
 use casaas_core::{
@@ -274,7 +274,7 @@ async fn without_conditional_delete_the_probe_objects_are_left_under_the_guard_p
 }
 
 fn config() -> LeaseConfig {
-    LeaseConfig::with_ttl(Duration::from_secs(10))
+    LeaseConfig::from_ttl(Duration::from_secs(10))
 }
 
 #[tokio::test]
@@ -285,14 +285,11 @@ async fn every_primitive_refuses_a_store_that_ignores_conditions() {
         let err = lease.try_acquire().await.unwrap_err();
         assert!(matches!(err, LeaseError::UnsafeStore(_)), "{err}");
         assert_eq!(err.store_kind(), Some(ErrorKind::UnsafeStore));
-        let err = lease.acquire(AcquireOptions::default()).await.unwrap_err();
+        let err = lease.acquire(WaitOptions::default()).await.unwrap_err();
         assert!(matches!(err, LeaseError::UnsafeStore(_)), "{err}");
 
         let election = Election::new(Lease::new(store.clone(), "locks/e", "a", config()).unwrap());
-        let err = election
-            .campaign(&tokio_util::sync::CancellationToken::new())
-            .await
-            .unwrap_err();
+        let err = election.campaign(Default::default()).await.unwrap_err();
         assert!(matches!(err, LeaseError::UnsafeStore(_)), "{err}");
 
         let resource = FencedResource::<u64>::new(store.clone(), "fenced/r").unwrap();
@@ -346,11 +343,11 @@ async fn turned_off_the_primitives_behave_as_without_it() {
     ));
     let resource = FencedResource::<u64>::new(store.clone(), "fenced/r")
         .unwrap()
-        .verify_store(false);
+        .with_verify_store(false);
     assert_eq!(resource.update(1, |_| 7).await.unwrap().value, 7);
     let log = FencedLog::<u64>::new(store.clone(), "fenced/log")
         .unwrap()
-        .verify_store(false);
+        .with_verify_store(false);
     assert_eq!(log.append(1, 1).await.unwrap().seq, 1);
 }
 
@@ -598,23 +595,20 @@ async fn turned_off_every_primitive_behaves_as_before_and_warns() {
         // Lease::acquire (the blocking one) takes the lease as on a sound
         // store.
         let lease = Lease::new(store.clone(), "locks/acq", "a", unchecked.clone()).unwrap();
-        let held = lease.acquire(AcquireOptions::default()).await.unwrap();
+        let held = lease.acquire(WaitOptions::default()).await.unwrap();
         assert_eq!(held.token(), 1);
         held.release().await.unwrap();
         // An election's campaign wins.
         let election = Election::new(
             Lease::new(store.clone(), "locks/elect", "a", unchecked.clone()).unwrap(),
         );
-        let leader = election
-            .campaign(&tokio_util::sync::CancellationToken::new())
-            .await
-            .unwrap();
+        let leader = election.campaign(Default::default()).await.unwrap();
         assert_eq!(leader.token(), 1);
         leader.resign().await.unwrap();
         // A fenced log appends.
         let log = FencedLog::<u64>::new(store.clone(), "fenced/log-off")
             .unwrap()
-            .verify_store(false);
+            .with_verify_store(false);
         assert_eq!(log.append(1, 9).await.unwrap().seq, 1);
     })
     .await;
@@ -642,7 +636,7 @@ async fn acquire_on_an_unsafe_store_is_the_typed_error_and_verify_false_in_a_url
         .await
         .unwrap();
     let lease = Lease::new(store, "locks/a", "a", config()).unwrap();
-    let err = lease.acquire(AcquireOptions::default()).await.unwrap_err();
+    let err = lease.acquire(WaitOptions::default()).await.unwrap_err();
     assert!(matches!(err, LeaseError::UnsafeStore(_)), "{err}");
     assert!(
         err.to_string()
@@ -657,6 +651,6 @@ async fn acquire_on_an_unsafe_store_is_the_typed_error_and_verify_false_in_a_url
         "{logs}"
     );
     let lease = Lease::new(store, "locks/a", "a", config()).unwrap();
-    let held = lease.acquire(AcquireOptions::default()).await.unwrap();
+    let held = lease.acquire(WaitOptions::default()).await.unwrap();
     assert_eq!(held.token(), 1);
 }

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use casaas_core::CasStore;
 use casaas_core::lease::{
-    AcquireOptions, Clock, FencedResource, Lease, LeaseConfig, LeaseError, LeaseGuard,
+    Clock, FencedResource, Lease, LeaseConfig, LeaseError, LeaseGuard, WaitOptions,
 };
 use serde::{Deserialize, Serialize};
 
@@ -115,12 +115,7 @@ impl Maintenance {
     /// job and the lease guard, which stops renewing and releases the lease
     /// in the background (best effort: at worst the lease expires after its
     /// TTL). Steps the job recorded stay recorded.
-    pub async fn run<F, Fut, T, E>(
-        &self,
-        job: &str,
-        options: AcquireOptions,
-        body: F,
-    ) -> Result<T, E>
+    pub async fn run<F, Fut, T, E>(&self, job: &str, options: WaitOptions, body: F) -> Result<T, E>
     where
         F: FnOnce(MaintenanceFence) -> Fut,
         Fut: std::future::Future<Output = Result<T, E>>,

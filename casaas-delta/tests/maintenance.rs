@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use casaas_core::lease::{AcquireOptions, DriftingClock, LeaseConfig, LeaseError, SystemClock};
+use casaas_core::lease::{DriftingClock, LeaseConfig, LeaseError, SystemClock, WaitOptions};
 use casaas_core::{CasError, CasStore, ErrorKind, ForwardingStore, Version};
 use casaas_delta::{MAINTENANCE_STEPS_KEY, Maintenance};
 use deltalake_core::DeltaTable;
@@ -108,7 +108,7 @@ impl ForwardingStore for CutOff {
 async fn a_runner_resumed_after_a_newer_one_started_is_fenced_out() {
     let (_dir, _table, store) = table().await;
     let cut = Arc::new(AtomicBool::new(false));
-    let config = LeaseConfig::with_ttl(Duration::from_secs(2));
+    let config = LeaseConfig::from_ttl(Duration::from_secs(2));
     // Runner A's clock runs at a twentieth of real time, far outside the
     // drift bound: it believes its lease long after it expired.
     let slow = Arc::new(DriftingClock::new(Arc::new(SystemClock::new()), 0.05, 0));
@@ -126,7 +126,7 @@ async fn a_runner_resumed_after_a_newer_one_started_is_fenced_out() {
     let b_inside = b.clone();
 
     let (a_token, b_token) = a
-        .run("vacuum", AcquireOptions::default(), |fence| async move {
+        .run("vacuum", WaitOptions::default(), |fence| async move {
             fence.step("list files", Duration::from_millis(100)).await?;
             // A pauses; its renewals are lost. B waits out the lease and
             // starts.
@@ -134,7 +134,7 @@ async fn a_runner_resumed_after_a_newer_one_started_is_fenced_out() {
             let b_token = b_inside
                 .run(
                     "vacuum",
-                    AcquireOptions::default().deadline(Duration::from_secs(30)),
+                    WaitOptions::default().with_deadline(Duration::from_secs(30)),
                     |fence| async move {
                         fence.step("list files", Duration::from_millis(100)).await?;
                         Ok::<_, LeaseError>(fence.token())
@@ -175,12 +175,12 @@ async fn vacuum_runs_as_the_only_runner_and_its_steps_are_recorded() {
     let other = Maintenance::new(store.clone(), "runner-2", LeaseConfig::default()).unwrap();
     let (other_ref, table_ref) = (&other, &table);
     let deleted = runner
-        .run("vacuum", AcquireOptions::default(), |fence| async move {
+        .run("vacuum", WaitOptions::default(), |fence| async move {
             // A second runner cannot start while this one runs.
             let busy = other_ref
                 .run(
                     "vacuum",
-                    AcquireOptions::default().deadline(Duration::from_millis(200)),
+                    WaitOptions::default().with_deadline(Duration::from_millis(200)),
                     |_| async { Ok::<_, LeaseError>(()) },
                 )
                 .await
@@ -207,7 +207,7 @@ async fn vacuum_runs_as_the_only_runner_and_its_steps_are_recorded() {
     let token = other
         .run(
             "optimize",
-            AcquireOptions::default().deadline(Duration::from_secs(1)),
+            WaitOptions::default().with_deadline(Duration::from_secs(1)),
             |fence| async move { Ok::<_, LeaseError>(fence.token()) },
         )
         .await

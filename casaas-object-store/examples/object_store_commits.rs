@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use casaas_core::CasStore;
-use casaas_core::lease::{AcquireOptions, FencedLog, Lease, LeaseConfig, LeaseError};
+use casaas_core::lease::{FencedLog, Lease, LeaseConfig, LeaseError, WaitOptions};
 use casaas_object_store::ObjectStoreCas;
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
@@ -40,12 +40,12 @@ async fn run_writer(
         store.clone(),
         "_casaas/writer",
         writer,
-        LeaseConfig::with_ttl(Duration::from_secs(10)),
+        LeaseConfig::from_ttl(Duration::from_secs(10)),
     )?;
     let log = FencedLog::<Commit>::new(store, "_commits")?;
 
     let guard = lease
-        .acquire(AcquireOptions::default().deadline(Duration::from_secs(30)))
+        .acquire(WaitOptions::default().with_deadline(Duration::from_secs(30)))
         .await?;
     // A new writer appends first, so that its predecessor is fenced out
     // from here on.

@@ -110,7 +110,7 @@ impl ObjectStore for RetryingStore {
 }
 
 fn config() -> LeaseConfig {
-    LeaseConfig::with_ttl(Duration::from_secs(10))
+    LeaseConfig::from_ttl(Duration::from_secs(10))
 }
 
 #[tokio::test]

@@ -171,7 +171,7 @@ async fn the_retry_of_an_applied_create_is_reported_ambiguous() {
 async fn a_lease_won_through_a_retried_create_is_ours() {
     let (store, proxy) = store_behind_proxy("os-moto-retry-lease").await;
     proxy.armed.store(1, Ordering::SeqCst);
-    let config = LeaseConfig::with_ttl(Duration::from_secs(10));
+    let config = LeaseConfig::from_ttl(Duration::from_secs(10));
     let lease = Lease::new(store.clone(), "leader", "node-a", config.clone()).unwrap();
     let guard = match lease.try_acquire().await.unwrap() {
         AcquireOutcome::Acquired(guard) => guard,

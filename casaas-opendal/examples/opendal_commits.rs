@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use casaas_core::lease::{AcquireOptions, FencedLog, Lease, LeaseConfig};
+use casaas_core::lease::{FencedLog, Lease, LeaseConfig, WaitOptions};
 use casaas_core::{CasStore, ErrorKind};
 use casaas_opendal::OpendalCas;
 use opendal::{Operator, services};
@@ -32,11 +32,11 @@ async fn commit_with_lease(
         store.clone(),
         "_casaas/writer",
         writer,
-        LeaseConfig::with_ttl(Duration::from_secs(10)),
+        LeaseConfig::from_ttl(Duration::from_secs(10)),
     )?;
     let log = FencedLog::<String>::new(store, "_commits")?;
     let guard = lease
-        .acquire(AcquireOptions::default().deadline(Duration::from_secs(30)))
+        .acquire(WaitOptions::default().with_deadline(Duration::from_secs(30)))
         .await?;
     log.append(guard.token(), format!("{writer} takes over"))
         .await?;

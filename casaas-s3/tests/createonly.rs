@@ -155,16 +155,16 @@ async fn leases_hold_in_the_create_only_layout() {
     use std::time::Duration;
 
     use casaas_core::layout::{LeaseLayout, with_layout};
-    use casaas_core::lease::{AcquireOptions, AcquireOutcome, Lease, LeaseConfig};
+    use casaas_core::lease::{WaitOptions, AcquireOutcome, Lease, LeaseConfig};
 
     let store = with_layout(
         common::dyn_store("createonly", "s3-createonly-lease").await,
         LeaseLayout::Epochs,
     );
-    let config = LeaseConfig::with_ttl(Duration::from_secs(3));
+    let config = LeaseConfig::from_ttl(Duration::from_secs(3));
     let a = Lease::new(store.clone(), "lock", "a", config.clone()).unwrap();
     let b = Lease::new(store.clone(), "lock", "b", config).unwrap();
-    let guard = a.acquire(AcquireOptions::default()).await.unwrap();
+    let guard = a.acquire(WaitOptions::default()).await.unwrap();
     assert_eq!(guard.token(), 1);
     // Renewed through several terms, while b is refused.
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -174,7 +174,7 @@ async fn leases_hold_in_the_create_only_layout() {
         AcquireOutcome::Held(_)
     ));
     guard.release().await.unwrap();
-    let guard = b.acquire(AcquireOptions::default()).await.unwrap();
+    let guard = b.acquire(WaitOptions::default()).await.unwrap();
     assert_eq!(guard.token(), 2);
     guard.release().await.unwrap();
     // Without the layout, the guard says what to do.

@@ -296,7 +296,7 @@ async fn conditional_delete_off_sends_nothing_and_leases_never_need_it() {
 
     // A lease's whole life (acquire, renew, release) is creates and
     // conditional replaces: no DELETE ever reaches the store.
-    let config = LeaseConfig::with_ttl(Duration::from_secs(30)).verify_store(false);
+    let config = LeaseConfig::from_ttl(Duration::from_secs(30)).with_verify_store(false);
     let store: Arc<dyn CasStore> = Arc::new(store);
     let lease = Lease::new(store, "locks/job", "a", config).unwrap();
     let held = lease

@@ -139,7 +139,7 @@ async fn replaces_across_gateways_have_one_winner() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lease_across_gateways_has_one_holder() {
     let stores = gateway_stores("seaweedfs-x-lease").await;
-    let config = LeaseConfig::with_ttl(Duration::from_secs(10));
+    let config = LeaseConfig::from_ttl(Duration::from_secs(10));
     let mut last_token = 0;
     for round in 0..5 {
         let barrier = Arc::new(tokio::sync::Barrier::new(WRITERS));

@@ -165,7 +165,7 @@ impl SimConfig {
     /// the request timeout), pauses up to 10 TTL.
     pub fn new(ops: u64, seed: u64) -> Self {
         let ttl = Duration::from_secs(10);
-        let mut lease = LeaseConfig::with_ttl(ttl);
+        let mut lease = LeaseConfig::from_ttl(ttl);
         lease.drift_margin = 0.05;
         SimConfig {
             ops,

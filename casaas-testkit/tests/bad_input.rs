@@ -230,7 +230,7 @@ fn lease(store: &Arc<dyn CasStore>) -> Lease {
         store.clone(),
         LOCK_KEY,
         "bad-input",
-        LeaseConfig::with_ttl(Duration::from_secs(5)),
+        LeaseConfig::from_ttl(Duration::from_secs(5)),
     )
     .unwrap()
 }
@@ -454,7 +454,7 @@ async fn foreign_objects(
         let blocking = tokio::time::timeout(
             Duration::from_secs(30),
             lease(&store).acquire(
-                casaas_core::lease::AcquireOptions::default().deadline(Duration::from_secs(10)),
+                casaas_core::lease::WaitOptions::default().with_deadline(Duration::from_secs(10)),
             ),
         )
         .await

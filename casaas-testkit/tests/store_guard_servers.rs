@@ -12,8 +12,8 @@ use std::time::Duration;
 use casaas_core::guard::{GUARD_PREFIX, StoreGuard};
 use casaas_core::layout::{LeaseLayout, layout_of, lease_view};
 use casaas_core::lease::{
-    AcquireOptions, AcquireOutcome, Election, FencedLog, FencedResource, Lease, LeaseConfig,
-    LeaseError,
+    AcquireOutcome, Election, FencedLog, FencedResource, Lease, LeaseConfig, LeaseError,
+    WaitOptions,
 };
 use casaas_core::testkit::{test_server, unique_prefix};
 use casaas_core::{CasStore, ErrorKind, StoreUrl};
@@ -38,7 +38,7 @@ async fn open_at(server: &str, prefix: &str, options: &[&str]) -> Arc<dyn CasSto
 }
 
 fn config() -> LeaseConfig {
-    LeaseConfig::with_ttl(Duration::from_secs(10))
+    LeaseConfig::from_ttl(Duration::from_secs(10))
 }
 
 async fn assert_passes(store: &Arc<dyn CasStore>) {
@@ -174,14 +174,11 @@ async fn servers_that_ignore_conditions_are_refused_by_every_primitive() {
         assert!(!message.contains('\n'), "{message}");
         assert_eq!(err.store_kind(), Some(ErrorKind::UnsafeStore));
         // The blocking acquire too.
-        let err = lease.acquire(AcquireOptions::default()).await.unwrap_err();
+        let err = lease.acquire(WaitOptions::default()).await.unwrap_err();
         assert!(matches!(err, LeaseError::UnsafeStore(_)), "{server}: {err}");
 
         let election = Election::new(Lease::new(store.clone(), "locks/e", "a", config()).unwrap());
-        let err = election
-            .campaign(&tokio_util::sync::CancellationToken::new())
-            .await
-            .unwrap_err();
+        let err = election.campaign(Default::default()).await.unwrap_err();
         assert!(matches!(err, LeaseError::UnsafeStore(_)), "{server}: {err}");
         let resource = FencedResource::<u64>::new(store.clone(), "fenced/r").unwrap();
         let err = resource.update(1, |_| 1).await.unwrap_err();
@@ -209,14 +206,11 @@ async fn verify_false_behaves_as_before_the_guard_and_warns() {
         );
         assert!(casaas_core::guard::is_trusted(store.as_ref()), "{server}");
         let lease = Lease::new(store.clone(), "locks/unguarded", "a", config()).unwrap();
-        let guard = lease.acquire(AcquireOptions::default()).await.unwrap();
+        let guard = lease.acquire(WaitOptions::default()).await.unwrap();
         assert_eq!(guard.token(), 1);
         guard.release().await.unwrap();
         let election = Election::new(Lease::new(store.clone(), "locks/e", "a", config()).unwrap());
-        let leader = election
-            .campaign(&tokio_util::sync::CancellationToken::new())
-            .await
-            .unwrap();
+        let leader = election.campaign(Default::default()).await.unwrap();
         assert_eq!(leader.token(), 1, "{server}");
         leader.resign().await.unwrap();
         let resource = FencedResource::<u64>::new(store.clone(), "fenced/r").unwrap();

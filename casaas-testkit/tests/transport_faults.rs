@@ -235,7 +235,7 @@ async fn duplicate_is_resolved_by_the_lease(store: Arc<dyn CasStore>, proxy: &Ch
         store,
         "lease",
         "chaos-test",
-        LeaseConfig::with_ttl(Duration::from_secs(30)),
+        LeaseConfig::from_ttl(Duration::from_secs(30)),
     )
     .unwrap();
     proxy.script(ProxyFault::Duplicate);

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use casaas::{CancellationToken, Election, Lease, LeaseConfig};
+use casaas::{CancellationToken, Election, Lease, LeaseConfig, WaitOptions};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -17,7 +17,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .unwrap_or_else(|| "memory://elect-example/app".to_string());
     let store = casaas::open_store(&url).await?;
-    let config = LeaseConfig::with_ttl(Duration::from_secs(5));
+    let config = LeaseConfig::from_ttl(Duration::from_secs(5));
     let node_a = Election::new(Lease::new(
         store.clone(),
         "election/db",
@@ -27,13 +27,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let node_b = Election::new(Lease::new(store, "election/db", "node-b", config)?);
 
     let cancel = CancellationToken::new();
-    let leading_a = node_a.campaign(&cancel).await?;
+    let leading_a = node_a
+        .campaign(WaitOptions::default().with_cancel(cancel.clone()))
+        .await?;
     println!("node-a leads with token {}", leading_a.token());
 
     // node-b campaigns in the background; it cannot lead while node-a does.
     let candidate_b = tokio::spawn({
         let cancel = cancel.clone();
-        async move { node_b.campaign(&cancel).await }
+        async move {
+            node_b
+                .campaign(WaitOptions::default().with_cancel(cancel))
+                .await
+        }
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     if let Some(leader) = node_a.leader().await? {

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use casaas::{AcquireOptions, FencedResource, Lease, LeaseConfig, LeaseError};
+use casaas::{FencedResource, Lease, LeaseConfig, LeaseError, WaitOptions};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -19,13 +19,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .unwrap_or_else(|| "memory://fence-example/app".to_string());
     let store = casaas::open_store(&url).await?;
-    let config = LeaseConfig::with_ttl(Duration::from_secs(5));
+    let config = LeaseConfig::from_ttl(Duration::from_secs(5));
     let lease_a = Lease::new(store.clone(), "locks/config", "writer-a", config.clone())?;
     let lease_b = Lease::new(store.clone(), "locks/config", "writer-b", config)?;
     let resource = FencedResource::<String>::new(store, "config/current")?;
 
     // writer-a holds the lock and writes.
-    let held_a = lease_a.acquire(AcquireOptions::default()).await?;
+    let held_a = lease_a.acquire(WaitOptions::default()).await?;
     let token_a = held_a.token();
     resource
         .update(token_a, |_| "written by a".to_string())
@@ -34,7 +34,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // writer-b takes the lock over and writes with a higher token.
     let held_b = lease_b
-        .acquire(AcquireOptions::default().deadline(Duration::from_secs(10)))
+        .acquire(WaitOptions::default().with_deadline(Duration::from_secs(10)))
         .await?;
     resource
         .update(held_b.token(), |_| "written by b".to_string())

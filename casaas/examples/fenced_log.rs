@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use casaas::{AcquireOptions, FencedLog, Lease, LeaseConfig, LeaseError};
+use casaas::{FencedLog, Lease, LeaseConfig, LeaseError, WaitOptions};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -23,11 +23,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         store.clone(),
         "locks/commit",
         "committer-1",
-        LeaseConfig::with_ttl(Duration::from_secs(10)),
+        LeaseConfig::from_ttl(Duration::from_secs(10)),
     )?;
     let log = FencedLog::<String>::new(store, "table/_log")?;
 
-    let held = lease.acquire(AcquireOptions::default()).await?;
+    let held = lease.acquire(WaitOptions::default()).await?;
     for commit in ["add file a", "add file b"] {
         held.ensure_held_for(Duration::from_secs(2))?;
         let entry = log.append(held.token(), commit.to_string()).await?;

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use casaas::{AcquireOptions, Lease, LeaseConfig, default_owner_id};
+use casaas::{Lease, LeaseConfig, WaitOptions, default_owner_id};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -23,11 +23,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         store,
         "locks/nightly-backup",
         default_owner_id(),
-        LeaseConfig::with_ttl(Duration::from_secs(10)),
+        LeaseConfig::from_ttl(Duration::from_secs(10)),
     )?;
     // Wait up to 30 s for the current holder, if any, to release or expire.
     let held = lease
-        .acquire(AcquireOptions::default().deadline(Duration::from_secs(30)))
+        .acquire(WaitOptions::default().with_deadline(Duration::from_secs(30)))
         .await?;
     println!("holding the lock with fencing token {}", held.token());
     for step in 1..=3 {

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use casaas::{AcquireOptions, FencedResource, Lease, LeaseConfig, default_owner_id, open_store};
+use casaas::{FencedResource, Lease, LeaseConfig, WaitOptions, default_owner_id, open_store};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -23,10 +23,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         store.clone(),
         "locks/commit",
         default_owner_id(),
-        LeaseConfig::with_ttl(Duration::from_secs(10)),
+        LeaseConfig::from_ttl(Duration::from_secs(10)),
     )?;
     let held = lease
-        .acquire(AcquireOptions::default().deadline(Duration::from_secs(30)))
+        .acquire(WaitOptions::default().with_deadline(Duration::from_secs(30)))
         .await?;
     println!("leader with fencing token {}", held.token());
 

@@ -30,11 +30,11 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use casaas::{AcquireOptions, Lease, LeaseConfig};
+//! use casaas::{WaitOptions, Lease, LeaseConfig};
 //!
 //! let store = casaas::open_store("memory://crate-doc/locks").await?;
-//! let lease = Lease::new(store, "nightly", "worker-1", LeaseConfig::with_ttl(Duration::from_secs(10)))?;
-//! let held = lease.acquire(AcquireOptions::default().deadline(Duration::from_secs(5))).await?;
+//! let lease = Lease::new(store, "nightly", "worker-1", LeaseConfig::from_ttl(Duration::from_secs(10)))?;
+//! let held = lease.acquire(WaitOptions::default().with_deadline(Duration::from_secs(5))).await?;
 //! // ... work, passing held.token() to every fenced write ...
 //! held.release().await?;
 //! # Ok(())
@@ -49,7 +49,7 @@
 //! ```compile_fail
 //! #![deny(unused_must_use)]
 //! # async fn f(lease: casaas::Lease) {
-//! lease.acquire(casaas::AcquireOptions::default()).await.unwrap();
+//! lease.acquire(casaas::WaitOptions::default()).await.unwrap();
 //! # }
 //! # fn main() {}
 //! ```
@@ -59,7 +59,7 @@
 //! ```no_run
 //! #![deny(unused_must_use)]
 //! # async fn f(lease: casaas::Lease) {
-//! let held = lease.acquire(casaas::AcquireOptions::default()).await.unwrap();
+//! let held = lease.acquire(casaas::WaitOptions::default()).await.unwrap();
 //! held.release().await.unwrap();
 //! # }
 //! # fn main() {}
@@ -78,9 +78,9 @@
 use std::sync::{Arc, Once};
 
 pub use casaas_core::lease::{
-    AcquireOptions, AcquireOutcome, Election, ElectionRunner, ExpiryMode, Fenced, FencedLog,
-    FencedResource, Health, HealthCheck, HeldBy, Leader, Leadership, Lease, LeaseConfig,
-    LeaseError, LeaseGuard, LeaseStatus, LogEntry, LostReason, default_owner_id,
+    AcquireOutcome, Election, ElectionRunner, ExpiryMode, Fenced, FencedLog, FencedResource,
+    Health, HealthCheck, HeldBy, Leader, Leadership, Lease, LeaseConfig, LeaseError, LeaseGuard,
+    LeaseStatus, LogEntry, LostReason, WaitOptions, default_owner_id,
 };
 pub use casaas_core::{
     Capabilities, CasError, CasStore, ErrorKind, FileStore, ListEntry, MemoryStore, StoreUrl,

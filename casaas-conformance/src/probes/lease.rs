@@ -100,7 +100,7 @@ fn probe_config(cx: &ProbeContext) -> LeaseConfig {
     if let Some(min) = cx.min_write_interval() {
         ttl = ttl.max(min * 12);
     }
-    let mut config = LeaseConfig::with_ttl(ttl);
+    let mut config = LeaseConfig::from_ttl(ttl);
     // The probe judges the store by what the protocol sees happen; the
     // store guard would stop it at the first lie, before the evidence.
     config.verify_store = false;
@@ -382,7 +382,7 @@ async fn take_over(
 /// deposed holder's older one.
 async fn fences_out(store: Arc<dyn CasStore>, current: u64, deposed: u64) -> Step<()> {
     let fenced = FencedResource::<u64>::new(store, "fenced")
-        .map(|f| f.verify_store(false))
+        .map(|f| f.with_verify_store(false))
         .map_err(|e| lease_step("set up a fenced resource", e))?;
     if let Err(e) = fenced.update(current, |_| 3).await {
         return Err(lease_step("fenced update with the current token", e));

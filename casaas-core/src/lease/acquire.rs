@@ -3,7 +3,6 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::{CasError, CasStore, ErrorKind, Version, validate_key};
@@ -15,6 +14,7 @@ use super::pending::{PendingWrite, PendingWrites, Settled};
 use super::record::{LeaseRecord, SessionRef, unix_ms};
 use super::retry::{backoff, count_ambiguous, needs_resolution, read_record, timed};
 use super::session::SessionLink;
+use super::wait::WaitOptions;
 use super::{LeaseError, metric_names};
 
 /// How many unresolved writes a contender remembers. Forgetting one is safe
@@ -135,18 +135,21 @@ impl Drop for AttemptWrites {
     }
 }
 
-/// The result of one acquisition attempt.
+/// The result of one attempt to take something someone else may hold:
+/// the one "try" shape, for [`Lease::try_acquire`] (a [`LeaseGuard`]) and
+/// [`Session::try_open`](super::Session::try_open) (a
+/// [`Session`](super::Session)).
 #[derive(Debug)]
 #[non_exhaustive]
 #[must_use = "an acquired lease is released as soon as its guard is dropped; a Held outcome says who holds it"]
-pub enum AcquireOutcome {
-    /// We hold the lease.
-    Acquired(LeaseGuard),
+pub enum AcquireOutcome<G = LeaseGuard> {
+    /// We hold it.
+    Acquired(G),
     /// Someone else holds it.
     Held(HeldBy),
 }
 
-impl AcquireOutcome {
+impl<G> AcquireOutcome<G> {
     /// The guard if acquired, or who holds the lease: for a `match` that
     /// need not name a variant added later.
     ///
@@ -167,10 +170,18 @@ impl AcquireOutcome {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn into_result(self) -> Result<LeaseGuard, HeldBy> {
+    pub fn into_result(self) -> Result<G, HeldBy> {
         match self {
             AcquireOutcome::Acquired(guard) => Ok(guard),
             AcquireOutcome::Held(held) => Err(held),
+        }
+    }
+
+    /// What was acquired, made into something else (`Held` kept as it is).
+    pub fn map<H>(self, f: impl FnOnce(G) -> H) -> AcquireOutcome<H> {
+        match self {
+            AcquireOutcome::Acquired(guard) => AcquireOutcome::Acquired(f(guard)),
+            AcquireOutcome::Held(held) => AcquireOutcome::Held(held),
         }
     }
 }
@@ -197,31 +208,6 @@ impl HeldBy {
             token,
             takeover_in,
         }
-    }
-}
-
-/// Options for a blocking [`Lease::acquire`].
-#[derive(Debug, Clone, Default)]
-#[non_exhaustive]
-pub struct AcquireOptions {
-    /// Give up with [`LeaseError::DeadlineExceeded`] after this long (on the
-    /// lease's clock). `None` waits indefinitely.
-    pub deadline: Option<Duration>,
-    /// Give up with [`LeaseError::Cancelled`] when this is cancelled.
-    pub cancel: Option<CancellationToken>,
-}
-
-impl AcquireOptions {
-    /// Sets the deadline.
-    pub fn deadline(mut self, deadline: Duration) -> Self {
-        self.deadline = Some(deadline);
-        self
-    }
-
-    /// Sets the cancellation token.
-    pub fn cancel(mut self, cancel: CancellationToken) -> Self {
-        self.cancel = Some(cancel);
-        self
     }
 }
 
@@ -317,6 +303,7 @@ impl Lease {
     }
 
     /// Uses `clock` for all timing (call before the first acquisition).
+    #[must_use = "the setter returns the changed lease"]
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self.state = Arc::default();
@@ -324,6 +311,7 @@ impl Lease {
     }
 
     /// Uses `entropy` for nonces and jitter.
+    #[must_use = "the setter returns the changed lease"]
     pub fn with_entropy(mut self, entropy: Entropy) -> Self {
         self.entropy = entropy;
         self
@@ -433,6 +421,16 @@ impl Lease {
     /// since (else that write is refused and the attempt reads as usual);
     /// +1 GET to resolve an ambiguous or precondition-failed write; the
     /// same again for each race lost to a holding that has already ended.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future while its write is in flight may leave the lock
+    /// held by this owner with no guard renewing it: the write can still
+    /// land. This `Lease` (and its clones) remembers such writes: its next
+    /// attempt that finds one holding the lock claims it (a guard with the
+    /// same token, at once). Until then other contenders see a holder that
+    /// stopped renewing and take over one TTL·(1 + drift) after they first
+    /// see it. Dropping it at any other point leaves nothing.
     #[must_use = "an acquired lease is given up as soon as the returned guard is dropped"]
     pub async fn try_acquire(&self) -> Result<AcquireOutcome, LeaseError> {
         for lost in 1..=MAX_LOST_RACES {
@@ -858,8 +856,21 @@ impl Lease {
     /// the token is cancelled. Retryable store errors are retried after
     /// [`retry_period`](LeaseConfig::retry_period) with backoff; others (a
     /// foreign object, auth, configuration) are returned at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancelling through [`WaitOptions::cancel`] is the clean stop: an
+    /// attempt in flight finishes, and a lease it took is released before
+    /// [`LeaseError::Cancelled`] returns (the deadline, likewise, is checked
+    /// between attempts). Dropping the future instead is
+    /// [`try_acquire`](Lease::try_acquire)'s case: a write in flight may
+    /// still land and leave the lock held by this owner, unrenewed, until
+    /// this `Lease` (or a clone) claims it at its next attempt or until it
+    /// expires for others, one TTL·(1 + drift) after they first see it. A
+    /// write whose answer was lost before a cancellation is in the same
+    /// state.
     #[must_use = "the lease is given up as soon as the returned guard is dropped; hold it while you work"]
-    pub async fn acquire(&self, options: AcquireOptions) -> Result<LeaseGuard, LeaseError> {
+    pub async fn acquire(&self, options: WaitOptions) -> Result<LeaseGuard, LeaseError> {
         let span = tracing::info_span!("lease.acquire", key = %self.key, owner = %self.owner);
         async {
             let start = self.clock.now();

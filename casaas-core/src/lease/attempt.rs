@@ -180,12 +180,14 @@ impl<'a, P> Attempts<'a, P> {
 macro_rules! attempt_knobs {
     ($what:literal) => {
         /// Uses `clock` for timeouts and backoff.
+        #[must_use = "the setter returns the changed handle"]
         pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
             self.policy.clock = clock;
             self
         }
 
         /// Uses `entropy` for nonces and jitter.
+        #[must_use = "the setter returns the changed handle"]
         pub fn with_entropy(mut self, entropy: Entropy) -> Self {
             self.policy.entropy = entropy;
             self
@@ -194,7 +196,8 @@ macro_rules! attempt_knobs {
         /// Turns the [store guard](crate::guard) off for this handle (it is on
         /// by default: the first write checks, once per store per process, that
         /// the store honours conditional writes). Logged at warn.
-        pub fn verify_store(mut self, verify: bool) -> Self {
+        #[must_use = "the setter returns the changed handle"]
+        pub fn with_verify_store(mut self, verify: bool) -> Self {
             if !verify {
                 super::retry::warn_unverified(self.store.as_ref(), $what);
             }
@@ -202,19 +205,21 @@ macro_rules! attempt_knobs {
             self
         }
 
-        /// Sets the per-request timeout (default 10 s), base backoff (default
-        /// 100 ms, jittered by up to 20%) and the attempts before
-        /// [`LeaseError::Contended`] (default 32).
-        pub fn with_retries(
-            mut self,
-            request_timeout: Duration,
-            retry_period: Duration,
-            max_attempts: u32,
-        ) -> Self {
-            self.policy.request_timeout = request_timeout;
-            self.policy.retry_period = retry_period;
-            self.policy.max_attempts = max_attempts.max(1);
+        /// Sets how requests are timed and retried (see [`RetryPolicy`](super::RetryPolicy)).
+        #[must_use = "the setter returns the changed handle"]
+        pub fn with_retry_policy(mut self, retries: super::RetryPolicy) -> Self {
+            self.policy.request_timeout = retries.request_timeout;
+            self.policy.retry_period = retries.retry_period;
+            self.policy.max_attempts = retries.max_attempts.max(1);
             self
+        }
+
+        /// How requests are timed and retried.
+        pub fn retry_policy(&self) -> super::RetryPolicy {
+            super::RetryPolicy::default()
+                .with_request_timeout(self.policy.request_timeout)
+                .with_retry_period(self.policy.retry_period)
+                .with_max_attempts(self.policy.max_attempts)
         }
     };
 }

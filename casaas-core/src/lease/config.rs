@@ -27,8 +27,8 @@ pub enum ExpiryMode {
     },
 }
 
-/// Timing of a lease. Build with [`LeaseConfig::with_ttl`] (or
-/// `default()`), adjust with the chained setters named after the fields,
+/// Timing of a lease. Build with [`LeaseConfig::from_ttl`] (or
+/// `default()`), adjust with the chained `with_*` setters named after the fields,
 /// and [`validate`](LeaseConfig::validate) (done by `Lease::new`). The fields
 /// are public to read; new ones may be added, so the struct cannot be built
 /// by a literal outside this crate.
@@ -37,14 +37,14 @@ pub enum ExpiryMode {
 /// use std::time::Duration;
 /// use casaas_core::lease::LeaseConfig;
 ///
-/// let config = LeaseConfig::with_ttl(Duration::from_secs(15));
+/// let config = LeaseConfig::from_ttl(Duration::from_secs(15));
 /// assert_eq!(config.renew_interval, Duration::from_secs(5));
 /// assert!(config.validate().is_ok());
 /// assert!(config.holder_validity() < Duration::from_secs(15));
 ///
-/// let tuned = LeaseConfig::with_ttl(Duration::from_secs(15))
-///     .renew_interval(Duration::from_secs(4))
-///     .request_timeout(Duration::from_secs(2));
+/// let tuned = LeaseConfig::from_ttl(Duration::from_secs(15))
+///     .with_renew_interval(Duration::from_secs(4))
+///     .with_request_timeout(Duration::from_secs(2));
 /// assert_eq!(tuned.renew_interval, Duration::from_secs(4));
 /// assert!(tuned.validate().is_ok());
 /// ```
@@ -90,80 +90,80 @@ pub struct LeaseConfig {
 }
 
 impl Default for LeaseConfig {
-    /// A 15 s TTL (see [`LeaseConfig::with_ttl`]).
+    /// A 15 s TTL (see [`LeaseConfig::from_ttl`]).
     fn default() -> Self {
-        Self::with_ttl(Duration::from_secs(15))
+        Self::from_ttl(Duration::from_secs(15))
     }
 }
 
-/// Chained setters, one per field.
+/// Chained setters, one per field, each named `with_` and the field.
 impl LeaseConfig {
-    /// Sets [`ttl`](LeaseConfig::ttl); the derived timings are not recomputed (use [`with_ttl`](LeaseConfig::with_ttl) for those).
+    /// Sets [`ttl`](LeaseConfig::ttl); the derived timings are not recomputed (use [`from_ttl`](LeaseConfig::from_ttl) for those).
     #[must_use = "the setter returns the changed configuration"]
-    pub fn ttl(mut self, ttl: Duration) -> Self {
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
     }
 
     /// Sets [`renew_interval`](LeaseConfig::renew_interval).
     #[must_use = "the setter returns the changed configuration"]
-    pub fn renew_interval(mut self, renew_interval: Duration) -> Self {
+    pub fn with_renew_interval(mut self, renew_interval: Duration) -> Self {
         self.renew_interval = renew_interval;
         self
     }
 
     /// Sets [`renew_deadline`](LeaseConfig::renew_deadline).
     #[must_use = "the setter returns the changed configuration"]
-    pub fn renew_deadline(mut self, renew_deadline: Duration) -> Self {
+    pub fn with_renew_deadline(mut self, renew_deadline: Duration) -> Self {
         self.renew_deadline = renew_deadline;
         self
     }
 
     /// Sets [`retry_period`](LeaseConfig::retry_period).
     #[must_use = "the setter returns the changed configuration"]
-    pub fn retry_period(mut self, retry_period: Duration) -> Self {
+    pub fn with_retry_period(mut self, retry_period: Duration) -> Self {
         self.retry_period = retry_period;
         self
     }
 
     /// Sets [`poll_period`](LeaseConfig::poll_period).
     #[must_use = "the setter returns the changed configuration"]
-    pub fn poll_period(mut self, poll_period: Duration) -> Self {
+    pub fn with_poll_period(mut self, poll_period: Duration) -> Self {
         self.poll_period = poll_period;
         self
     }
 
     /// Sets [`drift_margin`](LeaseConfig::drift_margin).
     #[must_use = "the setter returns the changed configuration"]
-    pub fn drift_margin(mut self, drift_margin: f64) -> Self {
+    pub fn with_drift_margin(mut self, drift_margin: f64) -> Self {
         self.drift_margin = drift_margin;
         self
     }
 
     /// Sets [`safety_margin`](LeaseConfig::safety_margin).
     #[must_use = "the setter returns the changed configuration"]
-    pub fn safety_margin(mut self, safety_margin: Duration) -> Self {
+    pub fn with_safety_margin(mut self, safety_margin: Duration) -> Self {
         self.safety_margin = safety_margin;
         self
     }
 
     /// Sets [`request_timeout`](LeaseConfig::request_timeout).
     #[must_use = "the setter returns the changed configuration"]
-    pub fn request_timeout(mut self, request_timeout: Duration) -> Self {
+    pub fn with_request_timeout(mut self, request_timeout: Duration) -> Self {
         self.request_timeout = request_timeout;
         self
     }
 
     /// Sets [`expiry`](LeaseConfig::expiry).
     #[must_use = "the setter returns the changed configuration"]
-    pub fn expiry(mut self, expiry: ExpiryMode) -> Self {
+    pub fn with_expiry(mut self, expiry: ExpiryMode) -> Self {
         self.expiry = expiry;
         self
     }
 
     /// Sets [`verify_store`](LeaseConfig::verify_store).
     #[must_use = "the setter returns the changed configuration"]
-    pub fn verify_store(mut self, verify_store: bool) -> Self {
+    pub fn with_verify_store(mut self, verify_store: bool) -> Self {
         self.verify_store = verify_store;
         self
     }
@@ -174,7 +174,7 @@ impl LeaseConfig {
     /// `2·ttl/3`, retry every `ttl/10`, poll a held lock every
     /// `min(ttl/10, 100 ms)`, 1% drift, safety margin `ttl/20`, request
     /// timeout `ttl/5`, observed-unchanged expiry.
-    pub fn with_ttl(ttl: Duration) -> Self {
+    pub fn from_ttl(ttl: Duration) -> Self {
         LeaseConfig {
             ttl,
             renew_interval: ttl / 3,
@@ -225,7 +225,7 @@ impl LeaseConfig {
     /// use std::time::Duration;
     /// use casaas_core::lease::LeaseConfig;
     ///
-    /// let config = LeaseConfig::with_ttl(Duration::from_secs(2));
+    /// let config = LeaseConfig::from_ttl(Duration::from_secs(2));
     /// // 2020 ms of waiting out the TTL with its 1% drift margin, 100 ms of
     /// // polling, 2 × 20 ms of jitter, and the two requests.
     /// let bound = config.failover_bound(Duration::from_millis(5), Duration::from_millis(10));
@@ -352,7 +352,7 @@ mod tests {
 
     #[test]
     fn extreme_numbers_are_rejected_not_panicked_on() {
-        let huge = LeaseConfig::with_ttl(Duration::MAX);
+        let huge = LeaseConfig::from_ttl(Duration::MAX);
         let _ = huge.validate();
         let _ = huge.holder_validity();
         assert_eq!(huge.takeover_wait(Duration::MAX), Duration::MAX);
@@ -381,7 +381,7 @@ mod tests {
     #[test]
     fn defaults_are_valid_across_scales() {
         for ms in [10, 100, 1_000, 15_000, 600_000] {
-            LeaseConfig::with_ttl(Duration::from_millis(ms))
+            LeaseConfig::from_ttl(Duration::from_millis(ms))
                 .validate()
                 .unwrap();
         }
@@ -417,20 +417,20 @@ mod tests {
         assert_eq!(c.retry_period, Duration::from_millis(1_500));
         assert_eq!(c.poll_jitter(), Duration::from_millis(20));
         // Below a 1 s TTL the poll follows the retry period, as it used to.
-        let short = LeaseConfig::with_ttl(Duration::from_millis(500));
+        let short = LeaseConfig::from_ttl(Duration::from_millis(500));
         assert_eq!(short.poll_period, Duration::from_millis(50));
-        let zero = LeaseConfig::default().poll_period(Duration::ZERO);
+        let zero = LeaseConfig::default().with_poll_period(Duration::ZERO);
         assert!(message(&zero).starts_with("poll_period must be positive"));
-        let slow = LeaseConfig::default().poll_period(Duration::from_secs(16));
+        let slow = LeaseConfig::default().with_poll_period(Duration::from_secs(16));
         assert!(message(&slow).starts_with("poll_period (16s) must not exceed ttl"));
-        let tuned = LeaseConfig::default().poll_period(Duration::from_millis(20));
+        let tuned = LeaseConfig::default().with_poll_period(Duration::from_millis(20));
         assert!(tuned.validate().is_ok());
         assert_eq!(tuned.retry_period, Duration::from_millis(1_500));
     }
 
     #[test]
     fn margins() {
-        let c = LeaseConfig::with_ttl(Duration::from_secs(10));
+        let c = LeaseConfig::from_ttl(Duration::from_secs(10));
         assert_eq!(c.holder_validity(), Duration::from_millis(9_400));
         assert_eq!(
             c.takeover_wait(Duration::from_secs(10)),

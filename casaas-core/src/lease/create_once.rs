@@ -19,7 +19,6 @@
 //!   the store kept failing): never reported as a conflict.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use tracing::Instrument;

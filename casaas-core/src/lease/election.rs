@@ -11,9 +11,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::acquire::{AcquireOptions, Lease};
+use super::acquire::Lease;
 use super::handle::{Health, LeaseGuard, Shared};
 use super::record::LeaseRecord;
+use super::wait::WaitOptions;
 use super::{ExpiryMode, LeaseError, LostReason};
 use crate::Version;
 
@@ -45,12 +46,11 @@ impl Leader {
 /// # async fn main() -> Result<(), casaas_core::lease::LeaseError> {
 /// use std::sync::Arc;
 /// use casaas_core::MemoryStore;
-/// use casaas_core::lease::{Election, Lease, LeaseConfig};
-/// use tokio_util::sync::CancellationToken;
+/// use casaas_core::lease::{Election, Lease, LeaseConfig, WaitOptions};
 ///
 /// let store = Arc::new(MemoryStore::new());
 /// let election = Election::new(Lease::new(store, "election/db", "node-a", LeaseConfig::default())?);
-/// let leadership = election.campaign(&CancellationToken::new()).await?;
+/// let leadership = election.campaign(WaitOptions::default()).await?;
 /// assert_eq!(election.leader().await?.unwrap().owner, "node-a");
 /// leadership.resign().await?;
 /// assert_eq!(election.leader().await?, None);
@@ -104,6 +104,12 @@ impl Leadership {
     /// Gives up leadership: releases the lease (keeping the token, so the
     /// next leader gets a higher one). Stop the work you started as leader
     /// before calling this; [`ElectionRunner`] does that for you.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LeaseGuard::release`]'s: dropping the future leaves the term
+    /// ended here, and the record, if the release did not land, held until
+    /// it expires for the other candidates.
     pub async fn resign(self) -> Result<(), LeaseError> {
         let token = self.guard.token();
         let result = self.guard.release().await;
@@ -152,15 +158,20 @@ impl Election {
         &self.lease
     }
 
-    /// Blocks until we lead or `cancel` fires ([`LeaseError::Cancelled`]).
+    /// Waits until we lead, or until `options` give up
+    /// ([`LeaseError::DeadlineExceeded`], [`LeaseError::Cancelled`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lease::acquire`]'s: a cancellation through `options` leaves
+    /// nothing; dropping the future while a write is in flight may leave
+    /// the election's record naming us, unrenewed, until this election's
+    /// lease claims it at its next campaign or it expires for the other
+    /// candidates (one TTL·(1 + drift) after they first see it).
     #[must_use = "leadership ends as soon as the returned Leadership is dropped"]
-    pub async fn campaign(&self, cancel: &CancellationToken) -> Result<Leadership, LeaseError> {
+    pub async fn campaign(&self, options: WaitOptions) -> Result<Leadership, LeaseError> {
         let span = tracing::info_span!("election.campaign", key = %self.lease.key(), owner = %self.lease.owner());
-        let guard = self
-            .lease
-            .acquire(AcquireOptions::default().cancel(cancel.clone()))
-            .instrument(span)
-            .await?;
+        let guard = self.lease.acquire(options).instrument(span).await?;
         let me = Leader {
             owner: guard.owner().to_string(),
             token: guard.token(),
@@ -198,6 +209,10 @@ impl Election {
     /// any receiver is alive, and reports `None` when the lease is absent,
     /// released, or observed unchanged for longer than its TTL. Our own
     /// acquisitions and resignations are reported at once.
+    ///
+    /// Not a blocking call, so it takes no [`WaitOptions`]: the polling
+    /// runs in a task of its own (started within the caller's tokio
+    /// runtime) and stops once every receiver is dropped. It only reads.
     pub fn observe(&self) -> watch::Receiver<Option<Leader>> {
         let rx = self.leader.subscribe();
         if self
@@ -316,7 +331,7 @@ type NewLeaderFn = Box<dyn Fn(Option<Leader>) + Send + Sync>;
 ///   finish, and only then releases the lease and calls `on_stopped_leading`.
 ///
 /// On a loss (not a cancellation) the runner campaigns again unless
-/// [`once`](ElectionRunner::once) was set. If the work future returns on its
+/// [`with_recampaign(false)`](ElectionRunner::with_recampaign) was set. If the work future returns on its
 /// own, the runner resigns and returns.
 #[must_use = "an ElectionRunner does nothing until it is run"]
 pub struct ElectionRunner {
@@ -347,6 +362,7 @@ pub struct HealthCheck {
 
 impl HealthCheck {
     /// Allows renewals to be `tolerance` late before reporting unhealthy.
+    #[must_use = "the setter returns the changed check"]
     pub fn with_tolerance(mut self, tolerance: Duration) -> Self {
         self.tolerance = tolerance;
         self
@@ -429,9 +445,10 @@ impl ElectionRunner {
         self
     }
 
-    /// Return after the first term instead of campaigning again after a loss.
-    pub fn once(mut self) -> Self {
-        self.recampaign = false;
+    /// Whether to campaign again after a term ends in a loss (default
+    /// true); `false` returns after the first term.
+    pub fn with_recampaign(mut self, recampaign: bool) -> Self {
+        self.recampaign = recampaign;
         self
     }
 
@@ -440,18 +457,35 @@ impl ElectionRunner {
         self.health.clone()
     }
 
-    /// Campaigns, leads, and repeats until `cancel` fires. Returns `Ok` on
-    /// cancellation, or the first error that is not retryable (a foreign
-    /// object at the key, bad credentials, ...).
+    /// Campaigns, leads, and repeats until `options` stop it: once
+    /// cancelled, or once its deadline has passed (measured from this call,
+    /// on the lease's clock), the runner stops as below and returns `Ok`.
+    /// Otherwise it returns the first error that is not retryable (a
+    /// foreign object at the key, bad credentials, ...). Must be called
+    /// within a tokio runtime.
+    ///
+    /// # Cancel safety
     ///
     /// The terms run in a task of their own. Dropping this future (inside a
     /// `select!` or a `timeout`, or by aborting the task that awaits it) is a
     /// cancellation: the leader's work is told to stop and the lease is
-    /// released only once the work has finished, never before. Must be
-    /// called within a tokio runtime.
-    pub async fn run(self, cancel: CancellationToken) -> Result<(), LeaseError> {
-        let stop = cancel.child_token();
+    /// released only once the work has finished, never before (the release
+    /// runs on in that task). A campaign dropped mid-write is
+    /// [`Election::campaign`]'s case.
+    pub async fn run(self, options: WaitOptions) -> Result<(), LeaseError> {
+        let stop = options.cancel.unwrap_or_default().child_token();
         let _stop_when_dropped = stop.clone().drop_guard();
+        if let Some(deadline) = options.deadline {
+            let (clock, stop) = (self.election.lease.clock().clone(), stop.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    // Polled in order, so that a replayed run takes the same branch.
+                    biased;
+                    () = stop.cancelled() => {}
+                    () = clock.sleep(deadline) => stop.cancel(),
+                }
+            });
+        }
         match tokio::spawn(self.run_terms(stop)).await {
             Ok(result) => result,
             Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
@@ -492,7 +526,8 @@ impl ElectionRunner {
             });
         }
         loop {
-            let leadership = match election.campaign(&cancel).await {
+            let wait = WaitOptions::default().with_cancel(cancel.clone());
+            let leadership = match election.campaign(wait).await {
                 Ok(l) => l,
                 Err(LeaseError::Cancelled) => return Ok(()),
                 Err(err) => return Err(err),

@@ -27,11 +27,12 @@ use tracing::Instrument;
 use crate::{CasError, CasStore, ErrorKind, Version};
 
 use super::LeaseError;
-use super::acquire::{AcquireOptions, AcquireOutcome, Lease};
+use super::acquire::{AcquireOutcome, Lease};
 use super::clock::{Clock, Entropy};
 use super::handle::LeaseGuard;
 use super::record::{LeaseRecord, unix_ms};
 use super::retry::{backoff, read_record, timed};
+use super::wait::WaitOptions;
 
 /// What follows a lock's key to name the folder of its tickets.
 const QUEUE_SUFFIX: &str = ".queue/";
@@ -52,13 +53,13 @@ const END_TICKET_ATTEMPTS: u32 = 3;
 /// # async fn main() -> Result<(), casaas_core::lease::LeaseError> {
 /// use std::sync::Arc;
 /// use casaas_core::MemoryStore;
-/// use casaas_core::lease::{AcquireOptions, FairLease, Lease, LeaseConfig};
+/// use casaas_core::lease::{FairLease, Lease, LeaseConfig, WaitOptions};
 ///
 /// let store = Arc::new(MemoryStore::new());
 /// let lease = Lease::new(store, "locks/report", "worker-1", LeaseConfig::default())?;
 /// let fair = FairLease::new(lease)?;
 /// assert_eq!(fair.queue_prefix(), "locks/report.queue/");
-/// let guard = fair.acquire(AcquireOptions::default()).await?;
+/// let guard = fair.acquire(WaitOptions::default()).await?;
 /// assert_eq!(guard.token(), 1);
 /// guard.release().await?;
 /// # Ok(())
@@ -93,7 +94,7 @@ struct Budget {
 }
 
 impl Budget {
-    fn new(clock: Arc<dyn Clock>, options: AcquireOptions) -> Self {
+    fn new(clock: Arc<dyn Clock>, options: WaitOptions) -> Self {
         Budget {
             start: clock.now(),
             clock,
@@ -131,11 +132,12 @@ impl Budget {
     }
 
     /// The options of what is left of this acquisition.
-    fn remaining(&self) -> AcquireOptions {
+    fn remaining(&self) -> WaitOptions {
         let elapsed = self.clock.now().saturating_sub(self.start);
-        AcquireOptions {
-            deadline: self.deadline.map(|d| d.saturating_sub(elapsed)),
-            cancel: Some(self.cancel.clone()),
+        let options = WaitOptions::default().with_cancel(self.cancel.clone());
+        match self.deadline {
+            Some(d) => options.with_deadline(d.saturating_sub(elapsed)),
+            None => options,
         }
     }
 }
@@ -193,6 +195,7 @@ impl FairLease {
     }
 
     /// Uses `entropy` for the tickets' nonces and the polls' jitter.
+    #[must_use = "the setter returns the changed lease"]
     pub fn with_entropy(mut self, entropy: Entropy) -> Self {
         self.entropy = entropy;
         self
@@ -218,8 +221,19 @@ impl FairLease {
     /// while waiting, 1 LIST each time the predecessor goes, 1 write per
     /// `renew_interval` to keep the ticket; at the head, the lease's own
     /// polling of the lock; 1 delete to end the ticket.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancelling through [`WaitOptions::cancel`] ends the ticket before
+    /// returning. Dropping the future drops the ticket's guard: its renewal
+    /// stops and a release is sent in the background (best effort), after
+    /// which the waiters behind pass it (a released ticket counts as gone);
+    /// if that release does not land they pass it once it expires, one
+    /// TTL·(1 + drift) after they first see it. The ticket object may stay
+    /// in the queue until a waiter deletes it. At the head of the queue, a
+    /// drop is [`Lease::acquire`]'s case.
     #[must_use = "the lease is given up as soon as the returned guard is dropped; hold it while you work"]
-    pub async fn acquire(&self, options: AcquireOptions) -> Result<LeaseGuard, LeaseError> {
+    pub async fn acquire(&self, options: WaitOptions) -> Result<LeaseGuard, LeaseError> {
         let span = tracing::info_span!("lease.fair_acquire", key = %self.lease.key(), owner = %self.lease.owner());
         async {
             let budget = Budget::new(self.lease.clock().clone(), options);

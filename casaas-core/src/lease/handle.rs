@@ -736,6 +736,16 @@ impl LeaseGuard {
     /// to resolve an ambiguous answer).
     ///
     /// Returns [`LeaseError::Lost`] if the lease was already lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the guard given up for this process (no
+    /// renewal runs, [`is_held`](LeaseGuard::is_held) is false), but the
+    /// release write may not have been sent or may not land: then the
+    /// record still names us, and contenders take the lease only once it
+    /// expires, one TTL·(1 + drift) after they first see its last version
+    /// (the [`Lease`](super::Lease) that acquired it waits too). Nothing is
+    /// left that could act for us: the record just stays until it expires.
     pub async fn release(mut self) -> Result<(), LeaseError> {
         let span =
             tracing::info_span!("lease.release", key = %self.shared.key, token = self.shared.token);

@@ -56,13 +56,14 @@ mod record;
 mod retry;
 mod session;
 mod swap_once;
+mod wait;
 
 pub(crate) use retry::timed;
 
 use std::fmt;
 use std::time::Duration;
 
-pub use acquire::{AcquireOptions, AcquireOutcome, HeldBy, Lease, default_owner_id};
+pub use acquire::{AcquireOutcome, HeldBy, Lease, default_owner_id};
 pub use clock::{Clock, DriftingClock, Entropy, SleepFuture, SystemClock};
 pub use config::{ExpiryMode, LeaseConfig};
 pub use create_once::{CreateOnce, Created};
@@ -75,6 +76,7 @@ pub use log::{FencedLog, LogEntry};
 pub use record::{LEASE_RECORD_KIND, LEASE_SCHEMA_VERSION, LeaseRecord, SessionRef};
 pub use session::Session;
 pub use swap_once::{SwapOnce, Swapped};
+pub use wait::{RetryPolicy, WaitOptions};
 
 use crate::{CasError, ErrorKind};
 

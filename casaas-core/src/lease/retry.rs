@@ -84,12 +84,13 @@ pub(crate) struct RequestPolicy {
 
 impl Default for RequestPolicy {
     fn default() -> Self {
+        let retries = super::RetryPolicy::default();
         RequestPolicy {
             clock: Arc::new(SystemClock::new()),
             entropy: Entropy::from_os(),
-            request_timeout: Duration::from_secs(10),
-            retry_period: Duration::from_millis(100),
-            max_attempts: 32,
+            request_timeout: retries.request_timeout,
+            retry_period: retries.retry_period,
+            max_attempts: retries.max_attempts,
             verify_store: true,
         }
     }

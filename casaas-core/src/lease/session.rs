@@ -22,9 +22,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::validate_key;
 
-use super::acquire::{AcquireOptions, HeldBy, Lease};
+use super::acquire::{AcquireOutcome, Lease};
 use super::handle::{Health, LeaseGuard, Shared};
 use super::record::SessionRef;
+use super::wait::WaitOptions;
 use super::{LeaseError, LostReason};
 
 /// What a lock held under a session knows of it: the heartbeat (whose
@@ -114,21 +115,32 @@ impl Session {
     /// another process holds the same session key, as
     /// [`Lease::acquire`] does). The heartbeat's configuration (TTL, clock,
     /// entropy) is the one every lock under the session uses.
-    pub async fn open(heartbeat: Lease, options: AcquireOptions) -> Result<Session, LeaseError> {
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lease::acquire`]'s: dropping the future while the heartbeat's
+    /// write is in flight may leave the heartbeat held by this owner with
+    /// nobody renewing it (no lock hangs from it yet), until a clone of
+    /// `heartbeat` kept by the caller claims it at its next attempt, or
+    /// until it expires for other contenders one TTL·(1 + drift) after
+    /// they first see it. Cancelling through `options` instead leaves
+    /// nothing but a write whose answer was lost.
+    pub async fn open(heartbeat: Lease, options: WaitOptions) -> Result<Session, LeaseError> {
         Self::check_heartbeat(&heartbeat)?;
         let guard = heartbeat.acquire(options).await?;
         Ok(Session::started(heartbeat, guard))
     }
 
     /// Opens the session if its heartbeat is free now (one attempt), or
-    /// says who holds it.
-    pub async fn try_open(heartbeat: Lease) -> Result<Result<Session, HeldBy>, LeaseError> {
+    /// says who holds it, in the shape of [`Lease::try_acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`open`](Session::open)'s.
+    pub async fn try_open(heartbeat: Lease) -> Result<AcquireOutcome<Session>, LeaseError> {
         Self::check_heartbeat(&heartbeat)?;
-        Ok(heartbeat
-            .try_acquire()
-            .await?
-            .into_result()
-            .map(|guard| Session::started(heartbeat, guard)))
+        let outcome = heartbeat.try_acquire().await?;
+        Ok(outcome.map(|guard| Session::started(heartbeat, guard)))
     }
 
     fn check_heartbeat(heartbeat: &Lease) -> Result<(), LeaseError> {
@@ -238,6 +250,14 @@ impl Session {
     /// one conditional write marks the heartbeat released. Contenders then
     /// take each lock at once (two reads and a write), without waiting for
     /// an expiry.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the session ended for this process (its
+    /// locks already count as lost), but the heartbeat's release may not
+    /// have landed: then contenders take the locks only once the
+    /// heartbeat expires, one TTL·(1 + drift) after they first see its
+    /// last renewal.
     pub async fn close(self) -> Result<(), LeaseError> {
         tracing::info!(session = %self.link.key, term = self.link.term, locks = self.held_locks(), "closing session");
         self.guard.release().await

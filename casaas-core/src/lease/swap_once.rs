@@ -28,7 +28,6 @@
 //! use the same layout.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use tracing::Instrument;

@@ -261,10 +261,12 @@ impl Client {
                 Ok(body_with(id, client, nonce))
             };
             let attempts = ATTEMPTS[self.rng.random_range(0..ATTEMPTS.len())];
-            let writer =
-                self.writer
-                    .clone()
-                    .with_retries(self.request_timeout, self.retry_period, attempts);
+            let writer = self.writer.clone().with_retry_policy(
+                casaas_core::lease::RetryPolicy::default()
+                    .with_request_timeout(self.request_timeout)
+                    .with_retry_period(self.retry_period)
+                    .with_max_attempts(attempts),
+            );
             let call = writer.create(&key, body, nonce_in);
             let result = if self.rng.random_bool(DROP_CALL) {
                 let after = random_duration(&mut self.rng, self.ttl / 2);

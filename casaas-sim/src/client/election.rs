@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use casaas_core::CasStore;
 use casaas_core::layout::EpochStore;
-use casaas_core::lease::{Election, Entropy, Leader, Lease, LostReason};
+use casaas_core::lease::{Election, Entropy, Leader, Lease, LostReason, WaitOptions};
 use casaas_core::testkit::CreateOnlyStore;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -78,12 +78,14 @@ impl Client {
                     // Dropped inside a select! (as by a timeout).
                     tokio::select! {
                         biased;
-                        _ = runner.run(cancel.clone()) => "returned",
+                        _ = runner.run(WaitOptions::default().with_cancel(cancel.clone())) => "returned",
                         () = self.wait(life) => "dropped",
                     }
                 }
                 40..70 => {
-                    let handle = tokio::spawn(runner.run(cancel.clone()));
+                    let handle = tokio::spawn(
+                        runner.run(WaitOptions::default().with_cancel(cancel.clone())),
+                    );
                     self.wait(life).await;
                     let fate = if handle.is_finished() {
                         "returned"
@@ -95,7 +97,9 @@ impl Client {
                     fate
                 }
                 _ => {
-                    let handle = tokio::spawn(runner.run(cancel.clone()));
+                    let handle = tokio::spawn(
+                        runner.run(WaitOptions::default().with_cancel(cancel.clone())),
+                    );
                     self.wait(life).await;
                     let fate = if handle.is_finished() {
                         "returned"

@@ -9,7 +9,7 @@
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use casaas_core::lease::{AcquireOptions, Entropy, FairLease, FencedResource, Lease, LeaseGuard};
+use casaas_core::lease::{Entropy, FairLease, FencedResource, Lease, LeaseGuard, WaitOptions};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -57,9 +57,9 @@ impl Client {
     async fn wait_turn(&mut self) -> Option<LeaseGuard> {
         let ttl = self.config.lease.ttl;
         let turns = u32::try_from(self.world.rates.len()).unwrap_or(u32::MAX);
-        let options = AcquireOptions::default()
-            .deadline(ttl.saturating_mul(2).saturating_mul(turns.max(2)))
-            .cancel(self.world.stop.clone());
+        let options = WaitOptions::default()
+            .with_deadline(ttl.saturating_mul(2).saturating_mul(turns.max(2)))
+            .with_cancel(self.world.stop.clone());
         if self.rng.random_bool((self.config.freeze * 4.0).min(1.0)) {
             lock(&self.history).freezes += 1;
             let (clock, rng) = (self.clock.clone(), &mut self.rng);
@@ -163,10 +163,11 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Recorde
             .map_err(|e| e.to_string())?
             .with_clock(Arc::new(clock.clone()))
             .with_entropy(Entropy::seeded(rng.random()))
-            .with_retries(
-                world.leases[client].request_timeout,
-                world.leases[client].retry_period,
-                8,
+            .with_retry_policy(
+                casaas_core::lease::RetryPolicy::default()
+                    .with_request_timeout(world.leases[client].request_timeout)
+                    .with_retry_period(world.leases[client].retry_period)
+                    .with_max_attempts(8),
             );
         let client = Client {
             client,

@@ -72,7 +72,12 @@ impl Client {
                 .map_err(|e| e.to_string())?
                 .with_clock(Arc::new(self.clock.clone()))
                 .with_entropy(self.entropy.clone())
-                .with_retries(timeout, retry_period, 8);
+                .with_retry_policy(
+                    casaas_core::lease::RetryPolicy::default()
+                        .with_request_timeout(timeout)
+                        .with_retry_period(retry_period)
+                        .with_max_attempts(8),
+                );
             let result = writer
                 .append(
                     token,

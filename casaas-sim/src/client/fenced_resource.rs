@@ -156,10 +156,11 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Recorde
             .map_err(|e| e.to_string())?
             .with_clock(Arc::new(clock.clone()))
             .with_entropy(Entropy::seeded(rng.random()))
-            .with_retries(
-                world.leases[id].request_timeout,
-                world.leases[id].retry_period,
-                8,
+            .with_retry_policy(
+                casaas_core::lease::RetryPolicy::default()
+                    .with_request_timeout(world.leases[id].request_timeout)
+                    .with_retry_period(world.leases[id].retry_period)
+                    .with_max_attempts(8),
             );
         freezers.push(spawn_freezer(&world, &clock, &mut rng, config.lease.ttl));
         let client = Client {

@@ -149,7 +149,12 @@ impl Process {
             .map_err(|e| e.to_string())?
             .with_clock(Arc::new(self.clock.clone()))
             .with_entropy(self.entropy.clone())
-            .with_retries(lease.request_timeout, lease.retry_period, 8);
+            .with_retry_policy(
+                casaas_core::lease::RetryPolicy::default()
+                    .with_request_timeout(lease.request_timeout)
+                    .with_retry_period(lease.retry_period)
+                    .with_max_attempts(8),
+            );
         let handle = GroupLog::new(writer, self.config);
         logs.insert(log, handle.clone());
         logs.retain(|n, _| n + 2 > log);
@@ -362,7 +367,12 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Recorde
             .map_err(|e| e.to_string())?
             .with_clock(Arc::new(clock.clone()))
             .with_entropy(entropy.clone())
-            .with_retries(lease.request_timeout, lease.retry_period, 8);
+            .with_retry_policy(
+                casaas_core::lease::RetryPolicy::default()
+                    .with_request_timeout(lease.request_timeout)
+                    .with_retry_period(lease.retry_period)
+                    .with_max_attempts(8),
+            );
         let group = draw_config(&mut rng);
         let process = Arc::new(Process {
             id,

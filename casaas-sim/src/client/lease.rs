@@ -9,8 +9,7 @@ use bytes::Bytes;
 use casaas_core::CasStore;
 use casaas_core::layout::EpochStore;
 use casaas_core::lease::{
-    AcquireOptions, Entropy, FencedResource, Lease, LeaseError, LeaseGuard, LeaseRecord,
-    LeaseStatus,
+    Entropy, FencedResource, Lease, LeaseError, LeaseGuard, LeaseRecord, LeaseStatus, WaitOptions,
 };
 use casaas_core::testkit::CreateOnlyStore;
 use rand::{Rng, SeedableRng};
@@ -155,9 +154,9 @@ impl Task {
     /// `lease_create_only`, the client may be frozen in the middle of it.
     async fn contend(&mut self) -> Option<LeaseGuard> {
         let ttl = self.config.lease.ttl;
-        let options = AcquireOptions::default()
-            .deadline(ttl * 3)
-            .cancel(self.world.stop.clone());
+        let options = WaitOptions::default()
+            .with_deadline(ttl * 3)
+            .with_cancel(self.world.stop.clone());
         if self.freeze_while_contending && self.rng.random_bool(self.config.freeze * 4.0) {
             // The whole client stops at a random moment of its attempts
             // (between a read and the write it decides on, say), for
@@ -389,10 +388,11 @@ pub async fn simulate(
             .map_err(|e| e.to_string())?
             .with_clock(Arc::new(clock.clone()))
             .with_entropy(Entropy::seeded(rng.random()))
-            .with_retries(
-                world.leases[client].request_timeout,
-                world.leases[client].retry_period,
-                8,
+            .with_retry_policy(
+                casaas_core::lease::RetryPolicy::default()
+                    .with_request_timeout(world.leases[client].request_timeout)
+                    .with_retry_period(world.leases[client].retry_period)
+                    .with_max_attempts(8),
             );
         for task in 0..tasks {
             let task = Task {

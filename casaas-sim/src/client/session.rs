@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use casaas_core::lease::{AcquireOptions, Entropy, Lease, LeaseGuard, LeaseRecord, Session};
+use casaas_core::lease::{Entropy, Lease, LeaseGuard, LeaseRecord, Session, WaitOptions};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -120,9 +120,9 @@ impl Client {
         while !self.world.stop.is_cancelled() {
             let idle = random_duration(&mut self.rng, ttl / 2);
             self.clock.pause(idle).await;
-            let options = AcquireOptions::default()
-                .deadline(ttl * 3)
-                .cancel(self.world.stop.clone());
+            let options = WaitOptions::default()
+                .with_deadline(ttl * 3)
+                .with_cancel(self.world.stop.clone());
             let Ok(session) = Session::open(self.heartbeat.clone(), options).await else {
                 continue;
             };
@@ -188,9 +188,9 @@ impl Client {
             }
         };
         let guard = if self.rng.random_bool(0.3) {
-            let options = AcquireOptions::default()
-                .deadline(self.config.lease.ttl * 2)
-                .cancel(self.world.stop.clone());
+            let options = WaitOptions::default()
+                .with_deadline(self.config.lease.ttl * 2)
+                .with_cancel(self.world.stop.clone());
             lease.acquire(options).await.ok()?
         } else {
             lease.try_acquire().await.ok()?.into_result().ok()?

@@ -38,8 +38,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use casaas_core::lease::{
-    AcquireOptions, Entropy, FencedLog, FencedResource, GroupCommitConfig, GroupLog, GroupResource,
-    Lease, LeaseConfig, LeaseError, LeaseGuard, Session,
+    Entropy, FencedLog, FencedResource, GroupCommitConfig, GroupLog, GroupResource, Lease,
+    LeaseConfig, LeaseError, LeaseGuard, Session, WaitOptions,
 };
 use casaas_core::testkit::TestServer;
 use std::sync::Arc;
@@ -227,7 +227,7 @@ impl LockSource {
                 {
                     return Ok(open.1.clone());
                 }
-                let session = Session::open(heartbeat.clone(), AcquireOptions::default()).await?;
+                let session = Session::open(heartbeat.clone(), WaitOptions::default()).await?;
                 let lease = session.lease(LOCK_KEY)?;
                 *open = Some(Box::new((session, lease.clone())));
                 Ok(lease)
@@ -279,7 +279,7 @@ impl Worker {
         group_commit: bool,
     ) -> Result<Worker> {
         let rng = ChaCha8Rng::seed_from_u64(seed);
-        let config = LeaseConfig::with_ttl(ttl);
+        let config = LeaseConfig::from_ttl(ttl);
         let key = if sessions {
             format!("{SESSION_PREFIX}/worker-{id}")
         } else {
@@ -297,10 +297,20 @@ impl Worker {
         };
         let counter = FencedResource::<u64>::new(store.clone(), COUNTER_KEY)?
             .with_entropy(Entropy::seeded(seed ^ 1))
-            .with_retries(config.request_timeout, config.retry_period, 8);
+            .with_retry_policy(
+                casaas_core::lease::RetryPolicy::default()
+                    .with_request_timeout(config.request_timeout)
+                    .with_retry_period(config.retry_period)
+                    .with_max_attempts(8),
+            );
         let entries = FencedLog::<serde_json::Value>::new(store.clone(), LOG_PREFIX)?
             .with_entropy(Entropy::seeded(seed ^ 2))
-            .with_retries(config.request_timeout, config.retry_period, 8);
+            .with_retry_policy(
+                casaas_core::lease::RetryPolicy::default()
+                    .with_request_timeout(config.request_timeout)
+                    .with_retry_period(config.retry_period)
+                    .with_max_attempts(8),
+            );
         let group = group_commit.then(|| {
             (
                 GroupResource::new(counter.clone(), GroupCommitConfig::default()),
@@ -327,7 +337,7 @@ impl Worker {
         let id = self.id;
         loop {
             let acquired = match self.locks.lease().await {
-                Ok(lease) => lease.acquire(AcquireOptions::default()).await,
+                Ok(lease) => lease.acquire(WaitOptions::default()).await,
                 Err(err) => Err(err),
             };
             let guard = match acquired {

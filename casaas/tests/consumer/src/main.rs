@@ -7,11 +7,13 @@
 
 use std::time::Duration;
 
-use casaas::{AcquireOptions, Lease, LeaseConfig};
+use casaas::{Lease, LeaseConfig, WaitOptions};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::args().nth(1).ok_or("usage: casaas-consumer S3_URL")?;
+    let url = std::env::args()
+        .nth(1)
+        .ok_or("usage: casaas-consumer S3_URL")?;
     let key_id = std::env::var("CONSUMER_ACCESS_KEY_ID")?;
     let secret = std::env::var("CONSUMER_SECRET_ACCESS_KEY")?;
     let store = casaas::open_store_with(
@@ -26,10 +28,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         store,
         "consumer/lock",
         "consumer-1",
-        LeaseConfig::with_ttl(Duration::from_secs(10)),
+        LeaseConfig::from_ttl(Duration::from_secs(10)),
     )?;
     let held = lease
-        .acquire(AcquireOptions::default().deadline(Duration::from_secs(10)))
+        .acquire(WaitOptions::default().with_deadline(Duration::from_secs(10)))
         .await?;
     println!("token {}", held.token());
     held.release().await?;
