@@ -1,0 +1,763 @@
+"""Leases, locks, leader election and fenced writes on object storage.
+
+casaas turns the conditional writes of object stores (S3 ``If-Match`` /
+``If-None-Match``, GCS generation preconditions, Azure ETag conditions) into
+coordination. Every protocol runs in the Rust core; this package is its
+Python face::
+
+    import casaas
+
+    with casaas.lock("s3://bucket/locks/nightly", ttl=30, wait=60) as held:
+        ...  # pass held.token to every write the lock protects
+
+Durations are seconds (``int`` / ``float``) or :class:`datetime.timedelta`.
+Credentials go beside the URL as keyword options (``aws_access_key_id=...``)
+or come from the SDKs' environment, never in the URL.
+
+Threads, asyncio and fork: every call releases the GIL while it waits;
+renewal runs on a runtime of the module's own threads, so a held lock stays
+held while Python is busy. A forked child gets a fresh runtime, but objects
+made before the fork refuse to work in it (:class:`RuntimeFailure`): open the
+store again in the child. At interpreter exit, held locks are released (each
+given a short bound); a process killed outright leaves its locks to expire
+after their TTL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import datetime
+import json
+import threading
+import weakref
+from types import TracebackType
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    NamedTuple,
+    Optional,
+    Type,
+    Union,
+)
+
+from . import _casaas
+from ._errors import (
+    Cancelled,
+    Contended,
+    Error,
+    Exhausted,
+    FencedOut,
+    ForeignObject,
+    InsufficientValidity,
+    InvalidConfig,
+    InvalidUrl,
+    LeaseLost,
+    LockHeld,
+    MayHaveTakenEffect,
+    RuntimeFailure,
+    StoreError,
+    Timeout,
+    Unauthorized,
+    UnsafeStore,
+    Unsupported,
+    UnsupportedSchema,
+)
+
+Seconds = Union[int, float, datetime.timedelta]
+"""A duration: seconds as a number, or a :class:`datetime.timedelta`."""
+
+Store = _casaas.Store
+
+__all__ = [
+    "Cancelled",
+    "Contended",
+    "Election",
+    "Error",
+    "Exhausted",
+    "Fenced",
+    "FencedLog",
+    "FencedOut",
+    "FencedResource",
+    "ForeignObject",
+    "Held",
+    "InsufficientValidity",
+    "InvalidConfig",
+    "InvalidUrl",
+    "Leader",
+    "Leadership",
+    "Lease",
+    "LeaseLost",
+    "Lock",
+    "LockHeld",
+    "LogEntry",
+    "MayHaveTakenEffect",
+    "RuntimeFailure",
+    "Seconds",
+    "Session",
+    "Store",
+    "StoreError",
+    "Timeout",
+    "Unauthorized",
+    "UnsafeStore",
+    "Unsupported",
+    "UnsupportedSchema",
+    "create_once",
+    "lance_commit_lock",
+    "lock",
+    "open",
+    "open_async",
+]
+
+
+def _seconds(value: Optional[Seconds], name: str) -> Optional[float]:
+    if value is None:
+        return None
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidConfig(
+            f"{name} must be seconds (int or float) or a datetime.timedelta, not {type(value).__name__}"
+        )
+    return float(value)
+
+
+def _options(options: Dict[str, Any]) -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    for name, value in options.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            out[name] = "true" if value else "false"
+        elif isinstance(value, datetime.timedelta):
+            out[name] = f"{value.total_seconds()}s"
+        else:
+            out[name] = str(value)
+    return out
+
+
+def _settle(fut: "asyncio.Future[Any]", ok: bool, value: Any) -> None:
+    if fut.done():
+        return
+    if ok:
+        fut.set_result(value)
+    else:
+        fut.set_exception(value)
+
+
+async def _run(begin: Callable[[Callable[[bool, Any], None]], Any]) -> Any:
+    """Awaits a native operation: ``begin(done)`` starts it on the casaas
+    runtime, which calls ``done(ok, value)`` from its own thread."""
+    loop = asyncio.get_running_loop()
+    fut: "asyncio.Future[Any]" = loop.create_future()
+
+    def done(ok: bool, value: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(_settle, fut, ok, value)
+        except RuntimeError:
+            pass  # the loop is closed: nobody is waiting any more
+
+    task = begin(done)
+    try:
+        return await fut
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+
+
+def open(url: str, **options: Any) -> Store:
+    """Opens the store ``url`` names.
+
+    ``url`` is ``s3://bucket/prefix``, ``gs://bucket/prefix``,
+    ``az://account/container/prefix``, ``file:///abs/dir`` or
+    ``memory://name/prefix``; its query takes the store's options
+    (``?region=...&endpoint=...``). Keyword ``options`` go beside the URL,
+    credentials among them under the lowercase names of the providers'
+    environment variables (``aws_access_key_id``, ``aws_secret_access_key``,
+    ``azure_storage_key``, ...). An unknown option is an error
+    (:class:`InvalidUrl`), so a typo writes nothing.
+
+    Before the first lease on a store, a few requests prove that it honours
+    conditional writes; a store that does not raises :class:`UnsafeStore`.
+    """
+    return _casaas.open(url, _options(options))
+
+
+async def open_async(url: str, **options: Any) -> Store:
+    """:func:`open` for asyncio."""
+    store: Store = await _run(lambda done: _casaas.open_start(url, _options(options), done))
+    return store
+
+
+def _store_and_key(
+    target: Union[str, Store], key: Optional[str], options: Dict[str, Any]
+) -> "tuple[Union[str, Store], str]":
+    if key is not None:
+        return target, key
+    if not isinstance(target, str):
+        raise InvalidConfig("pass key= with a Store: the lock's name within it")
+    store_url, name = _casaas.split_key(target)
+    return store_url, name
+
+
+def _resolve(target: Union[str, Store], options: Dict[str, Any]) -> Store:
+    if isinstance(target, str):
+        return open(target, **options)
+    if options:
+        raise InvalidConfig("options go with a URL; this store is open already")
+    return target
+
+
+_HELD: "weakref.WeakSet[Held]" = weakref.WeakSet()
+_HELD_LOCK = threading.Lock()
+
+
+@atexit.register
+def _release_at_exit() -> None:
+    with _HELD_LOCK:
+        held = list(_HELD)
+    for h in held:
+        try:
+            h.release()
+        except Error:
+            pass  # lost or unreachable: it expires after its TTL
+
+
+class Held:
+    """A held lock (lease). Renewal runs in the background until
+    :meth:`release`; a context manager releases it on exit.
+
+    Pass :attr:`token` with every write the lock protects, and call
+    :meth:`ensure_held_for` before each side effect that must happen only
+    while holding.
+    """
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+        with _HELD_LOCK:
+            _HELD.add(self)
+
+    @property
+    def token(self) -> int:
+        """The fencing token: greater than every earlier holder's."""
+        token: int = self._native.token
+        return token
+
+    @property
+    def key(self) -> str:
+        """The lock's key within its store."""
+        key: str = self._native.key
+        return key
+
+    @property
+    def owner(self) -> str:
+        """The owner id written in the lock's record."""
+        owner: str = self._native.owner
+        return owner
+
+    @property
+    def remaining(self) -> float:
+        """Validity left, in seconds (0 once lost or released)."""
+        remaining: float = self._native.remaining()
+        return remaining
+
+    @property
+    def lost(self) -> bool:
+        """True once the lock is no longer held (lost, expired or released)."""
+        return not self._native.is_held()
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        """Why the lock ended, or ``None`` while it is held."""
+        reason: Optional[str] = self._native.lost_reason()
+        return reason
+
+    def check(self) -> None:
+        """Raises :class:`LeaseLost` if the lock is no longer held."""
+        self._native.ensure_held_for(0.0)
+
+    def ensure_held_for(self, seconds: Seconds) -> None:
+        """Raises unless the lock is held with at least ``seconds`` of validity
+        left: :class:`LeaseLost` when it is gone, :class:`InsufficientValidity`
+        when too little is left. Call it before each side effect, with the
+        time the side effect may take."""
+        self._native.ensure_held_for(_seconds(seconds, "seconds"))
+
+    def release(self) -> None:
+        """Releases the lock (the next holder gets token + 1). Raises
+        :class:`LeaseLost` if it was lost before; releasing twice is a no-op."""
+        with _HELD_LOCK:
+            _HELD.discard(self)
+        self._native.release()
+
+    async def release_async(self) -> None:
+        """:meth:`release` for asyncio."""
+        with _HELD_LOCK:
+            _HELD.discard(self)
+        await _run(self._native.release_start)
+
+    def abandon(self) -> None:
+        """Stops renewing without releasing, as a crashed holder would: the
+        lock expires after its TTL."""
+        with _HELD_LOCK:
+            _HELD.discard(self)
+        self._native.abandon()
+
+    def __enter__(self) -> "Held":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        _finish(self.release, exc)
+
+    def __repr__(self) -> str:
+        state = "held" if not self.lost else f"lost: {self.lost_reason}"
+        return f"<casaas.Held key={self.key!r} token={self.token} {state}>"
+
+
+def _finish(release: Callable[[], None], exc: Optional[BaseException]) -> None:
+    """Releases on leaving a block. A lock lost while the block ran raises
+    :class:`LeaseLost` (the block ran partly unprotected), unless the block
+    already raised."""
+    try:
+        release()
+    except LeaseLost:
+        if exc is None:
+            raise
+
+
+class Lease:
+    """A lease (lock) on one key of a store.
+
+    ``ttl`` is how long the lock outlives its holder's last renewal;
+    renewal runs every ``ttl / 3``. ``owner`` defaults to ``HOST/PID``.
+    """
+
+    def __init__(
+        self,
+        store: Union[str, Store],
+        key: str,
+        *,
+        ttl: Optional[Seconds] = None,
+        owner: Optional[str] = None,
+        **options: Any,
+    ) -> None:
+        self._native = _casaas.Lease(_resolve(store, options), key, owner, _seconds(ttl, "ttl"))
+
+    @property
+    def key(self) -> str:
+        """The lock's key."""
+        key: str = self._native.key
+        return key
+
+    @property
+    def owner(self) -> str:
+        """The owner id this lease writes."""
+        owner: str = self._native.owner
+        return owner
+
+    def acquire(self, wait: Optional[Seconds] = None) -> Held:
+        """Acquires the lock. ``wait=None`` waits for ever, ``wait=0`` tries
+        once, otherwise waits at most ``wait``; raises :class:`LockHeld` when
+        not acquired in time. Ctrl-C while waiting cancels the wait cleanly
+        (nothing is held afterwards)."""
+        return Held(self._native.acquire(_seconds(wait, "wait")))
+
+    def try_acquire(self) -> Optional[Held]:
+        """One attempt: the held lock, or ``None`` when someone holds it."""
+        try:
+            return self.acquire(0)
+        except LockHeld:
+            return None
+
+    async def acquire_async(self, wait: Optional[Seconds] = None) -> Held:
+        """:meth:`acquire` for asyncio; cancelling the task cancels the wait."""
+        w = _seconds(wait, "wait")
+        native = await _run(lambda done: self._native.acquire_start(w, done))
+        return Held(native)
+
+    def holder(self) -> Optional["Leader"]:
+        """Who holds the lock now (``owner``, ``token``), or ``None`` when it
+        is free."""
+        got = self._native.holder()
+        return None if got is None else Leader(*got)
+
+
+class Lock:
+    """``with casaas.lock(...) as held:`` and ``async with``: acquires on
+    entry, releases on exit (see :func:`lock`)."""
+
+    def __init__(self, lease: Lease, wait: Optional[Seconds]) -> None:
+        self.lease = lease
+        self._wait = wait
+        self._held: Optional[Held] = None
+
+    def __enter__(self) -> Held:
+        self._held = self.lease.acquire(self._wait)
+        return self._held
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            _finish(held.release, exc)
+
+    async def __aenter__(self) -> Held:
+        self._held = await self.lease.acquire_async(self._wait)
+        return self._held
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        held, self._held = self._held, None
+        if held is None:
+            return
+        try:
+            await held.release_async()
+        except LeaseLost:
+            if exc is None:
+                raise
+
+
+def lock(
+    url: Union[str, Store],
+    key: Optional[str] = None,
+    *,
+    ttl: Optional[Seconds] = None,
+    wait: Optional[Seconds] = None,
+    owner: Optional[str] = None,
+    **options: Any,
+) -> Lock:
+    """A lock, used as ``with casaas.lock(url) as held:`` or ``async with``.
+
+    ``url`` names the store and, as its last path segment, the lock
+    (``s3://bucket/locks/nightly`` is the lock ``nightly`` in
+    ``s3://bucket/locks``); or pass an open :class:`Store` (or a store URL)
+    and ``key``. ``ttl`` (default 10 s) is how long the lock outlives a
+    holder that stopped renewing. ``wait=None`` (the default) waits for
+    ever, ``wait=0`` tries once, otherwise waits at most ``wait``; a lock
+    not acquired in time raises :class:`LockHeld`. Keyword ``options`` are
+    the store's (credentials among them; see :func:`open`).
+
+    Inside the block, ``held.token`` is the fencing token and
+    ``held.ensure_held_for(seconds)`` raises :class:`LeaseLost` or
+    :class:`InsufficientValidity` when the lock may not last that long.
+    Leaving the block releases the lock; a lock lost while the block ran
+    raises :class:`LeaseLost` on exit.
+    """
+    target, name = _store_and_key(url, key, options)
+    return Lock(Lease(_resolve(target, options), name, ttl=ttl, owner=owner), wait)
+
+
+class Leader(NamedTuple):
+    """Who holds a lock or leads an election."""
+
+    owner: str
+    token: int
+
+
+class Session:
+    """Many locks under one heartbeat: one renewal keeps them all, and when
+    the session is lost every lock under it is lost at the same moment.
+
+    ``with casaas.Session(store, "sessions/worker-1") as session:`` opens it
+    (waiting like :meth:`Lease.acquire`) and closes it on exit;
+    ``session.lock("locks/a")`` is a lock held under it.
+    """
+
+    def __init__(
+        self,
+        store: Union[str, Store],
+        key: str,
+        *,
+        ttl: Optional[Seconds] = None,
+        wait: Optional[Seconds] = None,
+        owner: Optional[str] = None,
+        **options: Any,
+    ) -> None:
+        self._native = _casaas.Session.open(
+            _resolve(store, options), key, owner, _seconds(ttl, "ttl"), _seconds(wait, "wait")
+        )
+
+    @property
+    def term(self) -> int:
+        """The session's term (its heartbeat's fencing token)."""
+        term: int = self._native.term
+        return term
+
+    @property
+    def lost(self) -> bool:
+        """True once the session is no longer held."""
+        return not self._native.is_held()
+
+    def lease(self, key: str) -> Lease:
+        """A lease on ``key`` held under this session."""
+        lease = Lease.__new__(Lease)
+        lease._native = self._native.lease(key)
+        return lease
+
+    def lock(self, key: str, wait: Optional[Seconds] = None) -> Lock:
+        """A lock on ``key`` under this session (``with session.lock(k):``)."""
+        return Lock(self.lease(key), wait)
+
+    def held_locks(self) -> int:
+        """Locks held under the session now."""
+        n: int = self._native.held_locks()
+        return n
+
+    def ensure_held_for(self, seconds: Seconds) -> None:
+        """Raises unless the session is held with ``seconds`` of validity left."""
+        self._native.ensure_held_for(_seconds(seconds, "seconds"))
+
+    def close(self) -> None:
+        """Closes the session: every lock under it ends."""
+        self._native.close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+
+class Leadership:
+    """A won election (a term). Resigns on leaving a ``with`` block."""
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+
+    @property
+    def token(self) -> int:
+        """The term's fencing token."""
+        token: int = self._native.token
+        return token
+
+    @property
+    def lost(self) -> bool:
+        """True once the term has ended."""
+        return not self._native.is_held()
+
+    def check(self) -> None:
+        """Raises :class:`LeaseLost` if the term has ended."""
+        self._native.ensure_held_for(0.0)
+
+    def ensure_held_for(self, seconds: Seconds) -> None:
+        """Raises unless the term lasts at least ``seconds`` more."""
+        self._native.ensure_held_for(_seconds(seconds, "seconds"))
+
+    def resign(self) -> None:
+        """Ends the term (the next leader's token is greater)."""
+        self._native.resign()
+
+    def __enter__(self) -> "Leadership":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        _finish(self.resign, exc)
+
+
+class Election:
+    """Leader election on one key: :meth:`campaign` until elected,
+    :meth:`leader` to observe, :meth:`Leadership.resign` to step down."""
+
+    def __init__(
+        self,
+        store: Union[str, Store],
+        key: str,
+        *,
+        ttl: Optional[Seconds] = None,
+        owner: Optional[str] = None,
+        **options: Any,
+    ) -> None:
+        self._native = _casaas.Election(Lease(store, key, ttl=ttl, owner=owner, **options)._native)
+
+    def campaign(self, wait: Optional[Seconds] = None) -> Leadership:
+        """Campaigns until elected (``wait=None``) or for at most ``wait``
+        (then :class:`Timeout`). Ctrl-C cancels the campaign cleanly."""
+        return Leadership(self._native.campaign(_seconds(wait, "wait")))
+
+    def leader(self) -> Optional[Leader]:
+        """The current leader, or ``None`` when nobody leads."""
+        got = self._native.leader()
+        return None if got is None else Leader(*got)
+
+
+class Fenced(NamedTuple):
+    """A fenced resource's value and the highest token it has accepted."""
+
+    value: Any
+    token: int
+
+
+class LogEntry(NamedTuple):
+    """One record of a fenced log: entry ``seq`` (from 1), its place
+    ``offset`` in the entry (group commit writes several), the writer's
+    token and the value."""
+
+    seq: int
+    offset: int
+    token: int
+    value: Any
+
+
+def _entry(raw: "tuple[int, int, int, str]") -> LogEntry:
+    return LogEntry(raw[0], raw[1], raw[2], json.loads(raw[3]))
+
+
+class FencedResource:
+    """A JSON value whose every write is refused (:class:`FencedOut`) from a
+    token lower than the highest one it has accepted: a holder paused past
+    its lease cannot overwrite its successor's work."""
+
+    def __init__(self, store: Union[str, Store], key: str, **options: Any) -> None:
+        self._native = _casaas.FencedResource(_resolve(store, options), key)
+
+    def read(self) -> Optional[Fenced]:
+        """The value and token, or ``None`` when never written."""
+        got = self._native.read()
+        return None if got is None else Fenced(json.loads(got[0]), got[1])
+
+    def write(self, token: int, value: Any) -> Fenced:
+        """Writes ``value`` (JSON-encodable) under ``token``."""
+        got = self._native.write(token, json.dumps(value))
+        return Fenced(json.loads(got[0]), got[1])
+
+
+class FencedLog:
+    """An append-only log of JSON records under ``prefix``: each append
+    creates the next entry exactly once, refused (:class:`FencedOut`) from
+    a token lower than the latest entry's."""
+
+    def __init__(self, store: Union[str, Store], prefix: str, **options: Any) -> None:
+        self._native = _casaas.FencedLog(_resolve(store, options), prefix)
+
+    def append(self, token: int, value: Any, *, grouped: bool = False) -> LogEntry:
+        """Appends ``value``. With ``grouped=True``, concurrent appends from
+        several threads share one conditional write (group commit)."""
+        data = json.dumps(value)
+        raw = (
+            self._native.append_grouped(token, data)
+            if grouped
+            else self._native.append(token, data)
+        )
+        return _entry(raw)
+
+    def read(self, seq: int) -> List[LogEntry]:
+        """The records of entry ``seq`` (empty when absent)."""
+        return [_entry(r) for r in self._native.read(seq)]
+
+    def entries(self, start: int = 1) -> List[LogEntry]:
+        """Every record from entry ``start`` on."""
+        return [_entry(r) for r in self._native.entries(start)]
+
+    def latest_seq(self) -> Optional[int]:
+        """The latest entry's number, or ``None`` when the log is empty."""
+        seq: Optional[int] = self._native.latest_seq()
+        return seq
+
+
+def create_once(
+    store: Union[str, Store],
+    key: str,
+    make_body: Callable[[str], bytes],
+    nonce_in: Callable[[bytes], Optional[str]],
+    **options: Any,
+) -> bool:
+    """Creates ``key`` exactly once, in the caller's format.
+
+    ``make_body(nonce)`` returns the body carrying ``nonce``;
+    ``nonce_in(body)`` finds the nonce in a stored body (``None`` when it
+    carries none). Returns True when our body holds the key, False when
+    another writer's does. A lost answer is settled by reading the key
+    back; while a write of ours may still land, raises
+    :class:`MayHaveTakenEffect`.
+    """
+    created: bool = _casaas.create_once(_resolve(store, options), key, make_body, nonce_in)
+    return created
+
+
+def lance_commit_lock(
+    url: Union[str, Store],
+    key: Optional[str] = None,
+    *,
+    ttl: Optional[Seconds] = 30,
+    wait: Optional[Seconds] = 120,
+    min_validity: Seconds = 10,
+    owner: Optional[str] = None,
+    **options: Any,
+) -> Callable[[int], contextlib.AbstractContextManager[None]]:
+    """A commit lock for Lance: ``lance.write_dataset(..., commit_lock=lock)``
+    and ``LanceDataset.commit(..., commit_lock=lock)``.
+
+    Lance calls it with the version it is about to commit and holds the
+    returned context manager while it checks that the version's manifest is
+    absent and writes it. The lock makes that check-then-write exclusive
+    across processes on a store where Lance's own conditional put is refused
+    or ignored. On entry the lock must be held with at least
+    ``min_validity`` left (the time a manifest write may take); a lock not
+    acquired within ``wait`` raises Lance's ``CommitConflictError``, which
+    Lance answers by reloading and retrying.
+
+    What stays unfenced: Lance writes the manifest itself, so a holder that
+    pauses past its TTL *during* that write can still land it after a
+    successor has committed. ``min_validity`` and the lease's drift margin
+    narrow the window; they cannot close it. See docs/python.md.
+    """
+    target, name = _store_and_key(url, key, options)
+    store = _resolve(target, options)
+    lease = Lease(store, name, ttl=ttl, owner=owner)
+    need = _seconds(min_validity, "min_validity") or 0.0
+
+    @contextlib.contextmanager
+    def commit_lock(version: int) -> Iterator[None]:
+        from lance.commit import CommitConflictError
+
+        try:
+            held = lease.acquire(wait)
+        except LockHeld as e:
+            raise CommitConflictError(
+                f"version {version}: the commit lock was not acquired in time: {e}"
+            ) from e
+        try:
+            try:
+                held.ensure_held_for(need)
+            except (LeaseLost, InsufficientValidity) as e:
+                raise CommitConflictError(
+                    f"version {version}: the commit lock may not last the commit: {e}"
+                ) from e
+            yield
+        finally:
+            try:
+                held.release()
+            except LeaseLost:
+                # The commit is done either way; the next holder's token is
+                # higher and Lance's existence check sees this manifest.
+                pass
+
+    return commit_lock
+

@@ -1,0 +1,735 @@
+//! The native module of the `casaas` Python package (`casaas._casaas`).
+//!
+//! Thin bindings over the `casaas` crate: every protocol runs in Rust, on a
+//! tokio runtime of the module's own, with the GIL released while Python
+//! waits. The Python package (`python/casaas`) wraps these classes in the
+//! Pythonic API (context managers, `timedelta`, asyncio) and holds the
+//! exception hierarchy this module raises.
+
+mod errors;
+mod runtime;
+mod values;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use casaas::lease::WaitOptions;
+use casaas::{CasStore, LeaseConfig, LeaseGuard};
+use pyo3::prelude::*;
+use tokio_util::sync::CancellationToken;
+
+use errors::{Attr, Fail, invalid_argument};
+use runtime::{Birth, Task, drop_in_runtime, start, wait};
+
+/// Seconds from Python as a duration.
+fn seconds(value: f64, what: &str) -> Result<Duration, Fail> {
+    Duration::try_from_secs_f64(value).map_err(|_| {
+        invalid_argument(format!(
+            "{what} must be a finite, non-negative number of seconds (got {value})"
+        ))
+    })
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// An open store (see `casaas.open`).
+#[pyclass(module = "casaas._casaas", frozen)]
+pub struct Store {
+    store: Arc<dyn CasStore>,
+    birth: Birth,
+}
+
+impl Store {
+    fn get(&self) -> Result<Arc<dyn CasStore>, Fail> {
+        self.birth.check("store")?;
+        Ok(self.store.clone())
+    }
+}
+
+#[pymethods]
+impl Store {
+    /// The store as a URL, without credentials.
+    fn describe(&self) -> String {
+        self.store.describe()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<casaas.Store {}>", self.store.describe())
+    }
+}
+
+async fn open_store(url: String, options: HashMap<String, String>) -> Result<Store, Fail> {
+    let store = casaas::open_store_with(&url, options)
+        .await
+        .map_err(|e| match e.kind() {
+            casaas::ErrorKind::Misconfigured | casaas::ErrorKind::InvalidInput => {
+                Fail::Named("InvalidUrl", e.to_string(), Vec::new())
+            }
+            _ => Fail::Cas(e),
+        })?;
+    Ok(Store {
+        store,
+        birth: Birth::now(),
+    })
+}
+
+/// Opens the store `url` names, with `options` (credentials among them)
+/// beside it.
+#[pyfunction]
+fn open(py: Python<'_>, url: String, options: HashMap<String, String>) -> Result<Store, Fail> {
+    wait(py, None, open_store(url, options))
+}
+
+/// `open` for asyncio: `done(ok, value)` receives the store or the error.
+#[pyfunction]
+fn open_start(
+    url: String,
+    options: HashMap<String, String>,
+    done: Py<PyAny>,
+) -> Result<Task, Fail> {
+    start(done, None, open_store(url, options))
+}
+
+/// Splits `scheme://authority/path/key?query` into the store URL
+/// (`scheme://authority/path?query`) and the key (its last path segment).
+#[pyfunction]
+fn split_key(url: &str) -> Result<(String, String), Fail> {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let after_scheme = base.find("://").map_or(0, |i| i + 3);
+    let rest = &base[after_scheme..];
+    let (store, key) = match rest.trim_end_matches('/').rsplit_once('/') {
+        Some((store, key)) if !key.is_empty() && (!store.is_empty() || after_scheme > 0) => {
+            (store, key)
+        }
+        _ => {
+            return Err(Fail::Named(
+                "InvalidUrl",
+                "the URL names no lock: add the lock's name as the last path segment \
+                 (for example s3://bucket/locks/NAME), or pass key="
+                    .to_string(),
+                Vec::new(),
+            ));
+        }
+    };
+    let store = format!("{}{}", &base[..after_scheme], store);
+    let store = match query {
+        Some(q) => format!("{store}?{q}"),
+        None => store,
+    };
+    Ok((store, key.to_string()))
+}
+
+/// A lease (lock) on one key of a store.
+#[pyclass(module = "casaas._casaas", frozen)]
+pub struct Lease {
+    lease: casaas::Lease,
+    birth: Birth,
+}
+
+#[pymethods]
+impl Lease {
+    /// A lease on `key` for `owner` (default `HOST/PID`) with a TTL of
+    /// `ttl` seconds (default 10).
+    #[new]
+    #[pyo3(signature = (store, key, owner=None, ttl=None))]
+    fn new(
+        store: &Store,
+        key: String,
+        owner: Option<String>,
+        ttl: Option<f64>,
+    ) -> Result<Self, Fail> {
+        let config = match ttl {
+            Some(ttl) => LeaseConfig::from_ttl(seconds(ttl, "ttl")?),
+            None => LeaseConfig::default(),
+        };
+        let owner = owner.unwrap_or_else(casaas::default_owner_id);
+        Ok(Lease {
+            lease: casaas::Lease::new(store.get()?, key, owner, config)?,
+            birth: Birth::now(),
+        })
+    }
+
+    /// The key.
+    #[getter]
+    fn key(&self) -> String {
+        self.lease.key().to_string()
+    }
+
+    /// The owner id written in the record.
+    #[getter]
+    fn owner(&self) -> String {
+        self.lease.owner().to_string()
+    }
+
+    /// The TTL, seconds.
+    #[getter]
+    fn ttl(&self) -> f64 {
+        self.lease.config().ttl.as_secs_f64()
+    }
+
+    /// Acquires the lease: `wait=None` waits for ever, `wait=0` tries once,
+    /// otherwise waits at most `wait` seconds. Raises `LockHeld` when it is
+    /// not acquired in time.
+    #[pyo3(signature = (wait=None))]
+    fn acquire(&self, py: Python<'_>, wait: Option<f64>) -> Result<Held, Fail> {
+        self.birth.check("lease")?;
+        let wait_for = wait.map(|w| seconds(w, "wait")).transpose()?;
+        let cancel = CancellationToken::new();
+        let guard = runtime::wait(
+            py,
+            Some(cancel.clone()),
+            acquire(self.lease.clone(), wait_for, cancel),
+        )?;
+        Ok(Held::new(guard))
+    }
+
+    /// `acquire` for asyncio: `done(ok, value)` receives a `Held` or the
+    /// error.
+    #[pyo3(signature = (wait, done))]
+    fn acquire_start(&self, wait: Option<f64>, done: Py<PyAny>) -> Result<Task, Fail> {
+        self.birth.check("lease")?;
+        let wait_for = wait.map(|w| seconds(w, "wait")).transpose()?;
+        let cancel = CancellationToken::new();
+        let lease = self.lease.clone();
+        start(done, Some(cancel.clone()), async move {
+            acquire(lease, wait_for, cancel).await.map(Held::new)
+        })
+    }
+
+    /// Who holds the lease now: `(owner, token)`, or `None` when it is
+    /// free (never held, released or expired by the holder's own account).
+    fn holder(&self, py: Python<'_>) -> Result<Option<(String, u64)>, Fail> {
+        self.birth.check("lease")?;
+        let lease = self.lease.clone();
+        wait(py, None, async move {
+            Ok(lease
+                .read()
+                .await?
+                .filter(|(record, _)| !record.released)
+                .map(|(record, _)| (record.owner, record.token)))
+        })
+    }
+}
+
+fn lock_held(holder: &casaas::HeldBy, waited: Option<Duration>) -> Fail {
+    let message = match waited {
+        Some(waited) if !waited.is_zero() => format!(
+            "the lock is still held by '{}' (token {}) after waiting {:.3} s",
+            holder.owner,
+            holder.token,
+            waited.as_secs_f64()
+        ),
+        _ => format!(
+            "the lock is held by '{}' (token {}); a takeover is possible in {:.3} s if it stops renewing",
+            holder.owner,
+            holder.token,
+            holder.takeover_in.as_secs_f64()
+        ),
+    };
+    Fail::Named(
+        "LockHeld",
+        message,
+        vec![
+            ("owner", Attr::Str(holder.owner.clone())),
+            ("token", Attr::U64(holder.token)),
+        ],
+    )
+}
+
+/// Acquires `lease`: once (`Some(0)`), until a deadline, or for ever. A
+/// guard got at the moment `cancel` fires is released before answering.
+async fn acquire(
+    lease: casaas::Lease,
+    wait: Option<Duration>,
+    cancel: CancellationToken,
+) -> Result<LeaseGuard, Fail> {
+    let got = match wait {
+        Some(w) if w.is_zero() => match lease.try_acquire().await?.into_result() {
+            Ok(guard) => Ok(guard),
+            Err(holder) => return Err(lock_held(&holder, None)),
+        },
+        Some(deadline) => {
+            let options = WaitOptions::default()
+                .with_deadline(deadline)
+                .with_cancel(cancel.clone());
+            match lease.acquire(options).await {
+                Err(casaas::LeaseError::DeadlineExceeded(waited)) => {
+                    let holder = lease.read().await.ok().flatten().map(|(record, _)| {
+                        casaas::HeldBy::new(record.owner, record.token, Duration::ZERO)
+                    });
+                    return Err(match holder {
+                        Some(holder) => lock_held(&holder, Some(waited)),
+                        None => Fail::Named(
+                            "LockHeld",
+                            format!(
+                                "the lock was not acquired within {:.3} s",
+                                waited.as_secs_f64()
+                            ),
+                            Vec::new(),
+                        ),
+                    });
+                }
+                other => other,
+            }
+        }
+        None => {
+            lease
+                .acquire(WaitOptions::default().with_cancel(cancel.clone()))
+                .await
+        }
+    }?;
+    if cancel.is_cancelled() {
+        // Nobody is waiting for this guard any more.
+        let _ = got.release().await;
+        return Err(casaas::LeaseError::Cancelled.into());
+    }
+    Ok(got)
+}
+
+/// A held lease (a lock): its token fences writes; renewal runs in the
+/// background until `release()`.
+#[pyclass(module = "casaas._casaas", frozen)]
+pub struct Held {
+    guard: Mutex<Option<LeaseGuard>>,
+    /// Set by `abandon()`: a later release must say the lock was not held.
+    abandoned: std::sync::atomic::AtomicBool,
+    token: u64,
+    key: String,
+    owner: String,
+    birth: Birth,
+}
+
+impl Held {
+    fn new(guard: LeaseGuard) -> Self {
+        Held {
+            token: guard.token(),
+            key: guard.key().to_string(),
+            owner: guard.owner().to_string(),
+            guard: Mutex::new(Some(guard)),
+            abandoned: std::sync::atomic::AtomicBool::new(false),
+            birth: Birth::now(),
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(Option<&LeaseGuard>) -> T) -> T {
+        f(locked(&self.guard).as_ref())
+    }
+
+    fn take(&self) -> Result<Option<LeaseGuard>, Fail> {
+        self.birth.check("held lock")?;
+        Ok(locked(&self.guard).take())
+    }
+}
+
+impl Held {
+    /// What releasing a guard already taken answers: nothing after a
+    /// release (releasing twice is harmless), `LeaseLost` after `abandon()`.
+    fn after_end(&self) -> Result<(), Fail> {
+        if self.abandoned.load(std::sync::atomic::Ordering::SeqCst) {
+            Err(casaas::LeaseError::Lost(casaas::LostReason::Dropped).into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(guard) = locked(&self.guard).take() {
+            drop_in_runtime(self.birth, guard);
+        }
+    }
+}
+
+fn released() -> Fail {
+    casaas::LeaseError::Lost(casaas::LostReason::Released).into()
+}
+
+#[pymethods]
+impl Held {
+    /// The fencing token: pass it with every write the lock protects.
+    #[getter]
+    fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The lock's key.
+    #[getter]
+    fn key(&self) -> String {
+        self.key.clone()
+    }
+
+    /// The owner id.
+    #[getter]
+    fn owner(&self) -> String {
+        self.owner.clone()
+    }
+
+    /// Validity left, seconds (0 once lost).
+    fn remaining(&self) -> f64 {
+        self.with(|g| g.map_or(0.0, |g| g.remaining().as_secs_f64()))
+    }
+
+    /// Is the lock held with validity left?
+    fn is_held(&self) -> bool {
+        self.birth.in_this_process() && self.with(|g| g.is_some_and(LeaseGuard::is_held))
+    }
+
+    /// Why the lock ended, or `None` while it is held.
+    fn lost_reason(&self) -> Option<String> {
+        self.with(|g| match g {
+            Some(g) => g.lost_reason().map(|r| r.to_string()),
+            None => Some(casaas::LostReason::Released.to_string()),
+        })
+    }
+
+    /// Raises unless the lock is held with at least `seconds` of validity
+    /// left: `LeaseLost` when it is gone, `InsufficientValidity` when too
+    /// little is left.
+    fn ensure_held_for(&self, seconds_left: f64) -> Result<(), Fail> {
+        self.birth.check("held lock")?;
+        let required = seconds(seconds_left, "seconds")?;
+        self.with(|g| match g {
+            Some(g) => g.ensure_held_for(required).map_err(Fail::from),
+            None => Err(released()),
+        })
+    }
+
+    /// Releases the lock (a conditional write that keeps the token).
+    /// Raises `LeaseLost` if it was lost before.
+    fn release(&self, py: Python<'_>) -> Result<(), Fail> {
+        let Some(guard) = self.take()? else {
+            return self.after_end();
+        };
+        wait(py, None, async move {
+            guard.release().await.map_err(Fail::from)
+        })
+    }
+
+    /// `release` for asyncio.
+    fn release_start(&self, done: Py<PyAny>) -> Result<Task, Fail> {
+        let guard = self.take()?;
+        let after_end = self.after_end();
+        start(done, None, async move {
+            match guard {
+                Some(guard) => guard.release().await.map_err(Fail::from),
+                None => after_end,
+            }
+        })
+    }
+
+    /// Stops renewing without releasing: the lock expires after its TTL.
+    fn abandon(&self) -> Result<(), Fail> {
+        if let Some(guard) = self.take()? {
+            self.abandoned
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            guard.abandon();
+        }
+        Ok(())
+    }
+}
+
+/// Many locks under one heartbeat (see `casaas.Session`).
+#[pyclass(module = "casaas._casaas", frozen)]
+pub struct Session {
+    session: Mutex<Option<casaas::lease::Session>>,
+    key: String,
+    birth: Birth,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(session) = locked(&self.session).take() {
+            drop_in_runtime(self.birth, session);
+        }
+    }
+}
+
+impl Session {
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&casaas::lease::Session) -> Result<T, Fail>,
+    ) -> Result<T, Fail> {
+        self.birth.check("session")?;
+        match locked(&self.session).as_ref() {
+            Some(s) => f(s),
+            None => Err(Fail::Named(
+                "LeaseLost",
+                format!("the session '{}' was closed", self.key),
+                Vec::new(),
+            )),
+        }
+    }
+}
+
+#[pymethods]
+impl Session {
+    /// Opens the session `key` (its heartbeat lease), waiting like
+    /// `Lease.acquire`.
+    #[staticmethod]
+    #[pyo3(signature = (store, key, owner=None, ttl=None, wait=None))]
+    fn open(
+        py: Python<'_>,
+        store: &Store,
+        key: String,
+        owner: Option<String>,
+        ttl: Option<f64>,
+        wait: Option<f64>,
+    ) -> Result<Session, Fail> {
+        let heartbeat = Lease::new(store, key.clone(), owner, ttl)?.lease;
+        let wait_for = wait.map(|w| seconds(w, "wait")).transpose()?;
+        let cancel = CancellationToken::new();
+        let c = cancel.clone();
+        let session = runtime::wait(py, Some(cancel.clone()), async move {
+            let opened = match wait_for {
+                Some(w) if w.is_zero() => match casaas::lease::Session::try_open(heartbeat)
+                    .await?
+                    .into_result()
+                {
+                    Ok(s) => s,
+                    Err(holder) => return Err(lock_held(&holder, None)),
+                },
+                Some(w) => casaas::lease::Session::open(
+                    heartbeat,
+                    WaitOptions::default()
+                        .with_deadline(w)
+                        .with_cancel(c.clone()),
+                )
+                .await
+                .map_err(|e| match e {
+                    casaas::LeaseError::DeadlineExceeded(waited) => Fail::Named(
+                        "LockHeld",
+                        format!(
+                            "the session was not opened within {:.3} s: another process holds it",
+                            waited.as_secs_f64()
+                        ),
+                        Vec::new(),
+                    ),
+                    other => other.into(),
+                })?,
+                None => {
+                    casaas::lease::Session::open(
+                        heartbeat,
+                        WaitOptions::default().with_cancel(c.clone()),
+                    )
+                    .await?
+                }
+            };
+            if c.is_cancelled() {
+                let _ = opened.close().await;
+                return Err(casaas::LeaseError::Cancelled.into());
+            }
+            Ok(opened)
+        })?;
+        Ok(Session {
+            session: Mutex::new(Some(session)),
+            key,
+            birth: Birth::now(),
+        })
+    }
+
+    /// A lease on `key` held under this session.
+    fn lease(&self, key: String) -> Result<Lease, Fail> {
+        self.with(|s| {
+            Ok(Lease {
+                lease: s.lease(key)?,
+                birth: Birth::now(),
+            })
+        })
+    }
+
+    /// The heartbeat key.
+    #[getter]
+    fn key(&self) -> String {
+        self.key.clone()
+    }
+
+    /// The session's term (the heartbeat's fencing token).
+    #[getter]
+    fn term(&self) -> Result<u64, Fail> {
+        self.with(|s| Ok(s.term()))
+    }
+
+    /// Locks held under the session now.
+    fn held_locks(&self) -> Result<usize, Fail> {
+        self.with(|s| Ok(s.held_locks()))
+    }
+
+    /// Is the session held with validity left?
+    fn is_held(&self) -> bool {
+        self.with(|s| Ok(s.is_held())).unwrap_or(false)
+    }
+
+    /// Validity left, seconds.
+    fn remaining(&self) -> f64 {
+        self.with(|s| Ok(s.remaining().as_secs_f64()))
+            .unwrap_or(0.0)
+    }
+
+    /// Why the session ended, or `None` while it is held.
+    fn lost_reason(&self) -> Option<String> {
+        self.with(|s| Ok(s.lost_reason().map(|r| r.to_string())))
+            .unwrap_or_else(|_| Some("closed".to_string()))
+    }
+
+    /// Raises unless the session is held with `seconds` of validity left.
+    fn ensure_held_for(&self, seconds_left: f64) -> Result<(), Fail> {
+        let required = seconds(seconds_left, "seconds")?;
+        self.with(|s| s.ensure_held_for(required).map_err(Fail::from))
+    }
+
+    /// Closes the session: every lock under it ends.
+    fn close(&self, py: Python<'_>) -> Result<(), Fail> {
+        self.birth.check("session")?;
+        let Some(session) = locked(&self.session).take() else {
+            return Ok(());
+        };
+        wait(py, None, async move {
+            session.close().await.map_err(Fail::from)
+        })
+    }
+}
+
+/// Leader election on one lease (see `casaas.Election`).
+#[pyclass(module = "casaas._casaas", frozen)]
+pub struct Election {
+    election: casaas::Election,
+    birth: Birth,
+}
+
+#[pymethods]
+impl Election {
+    /// An election over `lease`'s key.
+    #[new]
+    fn new(lease: &Lease) -> Result<Self, Fail> {
+        lease.birth.check("lease")?;
+        Ok(Election {
+            election: casaas::Election::new(lease.lease.clone()),
+            birth: Birth::now(),
+        })
+    }
+
+    /// Campaigns until elected (`wait=None`) or for at most `wait`
+    /// seconds (`Timeout`). Returns the leadership.
+    #[pyo3(signature = (wait=None))]
+    fn campaign(&self, py: Python<'_>, wait: Option<f64>) -> Result<Leadership, Fail> {
+        self.birth.check("election")?;
+        let limit = wait.map(|w| seconds(w, "wait")).transpose()?;
+        let election = self.election.clone();
+        let cancel = CancellationToken::new();
+        let c = cancel.clone();
+        let leadership = runtime::wait(py, Some(cancel), async move {
+            let mut options = WaitOptions::default().with_cancel(c.clone());
+            if let Some(limit) = limit {
+                options = options.with_deadline(limit);
+            }
+            let won = election.campaign(options).await?;
+            if c.is_cancelled() {
+                let _ = won.resign().await;
+                return Err(casaas::LeaseError::Cancelled.into());
+            }
+            Ok(won)
+        })?;
+        Ok(Leadership {
+            token: leadership.token(),
+            leadership: Mutex::new(Some(leadership)),
+            birth: Birth::now(),
+        })
+    }
+
+    /// The current leader as `(owner, token)`, or `None`.
+    fn leader(&self, py: Python<'_>) -> Result<Option<(String, u64)>, Fail> {
+        self.birth.check("election")?;
+        let election = self.election.clone();
+        wait(py, None, async move {
+            Ok(election.leader().await?.map(|l| (l.owner, l.token)))
+        })
+    }
+}
+
+/// A won election: the leader's term.
+#[pyclass(module = "casaas._casaas", frozen)]
+pub struct Leadership {
+    leadership: Mutex<Option<casaas::Leadership>>,
+    token: u64,
+    birth: Birth,
+}
+
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        if let Some(l) = locked(&self.leadership).take() {
+            drop_in_runtime(self.birth, l);
+        }
+    }
+}
+
+#[pymethods]
+impl Leadership {
+    /// The term's fencing token.
+    #[getter]
+    fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// Is the term still held with validity left?
+    fn is_held(&self) -> bool {
+        self.birth.in_this_process()
+            && locked(&self.leadership)
+                .as_ref()
+                .is_some_and(|l| l.guard().is_held())
+    }
+
+    /// Why the term ended, or `None` while it lasts.
+    fn lost_reason(&self) -> Option<String> {
+        match locked(&self.leadership).as_ref() {
+            Some(l) => l.guard().lost_reason().map(|r| r.to_string()),
+            None => Some("resigned".to_string()),
+        }
+    }
+
+    /// Raises unless the term is held with `seconds` of validity left.
+    fn ensure_held_for(&self, seconds_left: f64) -> Result<(), Fail> {
+        self.birth.check("leadership")?;
+        let required = seconds(seconds_left, "seconds")?;
+        match locked(&self.leadership).as_ref() {
+            Some(l) => l.ensure_held_for(required).map_err(Fail::from),
+            None => Err(released()),
+        }
+    }
+
+    /// Ends the term (releases the lease).
+    fn resign(&self, py: Python<'_>) -> Result<(), Fail> {
+        self.birth.check("leadership")?;
+        let Some(l) = locked(&self.leadership).take() else {
+            return Ok(());
+        };
+        wait(
+            py,
+            None,
+            async move { l.resign().await.map_err(Fail::from) },
+        )
+    }
+}
+
+/// The native module.
+#[pymodule]
+fn _casaas(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(open, m)?)?;
+    m.add_function(wrap_pyfunction!(open_start, m)?)?;
+    m.add_function(wrap_pyfunction!(split_key, m)?)?;
+    m.add_class::<Store>()?;
+    m.add_class::<Lease>()?;
+    m.add_class::<Held>()?;
+    m.add_class::<Session>()?;
+    m.add_class::<Election>()?;
+    m.add_class::<Leadership>()?;
+    m.add_class::<Task>()?;
+    values::register(m)?;
+    Ok(())
+}

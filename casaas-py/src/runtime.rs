@@ -1,0 +1,217 @@
+//! The tokio runtime the bindings run on, and the two ways Python waits for
+//! it: blocking (the GIL released, signals checked) and through an asyncio
+//! future.
+
+use std::future::Future;
+use std::sync::mpsc::{RecvTimeoutError, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pyo3::IntoPyObjectExt;
+use pyo3::prelude::*;
+use tokio::runtime::Runtime;
+use tokio_util::sync::CancellationToken;
+
+use crate::errors::{Fail, runtime_error};
+
+/// How often a blocking wait looks at Python's signal handlers (Ctrl-C).
+const SIGNAL_POLL: Duration = Duration::from_millis(50);
+
+/// How long a cancelled operation gets to finish cleanly (a lock acquired
+/// at the moment of cancellation is released) before the wait gives up.
+const CANCEL_GRACE: Duration = Duration::from_secs(10);
+
+struct Owned {
+    pid: u32,
+    runtime: Arc<Runtime>,
+}
+
+static RUNTIME: Mutex<Option<Owned>> = Mutex::new(None);
+
+/// The process's runtime, made on first use. A forked child gets a runtime
+/// of its own: the parent's worker threads do not exist in the child.
+pub(crate) fn runtime() -> Result<Arc<Runtime>, Fail> {
+    let pid = std::process::id();
+    let mut slot = RUNTIME.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(owned) = slot.as_ref() {
+        if owned.pid == pid {
+            return Ok(owned.runtime.clone());
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("casaas")
+        .enable_all()
+        .build()
+        .map_err(|e| runtime_error(format!("could not start the casaas runtime: {e}")))?;
+    let runtime = Arc::new(runtime);
+    if let Some(parent) = slot.replace(Owned {
+        pid,
+        runtime: runtime.clone(),
+    }) {
+        // The parent's runtime: its threads are gone here, and dropping it
+        // would wait for them for ever.
+        std::mem::forget(parent);
+    }
+    Ok(runtime)
+}
+
+/// The process an object was made in; objects made before a fork refuse to
+/// run in the child (their connections and tasks belong to the parent).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Birth(u32);
+
+impl Birth {
+    pub(crate) fn now() -> Self {
+        Birth(std::process::id())
+    }
+
+    pub(crate) fn in_this_process(self) -> bool {
+        self.0 == std::process::id()
+    }
+
+    pub(crate) fn check(self, what: &str) -> Result<(), Fail> {
+        if self.in_this_process() {
+            Ok(())
+        } else {
+            Err(runtime_error(format!(
+                "this {what} was made in process {} before a fork; objects do not cross a fork: \
+                 open the store again in the child (process {})",
+                self.0,
+                std::process::id()
+            )))
+        }
+    }
+}
+
+/// Runs `fut` on the runtime and waits for it with the GIL released.
+/// Python signal handlers run every [`SIGNAL_POLL`]; when one raises
+/// (Ctrl-C), `cancel` is cancelled and the operation gets [`CANCEL_GRACE`]
+/// to end cleanly (without a cancellation token, the task is aborted), then
+/// the handler's exception is raised.
+pub(crate) fn wait<F, T>(
+    py: Python<'_>,
+    cancel: Option<CancellationToken>,
+    fut: F,
+) -> Result<T, Fail>
+where
+    F: Future<Output = Result<T, Fail>> + Send + 'static,
+    T: Send + 'static,
+{
+    let runtime = runtime()?;
+    let (tx, rx) = sync_channel(1);
+    // Shared with the detached closure, which needs `Sync`.
+    let rx = Mutex::new(rx);
+    let recv = |timeout| {
+        rx.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .recv_timeout(timeout)
+    };
+    let task = runtime.spawn(async move {
+        // The receiver is gone only if the waiter gave up; nothing to tell.
+        let _ = tx.send(fut.await);
+    });
+    loop {
+        match py.detach(|| recv(SIGNAL_POLL)) {
+            Ok(result) => return result,
+            Err(RecvTimeoutError::Timeout) => {
+                if let Err(signal) = py.check_signals() {
+                    match cancel {
+                        Some(cancel) => {
+                            cancel.cancel();
+                            let finished = py.detach(|| recv(CANCEL_GRACE));
+                            if let Ok(Ok(value)) = finished {
+                                // Cancelled operations release what they
+                                // got; anything else is dropped on the
+                                // runtime, where drops that write can run.
+                                runtime.spawn(async move { drop(value) });
+                            }
+                        }
+                        None => task.abort(),
+                    }
+                    return Err(Fail::Python(signal));
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(runtime_error(
+                    "the casaas runtime stopped before the operation answered".to_string(),
+                ));
+            }
+        }
+    }
+}
+
+/// A running operation started for asyncio; `cancel()` stops it.
+#[pyclass(module = "casaas._casaas", frozen)]
+pub struct Task {
+    cancel: CancellationToken,
+    abort: tokio::task::AbortHandle,
+    cooperative: bool,
+}
+
+#[pymethods]
+impl Task {
+    /// Cancels the operation: a waiting acquisition or campaign stops (and
+    /// releases what it got, if it got it at that moment); any other
+    /// operation is abandoned where it is.
+    fn cancel(&self) {
+        self.cancel.cancel();
+        if !self.cooperative {
+            self.abort.abort();
+        }
+    }
+}
+
+/// Starts `fut` on the runtime; `done(ok, value)` is called from a runtime
+/// thread with the outcome (`value` an exception when `ok` is false). The
+/// Python side turns it into an asyncio future.
+pub(crate) fn start<F, T>(
+    done: Py<PyAny>,
+    cancel: Option<CancellationToken>,
+    fut: F,
+) -> Result<Task, Fail>
+where
+    F: Future<Output = Result<T, Fail>> + Send + 'static,
+    T: for<'py> IntoPyObject<'py> + Send + 'static,
+{
+    let runtime = runtime()?;
+    let cooperative = cancel.is_some();
+    let cancel = cancel.unwrap_or_default();
+    let handle = runtime.spawn(async move {
+        let result = fut.await;
+        Python::attach(|py| {
+            let outcome = match result {
+                Ok(value) => value.into_py_any(py).map(|v| (true, v)).map_err(Fail::from),
+                Err(fail) => Err(fail),
+            };
+            let (ok, value) = match outcome {
+                Ok(pair) => pair,
+                Err(fail) => (false, fail.into_pyerr(py).into_value(py).into_any()),
+            };
+            if let Err(err) = done.call1(py, (ok, value)) {
+                err.write_unraisable(py, None);
+            }
+        });
+    });
+    Ok(Task {
+        cancel,
+        abort: handle.abort_handle(),
+        cooperative,
+    })
+}
+
+/// Drops `value` inside the runtime (a lease guard's drop releases through
+/// it), or forgets it in a forked child, where it belongs to the parent.
+pub(crate) fn drop_in_runtime<T: Send + 'static>(birth: Birth, value: T) {
+    if !birth.in_this_process() {
+        std::mem::forget(value);
+        return;
+    }
+    match runtime() {
+        Ok(runtime) => {
+            let _entered = runtime.enter();
+            drop(value);
+        }
+        Err(_) => std::mem::forget(value),
+    }
+}
