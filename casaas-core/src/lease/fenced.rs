@@ -235,6 +235,14 @@ where
     ///
     /// Requests: 1 GET + 1 write; +1 GET per unanswered write and per lost
     /// race.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the update applied, once: a write
+    /// already sent can still land (it is conditioned on the version read,
+    /// so at most one of this call's writes does), and nothing retries it.
+    /// That is the state an [`ErrorKind::Ambiguous`] answer reports: read
+    /// the resource to find out. Nothing else is left behind.
     pub async fn update<F>(&self, token: u64, f: F) -> Result<Fenced<T>, LeaseError>
     where
         F: FnMut(Option<&T>) -> T + Send,
@@ -408,6 +416,10 @@ where
 
     /// [`LeaseGuard::ensure_held_for`] with `min_remaining`, then
     /// [`update`](FencedResource::update) with the guard's token.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`update`](FencedResource::update)'s.
     pub async fn update_guarded<F>(
         &self,
         guard: &LeaseGuard,

@@ -57,18 +57,21 @@ impl Default for GroupCommitConfig {
 impl GroupCommitConfig {
     /// Sets how many updates may wait for a batch (at least 1, at most
     /// [`Semaphore::MAX_PERMITS`](tokio::sync::Semaphore::MAX_PERMITS)).
+    #[must_use = "the setter returns the changed configuration"]
     pub fn with_max_queued(mut self, max_queued: usize) -> Self {
         self.max_queued = max_queued.clamp(1, Semaphore::MAX_PERMITS);
         self
     }
 
     /// Sets the most records in one batch (at least 1).
+    #[must_use = "the setter returns the changed configuration"]
     pub fn with_max_batch_records(mut self, records: usize) -> Self {
         self.max_batch_records = records.max(1);
         self
     }
 
     /// Sets the most encoded bytes of a log batch's records (at least 1).
+    #[must_use = "the setter returns the changed configuration"]
     pub fn with_max_batch_bytes(mut self, bytes: usize) -> Self {
         self.max_batch_bytes = bytes.max(1);
         self
@@ -125,6 +128,13 @@ impl<D> Ticket<D> {
     /// its place) or failed (the batch's error, the same for every update
     /// of the batch: [`LeaseError::FencedOut`] for all of them, or
     /// [`ErrorKind::Ambiguous`] when the batch may have been applied).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the ticket: an update still queued is
+    /// removed (never written); one whose batch was sealed may still be
+    /// applied, with the rest of its batch, and nobody is told. Use
+    /// [`cancel`](Ticket::cancel) to learn which.
     pub async fn wait(self) -> Result<D, LeaseError> {
         match self.reply.await {
             Ok(result) => result,
@@ -689,6 +699,11 @@ where
     /// Queues `f` (waiting while the queue is full) and returns its ticket.
     /// `f` may be called once per attempt of its batch's write; only one
     /// result is ever stored, exactly as with [`FencedResource::update`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future while it waits for room queues nothing. Once it
+    /// returns, the update is queued: see [`Ticket`].
     pub async fn submit<F>(&self, token: u64, f: F) -> Result<Ticket<Applied<T>>, LeaseError>
     where
         F: FnMut(Option<&T>) -> T + Send + 'static,
@@ -700,6 +715,12 @@ where
     /// that batch's write landed. Errors are the batch's: every update of
     /// a deposed holder's batch is refused with [`LeaseError::FencedOut`];
     /// [`ErrorKind::Ambiguous`] means the whole batch may have been applied.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`submit`](GroupResource::submit)'s, then [`Ticket::wait`]'s:
+    /// dropped before its batch is sealed, the update is never written;
+    /// after, it may still be applied, unseen.
     pub async fn update<F>(&self, token: u64, f: F) -> Result<Applied<T>, LeaseError>
     where
         F: FnMut(Option<&T>) -> T + Send + 'static,
@@ -793,6 +814,10 @@ where
 
     /// Queues `value` (waiting while the queue is full) and returns its
     /// ticket.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`GroupResource::submit`]'s.
     pub async fn submit(&self, token: u64, value: T) -> Result<Ticket<LogEntry<T>>, LeaseError> {
         let record = serde_json::to_value(&value).map_err(|e| LeaseError::Codec {
             key: self.log.entry_key(0),
@@ -805,6 +830,11 @@ where
     /// Appends `value` in the next batch fenced by `token` and returns once
     /// that batch's entry landed: its entry number and offset. Errors are
     /// the batch's, as for [`GroupResource::update`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`GroupResource::update`]'s: dropped before its batch is sealed,
+    /// the value is never appended; after, it may still be, unseen.
     pub async fn append(&self, token: u64, value: T) -> Result<LogEntry<T>, LeaseError> {
         self.submit(token, value).await?.wait().await
     }

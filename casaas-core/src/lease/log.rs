@@ -513,6 +513,16 @@ where
     /// Requests: 1 create on a warm handle; +1 GET per unanswered write and
     /// per entry another writer appended since; every 64th entry also
     /// advances the head hint (1 GET + 1 write).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the value appended, once: a create
+    /// already sent can still land at the entry it named (each is
+    /// conditioned on that entry being absent, so at most one of this
+    /// call's creates does), and nothing retries it. That is the state an
+    /// [`ErrorKind::Ambiguous`](crate::ErrorKind::Ambiguous) answer
+    /// reports: read the log to find out. A head hint left behind is only
+    /// a hint: readers and writers go past it.
     pub async fn append(&self, token: u64, value: T) -> Result<LogEntry<T>, LeaseError> {
         let span = tracing::debug_span!("log.append", prefix = %self.prefix, token);
         async {

@@ -22,6 +22,15 @@
 //!   a transport-level duplicate can produce) are resolved by re-reading and
 //!   looking for our nonce. Never assumed.
 //!
+//! The API has one shape throughout: a failed write answers
+//! [`LeaseError::may_have_taken_effect`]; every call that waits for others
+//! takes [`WaitOptions`] (deadline, cancellation), every writer bounded by
+//! its attempts a [`RetryPolicy`]; one attempt answers [`AcquireOutcome`];
+//! builders use `with_*` setters. Each async method that writes says under
+//! `# Cancel safety` what dropping its future can leave; the reads
+//! ([`Lease::read`], [`Election::leader`], [`FencedResource::read`],
+//! [`FencedLog::read`] and the like) leave nothing.
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), casaas_core::lease::LeaseError> {
