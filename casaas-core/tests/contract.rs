@@ -56,6 +56,7 @@ async fn contract(
         Check::GetAbsent,
         Check::CreateThenGet,
         Check::CreateConflictLeavesObject,
+        Check::LosingCreate,
         Check::ReplaceCurrent,
         Check::ReplaceStaleRejected,
         Check::ReplaceMissing,

@@ -16,10 +16,11 @@ fn memory_store() -> Arc<dyn CasStore> {
 }
 
 /// The checks that need no conditional replace or delete.
-const CREATE_ONLY_CHECKS: [Check; 6] = [
+const CREATE_ONLY_CHECKS: [Check; 7] = [
     Check::GetAbsent,
     Check::CreateThenGet,
     Check::CreateConflictLeavesObject,
+    Check::LosingCreate,
     Check::ListPrefix,
     Check::InvalidKeyRejected,
     Check::RaceCreate,

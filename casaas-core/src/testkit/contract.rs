@@ -31,6 +31,15 @@ pub enum Check {
     /// A second create fails with precondition failed and leaves the first
     /// object unchanged.
     CreateConflictLeavesObject,
+    /// A losing create-if-absent answers [`ErrorKind::PreconditionFailed`]
+    /// and nothing else, on every backend: lost to an object written before
+    /// it, and lost in a race once the race has settled (a store may first
+    /// answer a racer with a retryable kind, such as S3's 409
+    /// `ConditionalRequestConflict`; retried, it must say precondition
+    /// failed). The answer names the key, is not retryable and says nothing
+    /// was written, so the protocols read "someone else got there first"
+    /// alike on every store, whichever layout they use.
+    LosingCreate,
     /// Replace from the current version succeeds with a new version.
     ReplaceCurrent,
     /// Replace from a stale version fails and leaves the object unchanged.
@@ -55,10 +64,11 @@ pub enum Check {
 
 impl Check {
     /// Every check, in a sensible order.
-    pub const ALL: [Check; 12] = [
+    pub const ALL: [Check; 13] = [
         Check::GetAbsent,
         Check::CreateThenGet,
         Check::CreateConflictLeavesObject,
+        Check::LosingCreate,
         Check::ReplaceCurrent,
         Check::ReplaceStaleRejected,
         Check::ReplaceMissing,
@@ -77,6 +87,7 @@ impl Check {
             Check::GetAbsent => get_absent(store).await,
             Check::CreateThenGet => create_then_get(store).await,
             Check::CreateConflictLeavesObject => create_conflict_leaves_object(store).await,
+            Check::LosingCreate => losing_create(store, tasks, rounds).await,
             Check::ReplaceCurrent => replace_current(store).await,
             Check::ReplaceStaleRejected => replace_stale_rejected(store).await,
             Check::ReplaceMissing => replace_missing(store).await,
@@ -122,6 +133,7 @@ macro_rules! contract_suite {
             get_absent => GetAbsent,
             create_then_get => CreateThenGet,
             create_conflict_leaves_object => CreateConflictLeavesObject,
+            losing_create => LosingCreate,
             replace_current => ReplaceCurrent,
             replace_stale_rejected => ReplaceStaleRejected,
             replace_missing => ReplaceMissing,
@@ -142,6 +154,7 @@ macro_rules! contract_suite {
             get_absent => GetAbsent,
             create_then_get => CreateThenGet,
             create_conflict_leaves_object => CreateConflictLeavesObject,
+            losing_create => LosingCreate,
             replace_current => ReplaceCurrent,
             replace_stale_rejected => ReplaceStaleRejected,
             replace_missing => ReplaceMissing,
@@ -159,6 +172,7 @@ macro_rules! contract_suite {
             get_absent => GetAbsent,
             create_then_get => CreateThenGet,
             create_conflict_leaves_object => CreateConflictLeavesObject,
+            losing_create => LosingCreate,
             replace_current => ReplaceCurrent,
             replace_stale_rejected => ReplaceStaleRejected,
             replace_missing => ReplaceMissing,
@@ -239,6 +253,80 @@ async fn create_conflict_leaves_object(store: Arc<dyn CasStore>) {
         Some((body("first"), v)),
         "a losing create must leave the object unchanged"
     );
+}
+
+/// The one answer of a losing create-if-absent (see [`Check::LosingCreate`]).
+fn assert_lost_create(err: &CasError, key: &str, what: &str) {
+    assert_eq!(
+        err.kind(),
+        ErrorKind::PreconditionFailed,
+        "{what}: a losing create-if-absent must answer precondition failed, got {err}"
+    );
+    assert_eq!(
+        err.key(),
+        Some(key),
+        "{what}: the answer names the key: {err}"
+    );
+    assert!(
+        !err.is_retryable() && !err.may_have_taken_effect(),
+        "{what}: a lost create is final and wrote nothing: {err}"
+    );
+}
+
+/// Creates `key` until the store gives a settled answer: retryable answers
+/// (a conditional request in flight, throttling, an ambiguous reply) are
+/// retried a few times, as the protocols do.
+async fn settled_create(
+    store: &Arc<dyn CasStore>,
+    key: &str,
+    payload: Bytes,
+) -> Result<Version, CasError> {
+    let mut tries = 0;
+    loop {
+        match store.create(key, payload.clone()).await {
+            Err(e) if e.is_retryable() && tries < 20 => {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(10 * tries)).await;
+            }
+            settled => return settled,
+        }
+    }
+}
+
+async fn losing_create(store: Arc<dyn CasStore>, tasks: usize, rounds: usize) {
+    // Lost to an earlier write.
+    store.create("first", body("winner")).await.unwrap();
+    let err = store.create("first", body("loser")).await.unwrap_err();
+    assert_lost_create(&err, "first", "a create of an existing key");
+    // Lost in a race, however the store first answered each racer.
+    for round in 0..rounds.clamp(1, 5) {
+        let key = format!("raced/{round}");
+        let barrier = Arc::new(tokio::sync::Barrier::new(tasks));
+        let mut handles = Vec::new();
+        for task in 0..tasks {
+            let (store, key, barrier) = (store.clone(), key.clone(), barrier.clone());
+            handles.push(tokio::spawn(async move {
+                barrier.wait().await;
+                let payload = body(&format!("racer {task}"));
+                settled_create(&store, &key, payload).await
+            }));
+        }
+        // How many won is for the race checks (a store whose creates are
+        // not atomic runs without them); here only the losers' answer counts.
+        for (task, handle) in handles.into_iter().enumerate() {
+            if let Err(err) = handle.await.unwrap() {
+                assert_lost_create(&err, &key, &format!("{key}: racer {task}"));
+            }
+        }
+        // Settled: every further create loses, with the same answer.
+        for task in 0..tasks {
+            let err = store
+                .create(&key, body(&format!("late racer {task}")))
+                .await
+                .unwrap_err();
+            assert_lost_create(&err, &key, &format!("{key}: a create after the race"));
+        }
+    }
 }
 
 async fn replace_current(store: Arc<dyn CasStore>) {
