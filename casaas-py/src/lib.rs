@@ -83,14 +83,10 @@ fn open(py: Python<'_>, url: String, options: HashMap<String, String>) -> Result
     wait(py, None, open_store(url, options))
 }
 
-/// `open` for asyncio: `done(ok, value)` receives the store or the error.
+/// `open` for asyncio.
 #[pyfunction]
-fn open_start(
-    url: String,
-    options: HashMap<String, String>,
-    done: Py<PyAny>,
-) -> Result<Task, Fail> {
-    start(done, None, open_store(url, options))
+fn open_start(url: String, options: HashMap<String, String>) -> Result<Task, Fail> {
+    start(None, open_store(url, options))
 }
 
 /// Splits `scheme://authority/path/key?query` into the store URL
@@ -189,15 +185,14 @@ impl Lease {
         Ok(Held::new(guard))
     }
 
-    /// `acquire` for asyncio: `done(ok, value)` receives a `Held` or the
-    /// error.
-    #[pyo3(signature = (wait, done))]
-    fn acquire_start(&self, wait: Option<f64>, done: Py<PyAny>) -> Result<Task, Fail> {
+    /// `acquire` for asyncio.
+    #[pyo3(signature = (wait))]
+    fn acquire_start(&self, wait: Option<f64>) -> Result<Task, Fail> {
         self.birth.check("lease")?;
         let wait_for = wait.map(|w| seconds(w, "wait")).transpose()?;
         let cancel = CancellationToken::new();
         let lease = self.lease.clone();
-        start(done, Some(cancel.clone()), async move {
+        start(Some(cancel.clone()), async move {
             acquire(lease, wait_for, cancel).await.map(Held::new)
         })
     }
@@ -413,10 +408,10 @@ impl Held {
     }
 
     /// `release` for asyncio.
-    fn release_start(&self, done: Py<PyAny>) -> Result<Task, Fail> {
+    fn release_start(&self) -> Result<Task, Fail> {
         let guard = self.take()?;
         let after_end = self.after_end();
-        start(done, None, async move {
+        start(None, async move {
             match guard {
                 Some(guard) => guard.release().await.map_err(Fail::from),
                 None => after_end,

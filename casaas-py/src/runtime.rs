@@ -3,6 +3,9 @@
 //! future.
 
 use std::future::Future;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::sync::mpsc::{RecvTimeoutError, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -141,12 +144,22 @@ where
     }
 }
 
-/// A running operation started for asyncio; `cancel()` stops it.
+/// The outcome of an operation started for asyncio, turned into Python
+/// objects only when Python asks for it (on its own thread).
+type Outcome = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
+
+/// A running operation started for asyncio. The runtime never calls into
+/// Python (a runtime thread inside the interpreter could race its exit):
+/// it stores the outcome and writes a byte to a socket pair, whose other
+/// end the event loop watches (`fileno()`); then `result()` answers.
 #[pyclass(module = "casaas._casaas", frozen)]
 pub struct Task {
     cancel: CancellationToken,
     abort: tokio::task::AbortHandle,
     cooperative: bool,
+    outcome: Arc<Mutex<Option<Outcome>>>,
+    ready: UnixStream,
+    birth: Birth,
 }
 
 #[pymethods]
@@ -160,43 +173,72 @@ impl Task {
             self.abort.abort();
         }
     }
+
+    /// The descriptor that becomes readable when the outcome is ready.
+    fn fileno(&self) -> i32 {
+        self.ready.as_raw_fd()
+    }
+
+    /// The outcome (raises the operation's exception); `None` before it is
+    /// ready.
+    fn result(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        let outcome = self
+            .outcome
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        match outcome {
+            Some(outcome) => outcome(py).map(Some),
+            None => Ok(None),
+        }
+    }
 }
 
-/// Starts `fut` on the runtime; `done(ok, value)` is called from a runtime
-/// thread with the outcome (`value` an exception when `ok` is false). The
-/// Python side turns it into an asyncio future.
-pub(crate) fn start<F, T>(
-    done: Py<PyAny>,
-    cancel: Option<CancellationToken>,
-    fut: F,
-) -> Result<Task, Fail>
+impl Drop for Task {
+    fn drop(&mut self) {
+        // An outcome nobody took (a cancelled wait) may hold a lease guard,
+        // whose drop releases through the runtime.
+        let outcome = self
+            .outcome
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(outcome) = outcome {
+            drop_in_runtime(self.birth, outcome);
+        }
+    }
+}
+
+/// Starts `fut` on the runtime for asyncio (see [`Task`]).
+pub(crate) fn start<F, T>(cancel: Option<CancellationToken>, fut: F) -> Result<Task, Fail>
 where
     F: Future<Output = Result<T, Fail>> + Send + 'static,
     T: for<'py> IntoPyObject<'py> + Send + 'static,
 {
     let runtime = runtime()?;
+    let (ready, mut signal) = UnixStream::pair()
+        .map_err(|e| runtime_error(format!("could not make the asyncio wake-up socket: {e}")))?;
     let cooperative = cancel.is_some();
     let cancel = cancel.unwrap_or_default();
+    let outcome: Arc<Mutex<Option<Outcome>>> = Arc::default();
+    let slot = outcome.clone();
     let handle = runtime.spawn(async move {
         let result = fut.await;
-        Python::attach(|py| {
-            let outcome = match result {
-                Ok(value) => value.into_py_any(py).map(|v| (true, v)).map_err(Fail::from),
-                Err(fail) => Err(fail),
-            };
-            let (ok, value) = match outcome {
-                Ok(pair) => pair,
-                Err(fail) => (false, fail.into_pyerr(py).into_value(py).into_any()),
-            };
-            if let Err(err) = done.call1(py, (ok, value)) {
-                err.write_unraisable(py, None);
-            }
-        });
+        let boxed: Outcome = match result {
+            Ok(value) => Box::new(move |py: Python<'_>| value.into_py_any(py)),
+            Err(fail) => Box::new(move |py: Python<'_>| Err(fail.into_pyerr(py))),
+        };
+        *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(boxed);
+        // The Python side may have gone (a closed loop); nothing to wake.
+        let _ = signal.write_all(b"!");
     });
     Ok(Task {
         cancel,
         abort: handle.abort_handle(),
         cooperative,
+        outcome,
+        ready,
+        birth: Birth::now(),
     })
 }
 

@@ -126,6 +126,13 @@ def _seconds(value: Optional[Seconds], name: str) -> Optional[float]:
     return float(value)
 
 
+def _required(value: Seconds, name: str) -> float:
+    got = _seconds(value, name)
+    if got is None:
+        raise InvalidConfig(f"{name} must be given")
+    return got
+
+
 def _options(options: Dict[str, Any]) -> Dict[str, str]:
     out: Dict[str, str] = {}
     for name, value in options.items():
@@ -140,31 +147,29 @@ def _options(options: Dict[str, Any]) -> Dict[str, str]:
     return out
 
 
-def _settle(fut: "asyncio.Future[Any]", ok: bool, value: Any) -> None:
-    if fut.done():
-        return
-    if ok:
-        fut.set_result(value)
-    else:
-        fut.set_exception(value)
-
-
-async def _run(begin: Callable[[Callable[[bool, Any], None]], Any]) -> Any:
-    """Awaits a native operation: ``begin(done)`` starts it on the casaas
-    runtime, which calls ``done(ok, value)`` from its own thread."""
+async def _run(begin: Callable[[], Any]) -> Any:
+    """Awaits a native operation. ``begin()`` starts it on the casaas runtime
+    and returns its task, whose ``fileno()`` becomes readable when the
+    outcome is ready; the runtime's threads never call into Python."""
     loop = asyncio.get_running_loop()
     fut: "asyncio.Future[Any]" = loop.create_future()
+    task = begin()
+    fd = task.fileno()
 
-    def done(ok: bool, value: Any) -> None:
+    def ready() -> None:
+        loop.remove_reader(fd)
+        if fut.done():
+            return
         try:
-            loop.call_soon_threadsafe(_settle, fut, ok, value)
-        except RuntimeError:
-            pass  # the loop is closed: nobody is waiting any more
+            fut.set_result(task.result())
+        except BaseException as e:  # the operation's exception, for the awaiter
+            fut.set_exception(e)
 
-    task = begin(done)
+    loop.add_reader(fd, ready)
     try:
         return await fut
     except asyncio.CancelledError:
+        loop.remove_reader(fd)
         task.cancel()
         raise
 
@@ -189,7 +194,7 @@ def open(url: str, **options: Any) -> Store:
 
 async def open_async(url: str, **options: Any) -> Store:
     """:func:`open` for asyncio."""
-    store: Store = await _run(lambda done: _casaas.open_start(url, _options(options), done))
+    store: Store = await _run(lambda: _casaas.open_start(url, _options(options)))
     return store
 
 
@@ -285,7 +290,7 @@ class Held:
         left: :class:`LeaseLost` when it is gone, :class:`InsufficientValidity`
         when too little is left. Call it before each side effect, with the
         time the side effect may take."""
-        self._native.ensure_held_for(_seconds(seconds, "seconds"))
+        self._native.ensure_held_for(_required(seconds, "seconds"))
 
     def release(self) -> None:
         """Releases the lock (the next holder gets token + 1). Raises
@@ -381,7 +386,7 @@ class Lease:
     async def acquire_async(self, wait: Optional[Seconds] = None) -> Held:
         """:meth:`acquire` for asyncio; cancelling the task cancels the wait."""
         w = _seconds(wait, "wait")
-        native = await _run(lambda done: self._native.acquire_start(w, done))
+        native = await _run(lambda: self._native.acquire_start(w))
         return Held(native)
 
     def holder(self) -> Optional["Leader"]:
@@ -522,7 +527,7 @@ class Session:
 
     def ensure_held_for(self, seconds: Seconds) -> None:
         """Raises unless the session is held with ``seconds`` of validity left."""
-        self._native.ensure_held_for(_seconds(seconds, "seconds"))
+        self._native.ensure_held_for(_required(seconds, "seconds"))
 
     def close(self) -> None:
         """Closes the session: every lock under it ends."""
@@ -563,7 +568,7 @@ class Leadership:
 
     def ensure_held_for(self, seconds: Seconds) -> None:
         """Raises unless the term lasts at least ``seconds`` more."""
-        self._native.ensure_held_for(_seconds(seconds, "seconds"))
+        self._native.ensure_held_for(_required(seconds, "seconds"))
 
     def resign(self) -> None:
         """Ends the term (the next leader's token is greater)."""
@@ -731,7 +736,7 @@ def lance_commit_lock(
     target, name = _store_and_key(url, key, options)
     store = _resolve(target, options)
     lease = Lease(store, name, ttl=ttl, owner=owner)
-    need = _seconds(min_validity, "min_validity") or 0.0
+    need = _required(min_validity, "min_validity")
 
     @contextlib.contextmanager
     def commit_lock(version: int) -> Iterator[None]:
