@@ -194,6 +194,15 @@ impl SwapOnce {
     /// [`LeaseError::Contended`] after every attempt was refused as
     /// retryable with nothing written; whatever `body` or `descends`
     /// returns.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the swap applied, once: a write
+    /// already sent can still land (each is conditioned on the same
+    /// `expected` state, so at most one of this call's writes does), and
+    /// nothing retries it. That is the state an
+    /// [`ErrorKind::Ambiguous`](crate::ErrorKind::Ambiguous) answer
+    /// reports: read the key and look for your nonces to find out.
     pub async fn swap<B, N, D>(
         &self,
         key: &str,
