@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use casaas_core::layout::{LeaseLayout, lease_view, with_layout};
-use casaas_core::lease::{LeaseError, SwapOnce, Swapped};
+use casaas_core::lease::{LeaseError, RetryPolicy, SwapOnce, Swapped};
 use casaas_core::testkit::{Fault, FaultConfig, FaultyStore};
 use casaas_core::{
     CasError, CasStore, ErrorKind, ForwardingStore, MemoryStore, StoredObject, Version,
@@ -96,13 +96,19 @@ async fn in_layout(store: Arc<dyn CasStore>, layout: LeaseLayout) -> Arc<dyn Cas
     store
 }
 
+fn retries(request_timeout: Duration, retry_period: Duration, max_attempts: u32) -> RetryPolicy {
+    RetryPolicy::default()
+        .with_request_timeout(request_timeout)
+        .with_retry_period(retry_period)
+        .with_max_attempts(max_attempts)
+}
+
 fn writer(store: Arc<dyn CasStore>) -> SwapOnce {
-    SwapOnce::new(store).with_retry_policy(
-        casaas_core::lease::RetryPolicy::default()
-            .with_request_timeout(Duration::from_secs(1))
-            .with_retry_period(Duration::from_millis(1))
-            .with_max_attempts(8),
-    )
+    SwapOnce::new(store).with_retry_policy(retries(
+        Duration::from_secs(1),
+        Duration::from_millis(1),
+        8,
+    ))
 }
 
 /// Reads, then swaps `value` on top of what was read (no fault yet).
@@ -435,12 +441,11 @@ async fn a_write_that_lands_after_its_caller_timed_out_is_found_by_the_next_read
     for layout in LAYOUTS {
         let raw = faulty(7);
         let store = in_layout(raw.clone(), layout).await;
-        let w = SwapOnce::new(store).with_retry_policy(
-            casaas_core::lease::RetryPolicy::default()
-                .with_request_timeout(Duration::from_millis(50))
-                .with_retry_period(Duration::from_millis(100))
-                .with_max_attempts(16),
-        );
+        let w = SwapOnce::new(store).with_retry_policy(retries(
+            Duration::from_millis(50),
+            Duration::from_millis(100),
+            16,
+        ));
         let read = seed_pointer(&w, "v1").await;
         // Lands 300 ms later, long after the 50 ms timeout; the retries are
         // conditioned on the same version, so at most one lands.
@@ -459,12 +464,11 @@ async fn out_of_attempts_after_a_stale_answer_still_settles() {
     for layout in LAYOUTS {
         let raw = faulty(8);
         let store = in_layout(raw.clone(), layout).await;
-        let w = SwapOnce::new(store.clone()).with_retry_policy(
-            casaas_core::lease::RetryPolicy::default()
-                .with_request_timeout(Duration::from_secs(1))
-                .with_retry_period(Duration::ZERO)
-                .with_max_attempts(1),
-        );
+        let w = SwapOnce::new(store.clone()).with_retry_policy(retries(
+            Duration::from_secs(1),
+            Duration::ZERO,
+            1,
+        ));
         let read = seed_pointer(&w, "v1").await;
         raw.inject(Fault::Duplicate);
         let swapped = swap_on(&w, &read, "v2").await.unwrap();
@@ -524,12 +528,11 @@ async fn racing_swappers_through_faults_land_each_commit_once() {
             for w in 0..3 {
                 let store = store.clone();
                 tasks.push(tokio::spawn(async move {
-                    let writer = SwapOnce::new(store).with_retry_policy(
-                        casaas_core::lease::RetryPolicy::default()
-                            .with_request_timeout(Duration::from_millis(200))
-                            .with_retry_period(Duration::from_millis(2))
-                            .with_max_attempts(64),
-                    );
+                    let writer = SwapOnce::new(store).with_retry_policy(retries(
+                        Duration::from_millis(200),
+                        Duration::from_millis(2),
+                        64,
+                    ));
                     let mut ours = Vec::new();
                     let mut conflicts = Vec::new();
                     for c in 0..6 {

@@ -443,6 +443,9 @@ pub mod group_commit;
 /// `create_once` (in a file of its own).
 pub mod create_once;
 
+/// `swap_once` (in a file of its own).
+pub mod swap_once;
+
 /// `fenced_log`: what the store really holds at the end, read directly.
 pub mod fenced_log {
     use std::collections::BTreeMap;

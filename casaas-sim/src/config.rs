@@ -48,11 +48,16 @@ pub enum Primitive {
     /// taken, unknown outcomes settled by reading): each at most once, where
     /// its client was told, none told not committed, no holes.
     CreateOnce,
+    /// `SwapOnce`: transactions committed to shared tables the Iceberg way
+    /// (swap the table's pointer if it is still the one read, rebase on a
+    /// conflict): each landed exactly once when told ours, never when told
+    /// a conflict, and no lost update.
+    SwapOnce,
 }
 
 impl Primitive {
     /// Every primitive, in the order they run and report.
-    pub const ALL: [Primitive; 11] = [
+    pub const ALL: [Primitive; 12] = [
         Primitive::Lease,
         Primitive::SharedLease,
         Primitive::Election,
@@ -64,6 +69,7 @@ impl Primitive {
         Primitive::GroupCommit,
         Primitive::Fair,
         Primitive::CreateOnce,
+        Primitive::SwapOnce,
     ];
 
     /// The name printed in `primitive=NAME`.
@@ -80,6 +86,7 @@ impl Primitive {
             Primitive::GroupCommit => "group_commit",
             Primitive::Fair => "fair",
             Primitive::CreateOnce => "create_once",
+            Primitive::SwapOnce => "swap_once",
         }
     }
 
@@ -103,6 +110,7 @@ impl Primitive {
             Primitive::GroupCommit => 12,
             Primitive::Fair => 12,
             Primitive::CreateOnce => 12,
+            Primitive::SwapOnce => 12,
         }
     }
 }

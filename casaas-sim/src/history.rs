@@ -164,6 +164,9 @@ pub mod group_commit;
 /// `create_once` (in a file of its own).
 pub mod create_once;
 
+/// `swap_once` (in a file of its own).
+pub mod swap_once;
+
 /// `fenced_log`: each append and what it was told; and the entries the
 /// store holds at the end, read directly.
 pub mod fenced_log {

@@ -113,6 +113,10 @@ async fn simulate(
             let r = client::create_once::simulate(config, ops, seed).await?;
             report::create_once::report(config, seed, &r.world, &r.history)
         }
+        Primitive::SwapOnce => {
+            let r = client::swap_once::simulate(config, ops, seed).await?;
+            report::swap_once::report(config, seed, &r.world, &r.history)
+        }
     })
 }
 

@@ -278,10 +278,11 @@ pub mod fenced_resource {
     }
 }
 
-/// `group_commit`, `fair` and `create_once` (in files of their own).
+/// `group_commit`, `fair`, `create_once` and `swap_once` (in files of their own).
 pub mod create_once;
 pub mod fair;
 pub mod group_commit;
+pub mod swap_once;
 
 /// `fenced_log`.
 pub mod fenced_log {

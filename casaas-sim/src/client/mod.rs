@@ -13,3 +13,4 @@ pub mod fenced_resource;
 pub mod group_commit;
 pub mod lease;
 pub mod session;
+pub mod swap_once;
