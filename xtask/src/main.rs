@@ -20,11 +20,14 @@
 //! - `cargo xtask chaos --server NAME [--minutes M] [--seed S] [--sessions] [--group-commit]` — worker
 //!   processes under kills, pauses and proxy faults against a real server,
 //!   judged by an independent checker.
+//! - `cargo xtask chaos-ci [--at-once N]` — CI's chaos minutes alone, several
+//!   at a time, as `ci` runs them.
 
 mod api;
 mod bench;
 mod createonly_proxy;
 mod mutants;
+mod python;
 mod servers;
 #[cfg(test)]
 mod tidy;
@@ -84,6 +87,13 @@ enum Task {
         #[arg(long, conflicts_with_all = ["names", "quick", "keep_servers"])]
         render: bool,
     },
+    /// The Python package: build it into a virtualenv under `.casaas/`,
+    /// then pytest, mypy --strict and its examples.
+    Python {
+        /// Fail (not skip) the tests of servers that are not running.
+        #[arg(long)]
+        require_servers: bool,
+    },
     /// Chaos against a real server: lease workers killed and frozen while a
     /// proxy injects transport faults, then an independent checker.
     Chaos {
@@ -110,6 +120,12 @@ enum Task {
         /// several tasks at once (batches of several updates per write).
         #[arg(long)]
         group_commit: bool,
+    },
+    /// CI's chaos minutes alone, as `ci` runs them (several at a time).
+    ChaosCi {
+        /// How many run at the same time.
+        #[arg(long, default_value_t = CI_CHAOS_AT_ONCE)]
+        at_once: usize,
     },
     /// Benchmarks against etcd and Redis on loopback; writes
     /// docs/performance.md and prints `name=value` headlines last.
@@ -186,9 +202,19 @@ fn workspace_root() -> Result<PathBuf> {
 
 /// `cargo ARGS` in the workspace, in the environment every task runs it in.
 fn cargo_command(root: &PathBuf, args: &[&str]) -> Command {
-    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    let mut command = task_command(
+        root,
+        std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()),
+    );
+    command.args(args);
     command
-        .args(args)
+}
+
+/// `program` run in the workspace, in the environment every task runs
+/// cargo in.
+fn task_command(root: &PathBuf, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = Command::new(program);
+    command
         .current_dir(root)
         // No test may ever reach a cloud metadata endpoint.
         .env("AWS_EC2_METADATA_DISABLED", "true")
@@ -344,6 +370,36 @@ fn chaos_args(
     Ok(args.into_iter().map(String::from).collect())
 }
 
+/// CI's chaos runs (the cargo arguments of each): a minute per server in
+/// [`CHAOS_SERVERS`], then a minute of locks under sessions on Ceph and one
+/// of writes through group commit on fake-gcs.
+fn ci_chaos_runs(ctx: &servers::Ctx) -> Result<Vec<Vec<String>>> {
+    let mut runs = Vec::new();
+    for (server, option) in CHAOS_SERVERS {
+        runs.push(chaos_args(ctx, server, 1.0, 1, option, &[])?);
+    }
+    // Locks under sessions: one more minute, on Ceph.
+    runs.push(chaos_args(
+        ctx,
+        "ceph",
+        1.0,
+        1,
+        "",
+        &["--sessions", "true"],
+    )?);
+    // Writes through group commit (batches of several updates per
+    // write): one more minute, on fake-gcs.
+    runs.push(chaos_args(
+        ctx,
+        "fake-gcs",
+        1.0,
+        1,
+        "",
+        &["--group-commit", "true"],
+    )?);
+    Ok(runs)
+}
+
 /// How many of CI's chaos minutes run at the same time. A chaos run spends
 /// its minute mostly waiting (lease TTLs, pauses, the proxy's stalls), so
 /// runs against different servers overlap well; run one after another they
@@ -366,6 +422,10 @@ fn chaos_runs_at_once(
         root,
         &["build", "--quiet", "-p", "casaas-testkit", "--bin", "chaos"],
     )?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let binary = target.join("debug").join("chaos");
     let logs = ctx.state.join("ci");
     std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
     let mut failed = Vec::new();
@@ -374,16 +434,23 @@ fn chaos_runs_at_once(
         for (n, args) in chunk.iter().enumerate() {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let label = chaos_label(&args);
+            // The binary itself, not `cargo run`: runs that start together
+            // would otherwise queue on cargo's lock of the target directory.
+            let binary_args = args
+                .iter()
+                .position(|a| *a == "--")
+                .map_or(&args[..], |i| &args[i + 1..]);
             let log = logs.join(format!("chaos-{wave}-{n}.log"));
             let file = std::fs::File::create(&log)
                 .with_context(|| format!("creating {}", log.display()))?;
             let err = file.try_clone()?;
             eprintln!("xtask: chaos {label} started (output in {})", log.display());
-            let child = cargo_command(root, &args)
+            let child = task_command(root, &binary)
+                .args(binary_args)
                 .stdout(file)
                 .stderr(err)
                 .spawn()
-                .with_context(|| format!("running cargo {}", args.join(" ")))?;
+                .with_context(|| format!("running {}", binary.display()))?;
             children.push((label, log, child));
         }
         for (label, log, mut child) in children {
@@ -461,33 +528,11 @@ fn ci(root: &PathBuf, sim_ops: u64, keep_servers: bool) -> Result<()> {
     let ctx = servers::Ctx::new(root.clone());
     let result = servers::up(&ctx, &[]).and_then(|()| {
         cargo(root, &["test", "--workspace", "--no-fail-fast"])?;
+        python::python(root, true)?;
         sim(root, sim_ops, 1, &[], false)?;
         // The same operations again, each client with a timing of its own.
         sim(root, sim_ops, 1, &[], true)?;
-        let mut runs = Vec::new();
-        for (server, option) in CHAOS_SERVERS {
-            runs.push(chaos_args(&ctx, server, 1.0, 1, option, &[])?);
-        }
-        // Locks under sessions: one more minute, on Ceph.
-        runs.push(chaos_args(
-            &ctx,
-            "ceph",
-            1.0,
-            1,
-            "",
-            &["--sessions", "true"],
-        )?);
-        // Writes through group commit (batches of several updates per
-        // write): one more minute, on fake-gcs.
-        runs.push(chaos_args(
-            &ctx,
-            "fake-gcs",
-            1.0,
-            1,
-            "",
-            &["--group-commit", "true"],
-        )?);
-        chaos_runs_at_once(&ctx, root, &runs, CI_CHAOS_AT_ONCE)?;
+        chaos_runs_at_once(&ctx, root, &ci_chaos_runs(&ctx)?, CI_CHAOS_AT_ONCE)?;
         Ok(())
     });
     if !keep_servers {
@@ -508,6 +553,7 @@ fn main() -> Result<()> {
             keep_servers,
         } => ci(&root, sim_ops, keep_servers),
         Task::Api { accept } => api::api(&root, accept),
+        Task::Python { require_servers } => python::python(&root, require_servers),
         Task::Servers { action } => match action {
             ServersAction::Up { names } => servers::up(&ctx, &names),
             ServersAction::Down { names } => servers::down(&ctx, &names),
@@ -548,6 +594,9 @@ fn main() -> Result<()> {
                 servers::down(&ctx, &[server])?;
             }
             result
+        }
+        Task::ChaosCi { at_once } => {
+            chaos_runs_at_once(&ctx, &root, &ci_chaos_runs(&ctx)?, at_once)
         }
         Task::Bench {
             quick,
