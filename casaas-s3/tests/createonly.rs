@@ -155,7 +155,7 @@ async fn leases_hold_in_the_create_only_layout() {
     use std::time::Duration;
 
     use casaas_core::layout::{LeaseLayout, with_layout};
-    use casaas_core::lease::{WaitOptions, AcquireOutcome, Lease, LeaseConfig};
+    use casaas_core::lease::{AcquireOutcome, Lease, LeaseConfig, WaitOptions};
 
     let store = with_layout(
         common::dyn_store("createonly", "s3-createonly-lease").await,

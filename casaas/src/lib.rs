@@ -30,7 +30,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use casaas::{WaitOptions, Lease, LeaseConfig};
+//! use casaas::{Lease, LeaseConfig, WaitOptions};
 //!
 //! let store = casaas::open_store("memory://crate-doc/locks").await?;
 //! let lease = Lease::new(store, "nightly", "worker-1", LeaseConfig::from_ttl(Duration::from_secs(10)))?;
@@ -80,7 +80,7 @@ use std::sync::{Arc, Once};
 pub use casaas_core::lease::{
     AcquireOutcome, Election, ElectionRunner, ExpiryMode, Fenced, FencedLog, FencedResource,
     Health, HealthCheck, HeldBy, Leader, Leadership, Lease, LeaseConfig, LeaseError, LeaseGuard,
-    LeaseStatus, LogEntry, LostReason, WaitOptions, default_owner_id,
+    LeaseStatus, LogEntry, LostReason, RetryPolicy, WaitOptions, default_owner_id,
 };
 pub use casaas_core::{
     Capabilities, CasError, CasStore, ErrorKind, FileStore, ListEntry, MemoryStore, StoreUrl,
