@@ -8,6 +8,7 @@
 
 mod errors;
 mod runtime;
+mod swap;
 mod values;
 
 use std::collections::HashMap;
@@ -726,5 +727,6 @@ fn _casaas(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Leadership>()?;
     m.add_class::<Task>()?;
     values::register(m)?;
+    swap::register(m)?;
     Ok(())
 }

@@ -712,7 +712,7 @@ def lance_commit_lock(
     *,
     ttl: Optional[Seconds] = 30,
     wait: Optional[Seconds] = 120,
-    min_validity: Seconds = 10,
+    min_validity: Optional[Seconds] = None,
     owner: Optional[str] = None,
     **options: Any,
 ) -> Callable[[int], contextlib.AbstractContextManager[None]]:
@@ -724,7 +724,8 @@ def lance_commit_lock(
     absent and writes it. The lock makes that check-then-write exclusive
     across processes on a store where Lance's own conditional put is refused
     or ignored. On entry the lock must be held with at least
-    ``min_validity`` left (the time a manifest write may take); a lock not
+    ``min_validity`` left (the time a manifest write may take; default a
+    third of ``ttl``, and it must stay well below ``ttl``); a lock not
     acquired within ``wait`` raises Lance's ``CommitConflictError``, which
     Lance answers by reloading and retrying.
 
@@ -736,7 +737,13 @@ def lance_commit_lock(
     target, name = _store_and_key(url, key, options)
     store = _resolve(target, options)
     lease = Lease(store, name, ttl=ttl, owner=owner)
-    need = _required(min_validity, "min_validity")
+    lease_ttl = lease._native.ttl
+    need = lease_ttl / 3 if min_validity is None else _required(min_validity, "min_validity")
+    if need >= lease_ttl * 0.9:
+        raise InvalidConfig(
+            f"min_validity ({need} s) must be well below the lock's ttl ({lease_ttl} s): "
+            "raise ttl or lower min_validity"
+        )
 
     @contextlib.contextmanager
     def commit_lock(version: int) -> Iterator[None]:
