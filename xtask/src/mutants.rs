@@ -146,10 +146,58 @@ const MUTANTS: &[Mutant] = &[
         replace: "let holds = |nonce: &str| stored_nonce.is_some() || nonce.is_empty();",
     },
     Mutant {
+        name: "group commit carries an update of an older token in a batch fenced by a newer one",
+        file: "casaas-core/src/lease/group.rs",
+        find: "if next.token != first.token || full {",
+        replace: "if next.token > first.token || full {",
+    },
+    Mutant {
+        name: "group commit answers a batch with the values of its last call, not of the call that landed",
+        file: "casaas-core/src/lease/group.rs",
+        find: "let steps = calls.into_iter().nth(call).ok_or_else(",
+        replace: "let steps = calls.into_iter().last().filter(|_| call < usize::MAX).ok_or_else(",
+    },
+    Mutant {
+        name: "try_acquire answers a race lost on a fresh lock as an error",
+        file: "casaas-core/src/lease/acquire.rs",
+        find: "Err(LeaseError::Store(err)) if lost_race(&err) => {",
+        replace: "Err(LeaseError::Store(err)) if false && lost_race(&err) => {",
+    },
+    Mutant {
+        name: "create-only layout: an epoch created in collected history taken as written",
+        file: "casaas-core/src/layout.rs",
+        find: ".get(&Self::collected_key(key, self.block_of(epoch)))",
+        replace: ".get(&Self::epoch_key(key, u64::MAX))",
+    },
+    Mutant {
+        name: "create-only layout: a reader takes an epoch in a collected block for the head",
+        file: "casaas-core/src/layout.rs",
+        find: "            if collected {\n                // Our candidate is in collected history",
+        replace: "            if false && collected {\n                // Our candidate is in collected history",
+    },
+    Mutant {
+        name: "election gives the lease up before the leader's work has finished",
+        file: "casaas-core/src/lease/election.rs",
+        find: "if !matches!(stop, Stop::WorkEnded)\n                && let Err(err) = work.await",
+        replace: "if false\n                && let Err(err) = work.await",
+    },
+    Mutant {
         name: "holder never steps down at its renew deadline",
         file: "casaas-core/src/lease/handle.rs",
         find: "if now >= deadline {\n                self.lose(LostReason::RenewDeadlineExceeded);",
         replace: "if false && now >= deadline {\n                self.lose(LostReason::RenewDeadlineExceeded);",
+    },
+    Mutant {
+        name: "swap-once takes a 412 as a conflict without reading the object back",
+        file: "casaas-core/src/lease/swap_once.rs",
+        find: "if let Some(version) = attempts.created(sent)? {",
+        replace: "if let super::attempt::Sent::Unknown(err) = &sent\n                && err.kind() == crate::ErrorKind::PreconditionFailed\n            {\n                return Ok(Swapped::Conflict(None));\n            }\n            if let Some(version) = attempts.created(sent)? {",
+    },
+    Mutant {
+        name: "swap-once never asks the lineage check (a write of ours built upon is a conflict)",
+        file: "casaas-core/src/lease/swap_once.rs",
+        find: "let moved_on = write.condition.as_ref() != Some(&object.version);",
+        replace: "let moved_on = false && write.condition.as_ref() != Some(&object.version);",
     },
 ];
 
@@ -164,12 +212,13 @@ enum Verdict {
     Crashed(String),
 }
 
-/// Runs every mutant (or those whose name contains `only`) and prints the
+/// Runs every mutant (or those whose name contains `only`, or any of its
+/// `|`-separated parts) and prints the
 /// table and the kill rate; fails if a mutant no longer applies.
 pub fn mutants(root: &Path, ops: u64, seed: u64, only: Option<&str>) -> Result<()> {
     let chosen: Vec<&Mutant> = MUTANTS
         .iter()
-        .filter(|m| only.is_none_or(|only| m.name.contains(only)))
+        .filter(|m| only.is_none_or(|only| chosen_by(only, m.name)))
         .collect();
     if chosen.is_empty() {
         bail!("no mutant's name contains {only:?}; the names are in xtask/src/mutants.rs");
@@ -206,6 +255,14 @@ pub fn mutants(root: &Path, ops: u64, seed: u64, only: Option<&str>) -> Result<(
     }
     println!("{}", table(&rows, ops, seed));
     Ok(())
+}
+
+/// Does `--only` choose the mutant named `name`? It names one or more
+/// texts, separated by `|`; a name containing any of them is chosen.
+fn chosen_by(only: &str, name: &str) -> bool {
+    only.split('|')
+        .map(str::trim)
+        .any(|part| !part.is_empty() && name.contains(part))
 }
 
 /// `text` with the mutant's one edit made.
@@ -361,6 +418,17 @@ mod tests {
         let err = apply("a < b", &mutant).unwrap_err().to_string();
         assert!(err.contains("no longer applies"), "{err}");
         assert!(apply("x > y; x > y", &mutant).is_err());
+    }
+
+    #[test]
+    fn only_chooses_by_any_of_its_parts() {
+        assert!(chosen_by("group commit", "group commit carries an update"));
+        assert!(chosen_by(
+            "session|fresh lock",
+            "try_acquire answers a race lost on a fresh lock"
+        ));
+        assert!(!chosen_by("session|fresh lock", "release resets the token"));
+        assert!(!chosen_by("|", "release resets the token"));
     }
 
     #[test]

@@ -13,7 +13,7 @@ pub fn updates_exactly_once(h: &History, context: &str) -> Vec<String> {
         .iter()
         .enumerate()
         .filter_map(|(id, u)| {
-            let times = u.applied_at.len();
+            let times = u.applied.len();
             let wrong = match u.outcome {
                 Outcome::Ok => times != 1,
                 Outcome::FencedOut | Outcome::Failed => times != 0,
@@ -61,10 +61,12 @@ pub fn updates_told_their_place(h: &History, context: &str) -> Vec<String> {
         if u.outcome != Outcome::Ok {
             continue;
         }
-        if u.applied_at.first().is_some_and(|at| *at != u.reported) {
+        if u.applied.first().is_some_and(|a| a.at != u.reported) {
             violations.push(format!(
                 "{context}: update {id} of {:?} was told the counter became {} but it was applied at {:?}",
-                u.caller, u.reported, u.applied_at
+                u.caller,
+                u.reported,
+                u.applied_at()
             ));
         }
         if let Some(before) = last.insert(u.caller, u.reported)
@@ -73,6 +75,64 @@ pub fn updates_told_their_place(h: &History, context: &str) -> Vec<String> {
             violations.push(format!(
                 "{context}: {:?} was told {} after {before}: its updates went back in order",
                 u.caller, u.reported
+            ));
+        }
+    }
+    violations
+}
+
+/// Fencing per update: every update and record the store applied was
+/// applied by a write fenced with the very token it was submitted under
+/// (never carried by a batch of a newer token), and none submitted under a
+/// token already superseded when its write landed (a higher token written
+/// before) was applied at all.
+pub fn applied_under_submitted_token(h: &History, context: &str) -> Vec<String> {
+    let mut violations = Vec::new();
+    for (id, u) in h.updates.iter().enumerate() {
+        for a in &u.applied {
+            if a.token != u.token {
+                violations.push(format!(
+                    "{context}: update {id} of {:?} was submitted under token {} (stale: {}) but applied by a write under token {} (the counter at {})",
+                    u.caller, u.token, u.stale, a.token, a.at
+                ));
+            }
+            if u.token < a.fence {
+                violations.push(format!(
+                    "{context}: update {id} of {:?} was submitted under token {}, superseded by token {} already written, yet applied (the counter at {})",
+                    u.caller, u.token, a.fence, a.at
+                ));
+            }
+        }
+    }
+    // The highest token of the entries before each one, per log.
+    let mut fence: Option<(u64, u64, u64)> = None; // (log, entry, highest before it)
+    let mut highest: Option<(u64, u64)> = None; // (log, highest so far)
+    for r in &h.records {
+        let before = match (fence, highest) {
+            (Some((log, entry, before)), _) if log == r.log && entry == r.key_seq => before,
+            (_, Some((log, top))) if log == r.log => top,
+            _ => 0,
+        };
+        fence = Some((r.log, r.key_seq, before));
+        highest = Some((
+            r.log,
+            highest
+                .filter(|(log, _)| *log == r.log)
+                .map_or(r.token, |(_, top)| top.max(r.token)),
+        ));
+        let Some(a) = h.appends.get(r.id as usize) else {
+            continue; // a stray record: `records_exactly_once` reports it
+        };
+        if a.token != r.token {
+            violations.push(format!(
+                "{context}: append {} of {:?} was submitted under token {} (stale: {}) but stored in log {} entry {} under token {}",
+                r.id, a.caller, a.token, a.stale, r.log, r.key_seq, r.token
+            ));
+        }
+        if a.token < before {
+            violations.push(format!(
+                "{context}: append {} of {:?} was submitted under token {}, superseded by token {} already in log {}, yet stored at entry {}",
+                r.id, a.caller, a.token, before, r.log, r.key_seq
             ));
         }
     }
@@ -216,6 +276,15 @@ pub fn exercised(h: &History, ops: u64, context: &str) -> Vec<String> {
             "a batch was fenced out",
             h.updates_told(Outcome::FencedOut) + h.appends_told(Outcome::FencedOut) > 0,
         ),
+        (
+            "an update or append under a superseded token was refused",
+            h.updates
+                .iter()
+                .any(|u| u.stale && u.outcome == Outcome::FencedOut)
+                || h.appends
+                    .iter()
+                    .any(|a| a.stale && a.outcome == Outcome::FencedOut),
+        ),
     ];
     checks
         .iter()
@@ -227,7 +296,7 @@ pub fn exercised(h: &History, ops: u64, context: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::group_commit::{AppendRec, UpdateRec};
+    use crate::history::group_commit::{AppendRec, Application, UpdateRec};
 
     const CALLER: Caller = Caller { client: 0, task: 0 };
 
@@ -235,10 +304,18 @@ mod tests {
         UpdateRec {
             caller: CALLER,
             token: 1,
+            stale: false,
             outcome,
             error: String::new(),
             reported,
-            applied_at: applied_at.to_vec(),
+            applied: applied_at
+                .iter()
+                .map(|&at| Application {
+                    at,
+                    token: 1,
+                    fence: 1,
+                })
+                .collect(),
         }
     }
 
@@ -246,6 +323,7 @@ mod tests {
         AppendRec {
             caller: CALLER,
             token: 1,
+            stale: false,
             log: 0,
             outcome,
             error: String::new(),
@@ -336,6 +414,62 @@ mod tests {
         assert!(records_exactly_once(&clean, "t").is_empty());
         assert!(appends_in_caller_order(&clean, "t").is_empty());
         assert!(logs_well_formed(&clean.records, "t").is_empty());
-        assert_eq!(exercised(&clean, 1_000_000, "t").len(), 4);
+        assert_eq!(exercised(&clean, 1_000_000, "t").len(), 5);
+    }
+
+    #[test]
+    fn fencing_per_update_reports_updates_and_records_applied_under_another_token() {
+        let applied = |at, token, fence| Application { at, token, fence };
+        let mut zombie = update(Outcome::Ok, 2, &[]);
+        zombie.token = 1;
+        zombie.stale = true;
+        // Submitted under 1, carried by a batch fenced with 2 after 2 was
+        // written: both rules broken.
+        zombie.applied = vec![applied(2, 2, 2)];
+        let mut late = update(Outcome::Ambiguous, 0, &[]);
+        // Under its own token, but after a higher one landed.
+        late.applied = vec![applied(3, 1, 2)];
+        let mut fine = update(Outcome::Ok, 1, &[]);
+        fine.token = 2;
+        fine.applied = vec![applied(1, 2, 1)];
+        let h = History {
+            updates: vec![fine.clone(), zombie, late],
+            ..History::default()
+        };
+        assert_eq!(applied_under_submitted_token(&h, "t").len(), 3);
+        let clean = History {
+            updates: vec![update(Outcome::Ok, 1, &[1]), fine],
+            ..History::default()
+        };
+        assert!(applied_under_submitted_token(&clean, "t").is_empty());
+
+        let mut old = append(Outcome::Ok, (2, 1));
+        old.stale = true;
+        let mut new = append(Outcome::Ok, (2, 0));
+        new.token = 2;
+        let logs = History {
+            appends: vec![append(Outcome::Ok, (1, 0)), new.clone(), old],
+            // Append 2 (token 1) is stored in entry 2, fenced with 2.
+            records: vec![record(1, 0, 1, 0), record(2, 0, 2, 1), record(2, 1, 2, 2)],
+            ..History::default()
+        };
+        let found = applied_under_submitted_token(&logs, "t");
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("append 2"), "{found:?}");
+        // A record of token 1 in a later entry than one of token 2.
+        let superseded = History {
+            appends: vec![new, append(Outcome::Ok, (3, 0))],
+            records: vec![record(2, 0, 2, 0), record(3, 0, 1, 1)],
+            ..History::default()
+        };
+        let found = applied_under_submitted_token(&superseded, "t");
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("superseded"), "{found:?}");
+        let clean = History {
+            appends: vec![append(Outcome::Ok, (1, 0)), append(Outcome::Ok, (1, 1))],
+            records: vec![record(1, 0, 1, 0), record(1, 1, 1, 1)],
+            ..History::default()
+        };
+        assert!(applied_under_submitted_token(&clean, "t").is_empty());
     }
 }

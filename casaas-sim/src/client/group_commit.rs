@@ -23,7 +23,9 @@ use serde::{Deserialize, Serialize};
 use super::fenced::{finish, outcome, spawn_freezer, stored_log_objects};
 use crate::clock::{SimClock, random_duration};
 use crate::config::SimConfig;
-use crate::history::group_commit::{AppendRec, Caller, History, Outcome, StoredRecord, UpdateRec};
+use crate::history::group_commit::{
+    AppendRec, Application, Caller, History, Outcome, StoredRecord, UpdateRec,
+};
 use crate::lock;
 use crate::network::World;
 
@@ -39,6 +41,8 @@ const TASKS: usize = 12;
 /// How many update ids the counter keeps: more than any batch carries, so
 /// that each applied write names every update it applied.
 const RECENT_IDS: usize = 256;
+/// The share of operations submitted under the process's previous token.
+const STALE_SHARE: f64 = 0.03;
 
 /// The counter's value: how many increments, and the last ones' ids.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -63,6 +67,8 @@ fn log_prefix(log: u64) -> String {
 struct Recorder {
     history: History,
     applied_count: u64,
+    /// The highest token of the counter writes applied so far.
+    fence: u64,
 }
 
 impl Recorder {
@@ -83,6 +89,8 @@ impl Recorder {
             return;
         };
         h.counter_tokens.push(token);
+        let fence = self.fence;
+        self.fence = self.fence.max(token);
         let added = counter.count.saturating_sub(self.applied_count);
         let known = usize::try_from(added).is_ok_and(|n| n <= counter.ids.len());
         if counter.count <= self.applied_count || !known {
@@ -95,7 +103,7 @@ impl Recorder {
             for (i, id) in counter.ids[first..].iter().enumerate() {
                 let at = self.applied_count + i as u64 + 1;
                 match h.updates.get_mut(*id as usize) {
-                    Some(update) => update.applied_at.push(at),
+                    Some(update) => update.applied.push(Application { at, token, fence }),
                     None => h.unknown_writes.push(format!("update id {id}")),
                 }
             }
@@ -119,6 +127,9 @@ struct Process {
     logs: Mutex<BTreeMap<u64, GroupLog<LogOp>>>,
     /// The token the process writes with.
     token: AtomicU64,
+    /// The token it wrote with before its last new one (what a task that
+    /// read the token earlier still holds).
+    previous: AtomicU64,
     /// The highest token handed out so far (by any process).
     epoch: Arc<AtomicU64>,
     /// Appends started (by any process): picks the log.
@@ -163,8 +174,11 @@ impl Process {
 
     /// After a refusal by the fence: take the latest token.
     fn fenced_out(&self) {
-        self.token
-            .fetch_max(self.epoch.load(Ordering::Relaxed), Ordering::Relaxed);
+        let latest = self.epoch.load(Ordering::Relaxed);
+        let before = self.token.fetch_max(latest, Ordering::Relaxed);
+        if before < latest {
+            self.previous.fetch_max(before, Ordering::Relaxed);
+        }
     }
 }
 
@@ -202,23 +216,40 @@ impl Task {
         if self.rng.random_bool(0.01) {
             let p = &self.process;
             let token = p.epoch.fetch_add(1, Ordering::Relaxed) + 1;
-            p.token.fetch_max(token, Ordering::Relaxed);
+            let before = p.token.fetch_max(token, Ordering::Relaxed);
+            p.previous.fetch_max(before, Ordering::Relaxed);
             lock(&p.recorder).history.new_tokens += 1;
+        }
+    }
+
+    /// The token to submit under: the process's, or now and then the one
+    /// it held before (a task that read it earlier), which fencing must
+    /// refuse once the newer one was written, and which must never land
+    /// under the newer one.
+    fn token(&mut self) -> (u64, bool) {
+        let p = &self.process;
+        let current = p.token.load(Ordering::Relaxed);
+        let previous = p.previous.load(Ordering::Relaxed);
+        if previous > 0 && previous < current && self.rng.random_bool(STALE_SHARE) {
+            (previous, true)
+        } else {
+            (current, false)
         }
     }
 
     async fn update(&mut self, wait: Wait) -> Result<(), String> {
         let p = self.process.clone();
-        let token = p.token.load(Ordering::Relaxed);
+        let (token, stale) = self.token();
         let id = {
             let mut r = lock(&p.recorder);
             r.history.updates.push(UpdateRec {
                 caller: self.caller,
                 token,
+                stale,
                 outcome: Outcome::Pending,
                 error: String::new(),
                 reported: 0,
-                applied_at: Vec::new(),
+                applied: Vec::new(),
             });
             (r.history.updates.len() - 1) as u64
         };
@@ -251,7 +282,7 @@ impl Task {
 
     async fn append(&mut self, wait: Wait) -> Result<(), String> {
         let p = self.process.clone();
-        let token = p.token.load(Ordering::Relaxed);
+        let (token, stale) = self.token();
         let log = p.started.fetch_add(1, Ordering::Relaxed) / RECORDS_PER_LOG;
         let handle = p.log(log)?;
         let id = {
@@ -259,6 +290,7 @@ impl Task {
             r.history.appends.push(AppendRec {
                 caller: self.caller,
                 token,
+                stale,
                 log,
                 outcome: Outcome::Pending,
                 error: String::new(),
@@ -385,6 +417,7 @@ pub async fn simulate(config: &SimConfig, ops: u64, seed: u64) -> Result<Recorde
             config: group,
             logs: Mutex::new(BTreeMap::new()),
             token: AtomicU64::new(epoch.load(Ordering::Relaxed)),
+            previous: AtomicU64::new(0),
             epoch: epoch.clone(),
             started: started.clone(),
             sim: config.clone(),

@@ -12,25 +12,50 @@ pub struct Caller {
     pub task: usize,
 }
 
+/// One application of an update by a counter write the store applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Application {
+    /// The counter's value right after this update.
+    pub at: u64,
+    /// The token of the write that applied it.
+    pub token: u64,
+    /// The highest token of the counter writes the store applied before
+    /// this one (0 for the first): a lower submitted token was superseded.
+    pub fence: u64,
+}
+
 /// One `GroupResource::update` (its id is its index in `History::updates`).
 #[derive(Debug, Clone)]
 pub struct UpdateRec {
     pub caller: Caller,
+    /// The token the update was submitted under.
     pub token: u64,
+    /// Submitted under a token older than its process's (a task that kept
+    /// the token it read before the process was handed a new one).
+    pub stale: bool,
     pub outcome: Outcome,
     pub error: String,
     /// The counter's value right after this update, as reported with `Ok`.
     pub reported: u64,
-    /// The counter's value right after this update, each time the store
-    /// applied it (exactly one entry if all is well).
-    pub applied_at: Vec<u64>,
+    /// Each time the store applied it (exactly one entry if all is well).
+    pub applied: Vec<Application>,
+}
+
+impl UpdateRec {
+    /// The counter's value right after each application.
+    pub fn applied_at(&self) -> Vec<u64> {
+        self.applied.iter().map(|a| a.at).collect()
+    }
 }
 
 /// One `GroupLog::append` (its id is its index in `History::appends`).
 #[derive(Debug, Clone)]
 pub struct AppendRec {
     pub caller: Caller,
+    /// The token the append was submitted under.
     pub token: u64,
+    /// Submitted under a token older than its process's.
+    pub stale: bool,
     pub log: u64,
     pub outcome: Outcome,
     pub error: String,
@@ -47,6 +72,7 @@ pub struct StoredRecord {
     /// The sequence number recorded in the entry.
     pub seq: u64,
     pub offset: u64,
+    /// The token of the entry that holds it (the write that applied it).
     pub token: u64,
     /// The append that wrote it.
     pub id: u64,

@@ -25,6 +25,10 @@ fn check(h: &History, ops: u64, context: &str) -> Findings {
         check::updates_told_their_place(h, context),
     );
     findings.add(
+        "applied_under_submitted_token",
+        check::applied_under_submitted_token(h, context),
+    );
+    findings.add(
         "counter_writes_known_and_fenced",
         check::counter_writes_known_and_fenced(h, context),
     );
@@ -73,7 +77,11 @@ pub fn report(config: &SimConfig, seed: u64, world: &World, h: &History) -> Prim
         let _ = writeln!(
             text,
             "u {:?} {} {:?} {} {:?}",
-            u.caller, u.token, u.outcome, u.reported, u.applied_at
+            u.caller,
+            u.token,
+            u.outcome,
+            u.reported,
+            u.applied_at()
         );
     }
     for a in &h.appends {
@@ -94,10 +102,25 @@ pub fn report(config: &SimConfig, seed: u64, world: &World, h: &History) -> Prim
     let _ = writeln!(text, "ops {ops} faults {faults:?}");
     let digest = fnv(&text);
     let entries = h.entry_sizes();
+    // Operations submitted under a superseded token: their outcomes, and how
+    // many landed (within the window fencing allows: before the newer token
+    // was written).
+    let stale: Vec<Outcome> = (h.updates.iter().filter(|u| u.stale).map(|u| u.outcome))
+        .chain(h.appends.iter().filter(|a| a.stale).map(|a| a.outcome))
+        .collect();
+    let stale_applied = h
+        .updates
+        .iter()
+        .filter(|u| u.stale && !u.applied.is_empty())
+        .count()
+        + h.records
+            .iter()
+            .filter(|r| h.appends.get(r.id as usize).is_some_and(|a| a.stale))
+            .count();
     let summary = format!(
         "world_seed={seed} clients={} updates={} ok={} ambiguous={} fenced_out={} failed={} final_value={} counter_writes={} \
          update_batches=[{}] appends={} ok={} ambiguous={} fenced_out={} failed={} records={} entries={} entry_records=[{}] \
-         removed={} abandoned={} new_tokens={} freezes={} {} faults: {faults:?} digest={digest:016x}",
+         removed={} abandoned={} new_tokens={} stale={} stale_fenced_out={} stale_applied={} freezes={} {} faults: {faults:?} digest={digest:016x}",
         world.rates.len(),
         h.updates.len(),
         h.updates_told(Outcome::Ok),
@@ -118,6 +141,9 @@ pub fn report(config: &SimConfig, seed: u64, world: &World, h: &History) -> Prim
         h.removed,
         h.abandoned,
         h.new_tokens,
+        stale.len(),
+        stale.iter().filter(|o| **o == Outcome::FencedOut).count(),
+        stale_applied,
         h.freezes,
         world.late_summary(),
     );
