@@ -446,6 +446,9 @@ pub mod create_once;
 /// `swap_once` (in a file of its own).
 pub mod swap_once;
 
+/// `first_use` (in a file of its own).
+pub mod first_use;
+
 /// `fenced_log`: what the store really holds at the end, read directly.
 pub mod fenced_log {
     use std::collections::BTreeMap;

@@ -53,11 +53,14 @@ pub enum Primitive {
     /// conflict): each landed exactly once when told ours, never when told
     /// a conflict, and no lost update.
     SwapOnce,
+    /// Clients racing for locks that do not exist yet, in both layouts:
+    /// losing the first write is never an error, one holder at a time.
+    FirstUse,
 }
 
 impl Primitive {
     /// Every primitive, in the order they run and report.
-    pub const ALL: [Primitive; 12] = [
+    pub const ALL: [Primitive; 13] = [
         Primitive::Lease,
         Primitive::SharedLease,
         Primitive::Election,
@@ -70,6 +73,7 @@ impl Primitive {
         Primitive::Fair,
         Primitive::CreateOnce,
         Primitive::SwapOnce,
+        Primitive::FirstUse,
     ];
 
     /// The name printed in `primitive=NAME`.
@@ -87,6 +91,7 @@ impl Primitive {
             Primitive::Fair => "fair",
             Primitive::CreateOnce => "create_once",
             Primitive::SwapOnce => "swap_once",
+            Primitive::FirstUse => "first_use",
         }
     }
 
@@ -111,6 +116,7 @@ impl Primitive {
             Primitive::Fair => 12,
             Primitive::CreateOnce => 12,
             Primitive::SwapOnce => 12,
+            Primitive::FirstUse => 6,
         }
     }
 }

@@ -167,6 +167,9 @@ pub mod create_once;
 /// `swap_once` (in a file of its own).
 pub mod swap_once;
 
+/// `first_use` (in a file of its own).
+pub mod first_use;
+
 /// `fenced_log`: each append and what it was told; and the entries the
 /// store holds at the end, read directly.
 pub mod fenced_log {

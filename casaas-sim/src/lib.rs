@@ -117,6 +117,10 @@ async fn simulate(
             let r = client::swap_once::simulate(config, ops, seed).await?;
             report::swap_once::report(config, seed, &r.world, &r.history)
         }
+        Primitive::FirstUse => {
+            let r = client::first_use::simulate(config, ops, seed).await?;
+            report::first_use::report(config, seed, &r.world, &r.history)
+        }
     })
 }
 

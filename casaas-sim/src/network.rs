@@ -34,6 +34,21 @@ pub struct Recorder {
     inner: MemoryStore,
     time: TrueTime,
     on_apply: ApplyHook,
+    races: Arc<Mutex<Races>>,
+}
+
+/// Creates lost in a race, answered as S3 answers them while the race is
+/// unsettled: within `window` of the winning create, a 409
+/// `ConditionalRequestConflict` (nothing written, retry); after it, the
+/// 412 every losing create answers. Off (a zero window) unless a
+/// primitive asks for it.
+#[derive(Default)]
+struct Races {
+    window: Duration,
+    /// When each key was last created, while the window is on.
+    created: std::collections::HashMap<String, Duration>,
+    /// Losing creates answered 409.
+    conflicts: u64,
 }
 
 impl fmt::Debug for Recorder {
@@ -48,6 +63,37 @@ impl Recorder {
     pub fn truth(&self) -> &MemoryStore {
         &self.inner
     }
+
+    /// What a create that found an object at `key` answers: what the S3
+    /// provider makes of S3's answers (the contract's one kind for a
+    /// losing create, with the provider's status, code and words), or,
+    /// while racing creates are answered as conflicts and the winner landed
+    /// within the window, S3's 409 for a conditional write racing another.
+    fn losing_create(&self, key: &str, now: Duration) -> CasError {
+        let mut races = lock(&self.races);
+        let racing = !races.window.is_zero()
+            && races
+                .created
+                .get(key)
+                .is_some_and(|at| now.saturating_sub(*at) < races.window);
+        if racing {
+            races.conflicts += 1;
+            return CasError::new(
+                ErrorKind::ConcurrentRequest,
+                "PutObject (create-if-absent): another conditional write to this key is in flight; nothing was written",
+            )
+            .with_key(key)
+            .with_status(409)
+            .with_code("ConditionalRequestConflict");
+        }
+        CasError::new(
+            ErrorKind::PreconditionFailed,
+            "PutObject (create-if-absent): another write is there",
+        )
+        .with_key(key)
+        .with_status(412)
+        .with_code("PreconditionFailed")
+    }
 }
 
 #[async_trait]
@@ -59,8 +105,21 @@ impl ForwardingStore for Recorder {
     }
 
     async fn wrap_create(&self, key: &str, body: Bytes) -> Result<Version, CasError> {
-        let v = self.inner.create(key, body.clone()).await?;
-        (self.on_apply)(self.time.now(), key, &body);
+        let now = self.time.now();
+        let v = match self.inner.create(key, body.clone()).await {
+            Ok(v) => v,
+            Err(err) if err.kind() == ErrorKind::PreconditionFailed => {
+                return Err(self.losing_create(key, now));
+            }
+            Err(err) => return Err(err),
+        };
+        {
+            let mut races = lock(&self.races);
+            if !races.window.is_zero() {
+                races.created.insert(key.to_string(), now);
+            }
+        }
+        (self.on_apply)(now, key, &body);
         Ok(v)
     }
 
@@ -142,6 +201,7 @@ impl World {
             inner: MemoryStore::new(),
             time,
             on_apply,
+            races: Arc::default(),
         };
         let store = FaultyStore::new(recorder, rng.random(), config.faults.clone());
         let mut rates = spread_rates(clients, config.rate_deviation, rng);
@@ -222,6 +282,18 @@ impl World {
     /// The faults injected so far.
     pub fn faults(&self) -> FaultCounts {
         self.store.counts()
+    }
+
+    /// From now on, a create that loses to one applied less than `window`
+    /// before it answers 409 `ConditionalRequestConflict`, as S3 does
+    /// while the race is unsettled, instead of 412.
+    pub fn answer_racing_creates_with_conflicts(&self, window: Duration) {
+        lock(&self.store.inner().races).window = window;
+    }
+
+    /// Losing creates answered with a conflict so far.
+    pub fn create_conflicts(&self) -> u64 {
+        lock(&self.store.inner().races).conflicts
     }
 
     /// The store without faults: what is really stored.

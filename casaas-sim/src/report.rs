@@ -278,9 +278,11 @@ pub mod fenced_resource {
     }
 }
 
-/// `group_commit`, `fair`, `create_once` and `swap_once` (in files of their own).
+/// `group_commit`, `fair`, `create_once`, `swap_once` and `first_use` (in files of
+/// their own).
 pub mod create_once;
 pub mod fair;
+pub mod first_use;
 pub mod group_commit;
 pub mod swap_once;
 

@@ -10,6 +10,7 @@ pub mod fair;
 mod fenced;
 pub mod fenced_log;
 pub mod fenced_resource;
+pub mod first_use;
 pub mod group_commit;
 pub mod lease;
 pub mod session;
