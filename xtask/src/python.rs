@@ -1,0 +1,141 @@
+//! `cargo xtask python`: the Python package (`casaas-py`) built into a
+//! virtualenv under `.casaas/tools/`, then its tests (pytest, on the
+//! embedded stores and the real servers), its type check (mypy --strict on
+//! the package, the examples and the tests) and its examples run.
+//!
+//! The extension is built by `maturin develop` with the dev profile in the
+//! workspace's target directory, so it reuses the dependency tree `cargo
+//! test` compiled instead of compiling it again in release.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use casaas_core::testkit::server_env;
+
+use crate::servers::{self, Ctx};
+
+/// The virtualenv's name under `.casaas/tools/`.
+const VENV: &str = "casaas-py";
+
+/// What the virtualenv holds besides casaas (pinned): the build backend,
+/// the test and type-check tools, and Lance for the commit-lock test.
+const PACKAGES: &[&str] = &[
+    "maturin==1.16.0",
+    "pytest==9.2.0",
+    "mypy==2.4.1",
+    "pylance==14.0.2",
+    "pyarrow==26.0.1",
+];
+
+/// Builds and installs the package, then runs pytest, mypy and the
+/// examples. With `require_servers`, a test whose server is not running
+/// fails instead of being skipped (CI, where every server is up).
+pub fn python(root: &Path, require_servers: bool) -> Result<()> {
+    let started = Instant::now();
+    let ctx = Ctx::new(root.to_path_buf());
+    let bin = servers::python_venv(&ctx, VENV, PACKAGES)?;
+    let venv = bin
+        .parent()
+        .context("the virtualenv's bin directory has no parent")?
+        .to_path_buf();
+    eprintln!(
+        "xtask: python virtualenv ready ({:.1} s)",
+        started.elapsed().as_secs_f64()
+    );
+
+    let build = Instant::now();
+    step(
+        venv_command(&venv, &bin, "maturin")
+            .args(["develop", "--manifest-path"])
+            .arg(root.join("casaas-py").join("Cargo.toml"))
+            .current_dir(root),
+        "maturin develop (build and install the casaas package)",
+    )?;
+    eprintln!(
+        "xtask: casaas-py built and installed ({:.1} s)",
+        build.elapsed().as_secs_f64()
+    );
+
+    let package = root.join("casaas-py");
+    let tests = Instant::now();
+    let mut pytest = venv_command(&venv, &bin, "python");
+    pytest
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"])
+        .current_dir(&package)
+        .env(
+            server_env::SERVERS_DIR_VAR,
+            root.join(".casaas").join("servers"),
+        );
+    if require_servers {
+        pytest.env("CASAAS_REQUIRE_SERVERS", "1");
+    }
+    step(&mut pytest, "pytest")?;
+    eprintln!(
+        "xtask: pytest passed ({:.1} s)",
+        tests.elapsed().as_secs_f64()
+    );
+
+    step(
+        venv_command(&venv, &bin, "mypy")
+            .args([
+                "--strict",
+                "--no-incremental",
+                "python/casaas",
+                "examples",
+                "tests",
+            ])
+            .current_dir(&package),
+        "mypy --strict",
+    )?;
+
+    let mut examples: Vec<PathBuf> = std::fs::read_dir(package.join("examples"))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "py"))
+        .collect();
+    examples.sort();
+    for example in examples {
+        step(
+            venv_command(&venv, &bin, "python")
+                .arg(&example)
+                .current_dir(&package),
+            &format!("example {}", example.display()),
+        )?;
+    }
+    eprintln!(
+        "xtask: python done in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `program` of the virtualenv, run as if the virtualenv were active.
+fn venv_command(venv: &Path, bin: &Path, program: &str) -> Command {
+    let mut command = Command::new(bin.join(program));
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut paths = vec![bin.to_path_buf()];
+    paths.extend(std::env::split_paths(&path));
+    command
+        .env("VIRTUAL_ENV", venv)
+        .env(
+            "PATH",
+            std::env::join_paths(paths).unwrap_or_else(|_| path.clone()),
+        )
+        // No test may ever reach a cloud metadata endpoint.
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("PYTHONHOME");
+    command
+}
+
+/// Runs `command` with its output shown; fails naming `what`.
+fn step(command: &mut Command, what: &str) -> Result<()> {
+    eprintln!("xtask: {what}");
+    let status = command
+        .status()
+        .with_context(|| format!("running {what}"))?;
+    if !status.success() {
+        bail!("{what} failed ({status})");
+    }
+    Ok(())
+}
