@@ -111,11 +111,25 @@ async fn a_create_lost_to_a_finished_holding_contends_again() {
     }
 }
 
+/// How a contender asks for the lock.
+#[derive(Debug, Clone, Copy)]
+enum Asking {
+    /// One attempt that tells who holds it, then a wait (`casaas lock
+    /// --wait`).
+    TryThenWait,
+    /// A wait from the start (`Lease::acquire`).
+    Wait,
+}
+
 /// `contenders` processes (each its own store view and lease) start
-/// together on a fresh key, the way `casaas lock --wait` does: one attempt
-/// that tells who holds it, then a wait. Each must get its turn; the tokens
-/// handed out are exactly 1..=contenders.
-async fn race_for_a_fresh_lock(store: Arc<dyn CasStore>, key: String, contenders: usize) {
+/// together on a fresh key. Each must get its turn; the tokens handed out
+/// are exactly 1..=contenders.
+async fn race_for_a_fresh_lock(
+    store: Arc<dyn CasStore>,
+    key: String,
+    contenders: usize,
+    asking: Asking,
+) {
     let barrier = Arc::new(tokio::sync::Barrier::new(contenders));
     let mut tasks = Vec::new();
     for n in 0..contenders {
@@ -123,10 +137,18 @@ async fn race_for_a_fresh_lock(store: Arc<dyn CasStore>, key: String, contenders
         tasks.push(tokio::spawn(async move {
             let lease = Lease::new(store, key, format!("contender-{n}"), config()).unwrap();
             barrier.wait().await;
-            let guard = match lease.try_acquire().await {
+            let wait = WaitOptions::default().with_deadline(Duration::from_secs(60));
+            let first = match asking {
+                Asking::TryThenWait => lease.try_acquire().await,
+                Asking::Wait => lease
+                    .acquire(wait.clone())
+                    .await
+                    .map(AcquireOutcome::Acquired),
+            };
+            let guard = match first {
                 Ok(AcquireOutcome::Acquired(guard)) => guard,
                 Ok(AcquireOutcome::Held(_)) => lease
-                    .acquire(WaitOptions::default().with_deadline(Duration::from_secs(60)))
+                    .acquire(wait)
                     .await
                     .unwrap_or_else(|e| panic!("contender {n} waited and failed: {e}")),
                 Ok(other) => panic!("contender {n}: {other:?}"),
@@ -153,9 +175,11 @@ async fn racing_contenders_on_a_fresh_lock_all_get_their_turn() {
     for (name, backend) in backends(dir.path()).await {
         for layout in LAYOUTS {
             let store = with_layout(backend.clone(), layout);
-            for round in 0..10 {
-                let key = format!("locks/race-{name}-{layout}-{round}");
-                race_for_a_fresh_lock(store.clone(), key, 4).await;
+            for asking in [Asking::TryThenWait, Asking::Wait] {
+                for round in 0..10 {
+                    let key = format!("locks/race-{name}-{layout}-{asking:?}-{round}");
+                    race_for_a_fresh_lock(store.clone(), key, 4, asking).await;
+                }
             }
         }
     }
