@@ -124,7 +124,7 @@ def test_a_stale_commit_raises_commit_failed_and_writes_nothing(tmp_path: pathli
     with pytest.raises(CommitFailedException):
         catalog.commit_table(
             second,
-            (AssertRefSnapshotId(ref="main", snapshot_id=None),),
+            (AssertRefSnapshotId(ref="main", snapshot_id=None),),  # type: ignore[call-arg]
             (SetPropertiesUpdate(updates={"stale": "yes"}),),
         )
     current = catalog.load_table("db.t")

@@ -20,13 +20,15 @@ use crate::servers::{self, Ctx};
 const VENV: &str = "casaas-py";
 
 /// What the virtualenv holds besides casaas (pinned): the build backend,
-/// the test and type-check tools, and Lance for the commit-lock test.
+/// the test and type-check tools, Lance for the commit-lock test and
+/// PyIceberg for the Iceberg catalog's tests.
 const PACKAGES: &[&str] = &[
     "maturin==1.16.0",
     "pytest==9.2.0",
     "mypy==2.4.1",
     "pylance==14.0.2",
     "pyarrow==26.0.1",
+    "pyiceberg[sql-sqlite]==0.12.0",
 ];
 
 /// Builds and installs the package, then runs pytest, mypy and the

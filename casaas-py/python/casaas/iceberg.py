@@ -360,7 +360,7 @@ class Catalog(MetastoreCatalog):
         # the current metadata.
         staged = self._update_and_stage_table(current_table, identifier, requirements, updates)
         if current_table is not None and staged.metadata == current_table.metadata:
-            return CommitTableResponse(
+            return CommitTableResponse(  # type: ignore[call-arg]  # pydantic alias
                 metadata=current_table.metadata,
                 metadata_location=current_table.metadata_location,
             )
@@ -385,7 +385,7 @@ class Catalog(MetastoreCatalog):
             raise CommitFailedException(
                 f"Table has been updated by another process: {'.'.join(identifier)}"
             )
-        return CommitTableResponse(
+        return CommitTableResponse(  # type: ignore[call-arg]  # pydantic alias
             metadata=staged.metadata, metadata_location=staged.metadata_location
         )
 
