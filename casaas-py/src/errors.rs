@@ -69,9 +69,12 @@ fn store_class(kind: ErrorKind) -> &'static str {
     }
 }
 
+/// An exception of `casaas._errors`: class name, message, attributes.
+type Parts = (&'static str, String, Vec<(&'static str, Attr)>);
+
 impl Fail {
     /// The class name, message and attributes of the exception to raise.
-    fn parts(self) -> Result<(&'static str, String, Vec<(&'static str, Attr)>), PyErr> {
+    fn parts(self) -> Result<Parts, PyErr> {
         Ok(match self {
             Fail::Python(err) => return Err(err),
             Fail::Named(class, message, attrs) => (class, message, attrs),

@@ -36,10 +36,8 @@ static RUNTIME: Mutex<Option<Owned>> = Mutex::new(None);
 pub(crate) fn runtime() -> Result<Arc<Runtime>, Fail> {
     let pid = std::process::id();
     let mut slot = RUNTIME.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(owned) = slot.as_ref() {
-        if owned.pid == pid {
-            return Ok(owned.runtime.clone());
-        }
+    if let Some(owned) = slot.as_ref().filter(|owned| owned.pid == pid) {
+        return Ok(owned.runtime.clone());
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
