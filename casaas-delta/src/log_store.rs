@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use casaas_core::CasStore;
 use casaas_core::lease::{CreateOnce, Created, LeaseError};
 use casaas_core::provider::{REDACTED, is_secret_option};
-use casaas_core::{CasStore, ErrorKind};
 use casaas_object_store::v0_13::ObjectStoreCas;
 use deltalake_core::kernel::Version;
 use deltalake_core::kernel::transaction::TransactionError;
@@ -174,7 +174,8 @@ impl CommitStore {
 ///   commit holds it (delta-rs then checks conflicts and tries `v + 1`);
 /// - [`TransactionError::LogStoreError`] otherwise, whose message says
 ///   whether the commit may have landed (casaas
-///   [`ErrorKind::Ambiguous`]). Such a commit may still land later, so
+///   [`ErrorKind::Ambiguous`](casaas_core::ErrorKind::Ambiguous)). Such a
+///   commit may still land later, so
 ///   committing it again is safe only for a transaction that is idempotent
 ///   at the table level (an application transaction, whose version the
 ///   table records); reading the table now cannot rule a late landing out.
@@ -297,7 +298,7 @@ pub async fn commit_store(
 }
 
 fn commit_error(version: Version, err: LeaseError) -> TransactionError {
-    let ambiguous = err.store_kind() == Some(ErrorKind::Ambiguous);
+    let ambiguous = err.may_have_taken_effect();
     let msg = if ambiguous {
         format!(
             "the commit of version {version} may or may not have landed, and may still land \
