@@ -46,6 +46,11 @@
 //! versions, `Ours` where told, `Taken` never for our own commit. Its
 //! mutants take a 412 or a lost answer as `Taken` without reading, claim a
 //! body without the nonce check, or remember only the last write's nonce.
+//! The sixth, the swap-once model, is a table pointer committed the Iceberg
+//! way (`SwapOnce`): two writers rebasing on conflicts, lost answers, our
+//! own duplicate's 412 and writes built upon before their writer reads; no
+//! transaction lands twice, `Ours` only when landed. Its mutants take a 412
+//! as a conflict without reading, or look at the head only (no lineage).
 //! See docs/simulation.md.
 
 use std::fmt::Debug;
@@ -3505,5 +3510,319 @@ fn create_once_remembering_only_the_last_write_reports_taken_for_its_own() {
         "create-once model last nonce only",
         model,
         "taken never holds our own",
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Swap-once: a table pointer committed the Iceberg way
+// (`casaas_core::lease::SwapOnce`).
+//
+// Two writers each commit one transaction: read the pointer's version,
+// then replace it if it is still at that version; told `Conflict`, the
+// writer reads again and commits the same transaction on top (a rebase, as
+// PyIceberg's retry does). Every write carries a fresh nonce and is
+// conditioned on the version read. It reaches the store at any later step,
+// applied if the pointer is still at that version and refused otherwise;
+// its answer arrives as given, is lost, or (for an applied write) is the
+// 412 of its own duplicate. The stored history is the pointer's lineage
+// (each body lists the writes before it, as Iceberg's `metadata-log` does).
+//
+// The rules (each removed by one mutation below):
+// - a lost answer and a 412 resolve nothing: the writer reads the pointer;
+// - the read settles by nonce and lineage: the write on top of the version
+//   read is ours if it carries one of this call's nonces, whether it is
+//   still the head or later writes descend from it; another writer's write
+//   there is a conflict, and none of ours can land any more; the pointer
+//   still at the version read sends another write on the same condition.
+//
+// Properties: no transaction lands twice; a writer told `Ours` has its
+// transaction in the history. `sometimes`: a write of ours found only in
+// the lineage (built upon before we read), both commit.
+// ---------------------------------------------------------------------------
+
+const SW_WRITERS: usize = 2;
+
+#[derive(Clone, Debug)]
+struct SwapOnceModel {
+    /// Mutation: a 412 is taken as a conflict without reading.
+    precondition_is_conflict: bool,
+    /// Mutation: the read looks at the head only (no lineage check).
+    no_lineage: bool,
+    max_sends: u8,
+}
+
+impl SwapOnceModel {
+    fn correct() -> Self {
+        SwapOnceModel {
+            precondition_is_conflict: false,
+            no_lineage: false,
+            max_sends: bound("MODEL_SWAP_ONCE_SENDS", 4),
+        }
+    }
+}
+
+/// A write on the network: its writer, nonce and the version it needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct SwSent {
+    writer: u8,
+    nonce: u8,
+    cond: u8,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum SwStep {
+    /// About to read the pointer (a new call).
+    Start,
+    /// About to send a write conditioned on `cond`.
+    Ready,
+    Waiting {
+        nonce: u8,
+        landed: Option<bool>,
+    },
+    Reading,
+    Ours,
+    Ambiguous,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct SwWriter {
+    step: SwStep,
+    cond: u8,
+    /// Nonces of this call's writes that may still land (bit n).
+    pending: u16,
+    found_in_lineage: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct SwState {
+    /// Applied writes, oldest first: (transaction, nonce). The pointer's
+    /// version is the length.
+    history: Vec<(u8, u8)>,
+    net: Vec<SwSent>,
+    sends: u8,
+    writers: [SwWriter; SW_WRITERS],
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SwAction {
+    ReadPointer(usize),
+    Send(usize),
+    Land(usize),
+    Answer(usize),
+    LoseAnswer(usize),
+    Duplicate(usize),
+    Settle(usize),
+    GiveUp(usize),
+}
+
+impl SwapOnceModel {
+    fn conflict(w: &mut SwWriter) {
+        w.pending = 0;
+        w.step = SwStep::Start;
+    }
+
+    fn precondition_failed(&self, w: &mut SwWriter) {
+        if self.precondition_is_conflict {
+            Self::conflict(w);
+        } else {
+            w.step = SwStep::Reading;
+        }
+    }
+}
+
+impl Model for SwapOnceModel {
+    type State = SwState;
+    type Action = SwAction;
+
+    fn init_states(&self) -> Vec<SwState> {
+        vec![SwState {
+            history: Vec::new(),
+            net: Vec::new(),
+            sends: 0,
+            writers: [SwWriter {
+                step: SwStep::Start,
+                cond: 0,
+                pending: 0,
+                found_in_lineage: false,
+            }; SW_WRITERS],
+        }]
+    }
+
+    fn actions(&self, s: &SwState, actions: &mut Vec<SwAction>) {
+        for i in 0..s.net.len() {
+            actions.push(SwAction::Land(i));
+        }
+        for (i, w) in s.writers.iter().enumerate() {
+            match w.step {
+                SwStep::Start if s.sends < self.max_sends => actions.push(SwAction::ReadPointer(i)),
+                SwStep::Ready => {
+                    if s.sends < self.max_sends {
+                        actions.push(SwAction::Send(i));
+                    }
+                    if w.pending != 0 {
+                        actions.push(SwAction::GiveUp(i));
+                    }
+                }
+                SwStep::Waiting { landed, .. } => {
+                    actions.push(SwAction::LoseAnswer(i));
+                    if landed.is_some() {
+                        actions.push(SwAction::Answer(i));
+                    }
+                    if landed == Some(true) {
+                        actions.push(SwAction::Duplicate(i));
+                    }
+                }
+                SwStep::Reading => {
+                    actions.push(SwAction::Settle(i));
+                    actions.push(SwAction::GiveUp(i));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn next_state(&self, last: &SwState, action: SwAction) -> Option<SwState> {
+        let mut s = last.clone();
+        let version = s.history.len() as u8;
+        match action {
+            SwAction::ReadPointer(i) => {
+                let w = &mut s.writers[i];
+                w.cond = version;
+                w.step = SwStep::Ready;
+            }
+            SwAction::Send(i) => {
+                s.sends += 1;
+                let nonce = s.sends;
+                let w = &mut s.writers[i];
+                s.net.push(SwSent {
+                    writer: i as u8,
+                    nonce,
+                    cond: w.cond,
+                });
+                w.pending |= 1 << nonce;
+                w.step = SwStep::Waiting {
+                    nonce,
+                    landed: None,
+                };
+            }
+            SwAction::Land(n) => {
+                let sent = s.net.remove(n);
+                let applied = sent.cond == version;
+                if applied {
+                    s.history.push((sent.writer, sent.nonce));
+                }
+                if let SwStep::Waiting { nonce, landed } = &mut s.writers[sent.writer as usize].step
+                    && *nonce == sent.nonce
+                {
+                    *landed = Some(applied);
+                }
+            }
+            SwAction::Answer(i) => {
+                let w = &mut s.writers[i];
+                let SwStep::Waiting {
+                    landed: Some(applied),
+                    ..
+                } = w.step
+                else {
+                    return None;
+                };
+                if applied {
+                    w.pending = 0;
+                    w.step = SwStep::Ours;
+                } else {
+                    self.precondition_failed(w);
+                }
+            }
+            SwAction::Duplicate(i) => {
+                let w = &mut s.writers[i];
+                if !matches!(
+                    w.step,
+                    SwStep::Waiting {
+                        landed: Some(true),
+                        ..
+                    }
+                ) {
+                    return None;
+                }
+                self.precondition_failed(w);
+            }
+            SwAction::LoseAnswer(i) => {
+                let w = &mut s.writers[i];
+                if !matches!(w.step, SwStep::Waiting { .. }) {
+                    return None;
+                }
+                w.step = SwStep::Reading;
+            }
+            SwAction::Settle(i) => {
+                let head = s.history.last().copied();
+                let on_top = s.history.get(s.writers[i].cond as usize).copied();
+                let w = &mut s.writers[i];
+                let ours = |e: Option<(u8, u8)>| e.is_some_and(|(_, n)| w.pending & (1 << n) != 0);
+                if ours(head) && version == w.cond + 1 {
+                    w.pending = 0;
+                    w.step = SwStep::Ours;
+                } else if ours(on_top) && !self.no_lineage {
+                    w.pending = 0;
+                    w.found_in_lineage = true;
+                    w.step = SwStep::Ours;
+                } else if version == w.cond {
+                    w.step = SwStep::Ready;
+                } else {
+                    Self::conflict(w);
+                }
+            }
+            SwAction::GiveUp(i) => s.writers[i].step = SwStep::Ambiguous,
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("no transaction lands twice", |_, s: &SwState| {
+                (0..SW_WRITERS as u8).all(|t| s.history.iter().filter(|e| e.0 == t).count() <= 1)
+            }),
+            Property::always("ours has landed", |_, s: &SwState| {
+                s.writers.iter().enumerate().all(|(t, w)| {
+                    w.step != SwStep::Ours || s.history.iter().any(|e| e.0 as usize == t)
+                })
+            }),
+            Property::sometimes("ours found in the lineage", |_, s: &SwState| {
+                s.writers.iter().any(|w| w.found_in_lineage)
+            }),
+            Property::sometimes("both committed", |_, s: &SwState| {
+                s.writers.iter().all(|w| w.step == SwStep::Ours)
+            }),
+        ]
+    }
+}
+
+#[test]
+fn swap_once_commits_each_transaction_once() {
+    expect_no_counterexample("swap-once model correct", SwapOnceModel::correct());
+}
+
+#[test]
+fn swap_once_taking_a_412_as_a_conflict_without_reading_commits_twice() {
+    let model = SwapOnceModel {
+        precondition_is_conflict: true,
+        ..SwapOnceModel::correct()
+    };
+    expect_counterexample(
+        "swap-once model 412 is a conflict",
+        model,
+        "no transaction lands twice",
+    );
+}
+
+#[test]
+fn swap_once_without_the_lineage_check_commits_twice() {
+    let model = SwapOnceModel {
+        no_lineage: true,
+        ..SwapOnceModel::correct()
+    };
+    expect_counterexample(
+        "swap-once model no lineage",
+        model,
+        "no transaction lands twice",
     );
 }
