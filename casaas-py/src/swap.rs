@@ -32,6 +32,14 @@ impl PointerVersion {
 /// `(body, version)` of a stored pointer.
 type Read = (Py<PyBytes>, Py<PointerVersion>);
 
+/// `(outcome, body, version, replaced)`: what a swap settled.
+type Answer = (
+    &'static str,
+    Option<Py<PyBytes>>,
+    Option<Py<PointerVersion>>,
+    bool,
+);
+
 fn read_out(py: Python<'_>, object: casaas::StoredObject) -> PyResult<Read> {
     Ok((
         PyBytes::new(py, &object.body).unbind(),
@@ -128,15 +136,7 @@ impl PySwapOnce {
         body: Py<PyAny>,
         nonce_in: Py<PyAny>,
         descends: Py<PyAny>,
-    ) -> Result<
-        (
-            &'static str,
-            Option<Py<PyBytes>>,
-            Option<Py<PointerVersion>>,
-            bool,
-        ),
-        Fail,
-    > {
+    ) -> Result<Answer, Fail> {
         self.birth.check("swap writer")?;
         let swap = self.swap.clone();
         let expected = expected.map(|v| v.get().version.clone());
