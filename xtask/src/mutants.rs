@@ -158,6 +158,24 @@ const MUTANTS: &[Mutant] = &[
         replace: "let steps = calls.into_iter().last().filter(|_| call < usize::MAX).ok_or_else(",
     },
     Mutant {
+        name: "group commit answers a batch's callers with one another's places",
+        file: "casaas-core/src/lease/group.rs",
+        find: "for (reply, done) in replies.into_iter().zip(done) {",
+        replace: "for (reply, done) in replies.into_iter().zip(done.into_iter().rev()) {",
+    },
+    Mutant {
+        name: "a failure while a write may still land reported as definite, not ambiguous",
+        file: "casaas-core/src/lease/attempt.rs",
+        find: "if self.pending.is_empty() {\n            return err;",
+        replace: "if true || self.pending.is_empty() {\n            return err;",
+    },
+    Mutant {
+        name: "observers report us as leader again after our term ended",
+        file: "casaas-core/src/lease/election.rs",
+        find: "if record.owner == self.lease.owner() && record.token <= ended {",
+        replace: "if false && record.owner == self.lease.owner() && record.token <= ended {",
+    },
+    Mutant {
         name: "try_acquire answers a race lost on a fresh lock as an error",
         file: "casaas-core/src/lease/acquire.rs",
         find: "Err(LeaseError::Store(err)) if lost_race(&err) => {",
