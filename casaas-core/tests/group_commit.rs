@@ -260,7 +260,7 @@ async fn concurrent_appends_become_records_of_one_entry_read_one_by_one() {
         (latest.seq, latest.value.clone()),
         (entries, records[32].value.clone())
     );
-    let batch = group.log().read_records(entries).await.unwrap();
+    let batch = group.log().read(entries).await.unwrap();
     assert_eq!(batch.last().unwrap().value, latest.value);
 }
 
@@ -350,7 +350,7 @@ async fn logs_written_one_record_per_entry_still_read() {
             (2, 1, "new-b".to_string())
         ]
     );
-    assert_eq!(fresh.read(1).await.unwrap().unwrap().value, "old");
+    assert_eq!(fresh.read(1).await.unwrap()[0].value, "old");
 }
 
 #[tokio::test(start_paused = true)]
@@ -446,7 +446,7 @@ async fn a_queue_limit_beyond_the_semaphores_is_clamped() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn reading_one_record_of_a_batch_entry_is_refused_not_truncated() {
+async fn reading_a_batch_entry_gives_every_record_not_the_first() {
     let store = store(Duration::from_millis(20)).await;
     let group = group_log(&store, GroupCommitConfig::default());
     let tickets = futures::future::join_all((0..8).map(|i| group.submit(1, format!("r{i}")))).await;
@@ -455,13 +455,10 @@ async fn reading_one_record_of_a_batch_entry_is_refused_not_truncated() {
         appended.push(ticket.unwrap().wait().await.unwrap());
     }
     let seq = appended[0].seq;
-    let records = group.log().read_records(seq).await.unwrap();
+    let records = group.log().read(seq).await.unwrap();
     assert!(records.len() > 1, "the submits made one batch entry");
-    match group.log().read(seq).await.unwrap_err() {
-        LeaseError::Store(e) => {
-            assert_eq!(e.kind(), ErrorKind::InvalidInput);
-            assert!(e.message().contains("read_records"), "{e}");
-        }
-        other => panic!("expected a store error, got {other:?}"),
+    for (offset, record) in records.iter().enumerate() {
+        assert_eq!((record.seq, record.offset), (seq, offset));
+        assert_eq!(record.value, format!("r{offset}"));
     }
 }

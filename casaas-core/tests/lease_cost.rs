@@ -415,7 +415,7 @@ async fn fenced_log_append_costs_one_create_on_a_warm_handle() {
         "latest: probe the next entry, read the head"
     );
     let (e, c) = s.cost(log.read(2)).await;
-    assert_eq!(e.unwrap().unwrap().value, "entry 2");
+    assert_eq!(e.unwrap()[0].value, "entry 2");
     assert_eq!(c, counts(1, 0, 0, 0, 0), "read");
     let (_, c) = s.cost(log.append(2, "new holder".into())).await;
     assert_eq!(c, counts(0, 1, 0, 0, 0));

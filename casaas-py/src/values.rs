@@ -115,7 +115,7 @@ impl PyFencedLog {
         let log = self.log.clone();
         wait(py, None, async move {
             Ok(log
-                .read_records(seq)
+                .read(seq)
                 .await?
                 .into_iter()
                 .map(entry)

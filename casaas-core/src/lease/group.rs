@@ -766,8 +766,9 @@ where
 
 /// A [`FencedLog`] with group commit: concurrent appends in this process
 /// are written together as the records of one entry, in queue order.
-/// Readers see records ([`FencedLog::entries`] gives one item per record;
-/// [`FencedLog::read`] refuses an entry of several records).
+/// Every reader reads them, plain [`FencedLog`] handles in other processes
+/// included: readers see records ([`FencedLog::entries`] gives one item per
+/// record, [`FencedLog::read`] every record of an entry).
 ///
 /// As for [`GroupResource`], [`submit`](Self::submit) and
 /// [`append`](Self::append) must be called from within a tokio runtime,

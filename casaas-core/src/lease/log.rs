@@ -240,34 +240,13 @@ where
         Ok((head.seq > 0).then_some(head.seq))
     }
 
-    /// Reads entry `seq`, an entry of one record (one GET).
-    ///
-    /// An entry a [group commit](super::GroupLog) wrote may hold several
-    /// records: reading such an entry here fails with
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) rather
-    /// than return one record and silently drop the others. Read those with
-    /// [`read_records`](FencedLog::read_records) or
-    /// [`entries`](FencedLog::entries), which return every record.
-    pub async fn read(&self, seq: u64) -> Result<Option<LogEntry<T>>, LeaseError> {
-        let mut records = self.read_records(seq).await?;
-        if records.len() > 1 {
-            return Err(LeaseError::Store(
-                CasError::new(
-                    ErrorKind::InvalidInput,
-                    format!(
-                        "log entry {seq} holds {} records (a group commit wrote it); FencedLog::read returns one record only, so read it with read_records or entries",
-                        records.len()
-                    ),
-                )
-                .with_key(self.entry_key(seq)),
-            ));
-        }
-        Ok(records.pop())
-    }
-
     /// Reads every record of entry `seq`, in order (one GET; empty if the
-    /// entry is absent).
-    pub async fn read_records(&self, seq: u64) -> Result<Vec<LogEntry<T>>, LeaseError> {
+    /// entry is absent), whatever wrote it: one record for an entry of
+    /// [`append`](FencedLog::append), the whole batch for one of a
+    /// [group commit](super::GroupLog), each with its `offset`. An entry of
+    /// a schema this version does not know is refused with
+    /// [`LeaseError::UnsupportedSchema`], never misread.
+    pub async fn read(&self, seq: u64) -> Result<Vec<LogEntry<T>>, LeaseError> {
         match self.read_stored(seq).await? {
             Some(entry) => self.records_of(entry),
             None => Ok(Vec::new()),
