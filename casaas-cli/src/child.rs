@@ -26,12 +26,14 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::duration::human;
 use crate::exit::{CANNOT_EXECUTE, Failure, NOT_FOUND, status_code};
 
-/// SIGINT, SIGTERM and SIGHUP, caught from the start so that none of them
-/// kills casaas while it holds a lease.
+/// SIGINT, SIGTERM, SIGHUP and SIGQUIT, caught from the start so that none
+/// of them kills casaas while it holds a lease (SIGQUIT's core dump would
+/// leave the command running without its lock).
 pub struct Signals {
     interrupt: tokio::signal::unix::Signal,
     terminate: tokio::signal::unix::Signal,
     hangup: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
 }
 
 impl Signals {
@@ -45,6 +47,7 @@ impl Signals {
             interrupt: make(SignalKind::interrupt())?,
             terminate: make(SignalKind::terminate())?,
             hangup: make(SignalKind::hangup())?,
+            quit: make(SignalKind::quit())?,
         })
     }
 
@@ -54,6 +57,7 @@ impl Signals {
             _ = self.interrupt.recv() => Signal::SIGINT,
             _ = self.terminate.recv() => Signal::SIGTERM,
             _ = self.hangup.recv() => Signal::SIGHUP,
+            _ = self.quit.recv() => Signal::SIGQUIT,
         }
     }
 }

@@ -15,16 +15,17 @@ use crate::exit::CONFLICT_DEFAULT;
     name = "casaas",
     version,
     propagate_version = true,
-    after_help = "Lock URLs name the lock object: s3://bucket/locks/NAME, gs://bucket/locks/NAME, \
-az://account/container/locks/NAME, file:///var/lib/app/locks/NAME. Store options go in the query \
-(e.g. s3://bucket/locks/NAME?endpoint=http://127.0.0.1:9000&path_style=true). Credentials come \
-from the environment (AWS_*, GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_*), never from the URL.\n\n\
-Run `casaas help COMMAND` for examples. docs/cli.md explains exit codes and what a lock cannot promise."
+    after_help = AFTER_HELP,
+    after_long_help = format!("{AFTER_HELP}\n\n{}", crate::exit::help_table())
 )]
 pub struct Cli {
-    /// Log format on stderr: text for people, json (one object a line) for services.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true, env = "CASAAS_LOG_FORMAT")]
-    pub log_format: LogFormat,
+    /// Log format on stderr: text for people (the default), json (one
+    /// object a line) for services. Also from CASAAS_LOG_FORMAT; the flag
+    /// wins over it.
+    // CASAAS_LOG_FORMAT is read by `log_format()`, not by clap, so that a
+    // bad value is named as the variable's.
+    #[arg(long, value_enum, global = true)]
+    pub log_format: Option<LogFormat>,
     /// More log output (-v: what casaas does; -vv: every request). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
@@ -32,6 +33,23 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
+
+impl Cli {
+    /// The log format: `--log-format`, else `$CASAAS_LOG_FORMAT`, else text.
+    pub fn log_format(&self) -> Result<LogFormat, String> {
+        if let Some(format) = self.log_format {
+            return Ok(format);
+        }
+        match std::env::var(LOG_FORMAT_VAR) {
+            Ok(value) if !value.is_empty() => LogFormat::from_str(&value, true)
+                .map_err(|_| format!("{LOG_FORMAT_VAR}={value:?}: use text or json")),
+            _ => Ok(LogFormat::Text),
+        }
+    }
+}
+
+/// The variable the log format may come from.
+pub const LOG_FORMAT_VAR: &str = "CASAAS_LOG_FORMAT";
 
 /// Log output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -61,20 +79,12 @@ pub enum Command {
     #[command(after_long_help = RELEASE_HELP)]
     Release(ReleaseArgs),
     /// Check whether a store honours conditional writes (same as casaas-conformance).
-    #[command(disable_help_flag = true)]
-    Conformance {
-        /// Arguments of casaas-conformance (see `casaas conformance --help`).
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<OsString>,
-    },
+    #[command(after_help = casaas_conformance::cli::CONFORMANCE_AFTER_HELP)]
+    Conformance(casaas_conformance::cli::ConformanceArgs),
     /// A deploy gate: the store guard and the quick probes, one line each;
-    /// exit 0 safe, 1 not safe, 3 inconclusive.
-    #[command(disable_help_flag = true)]
-    Doctor {
-        /// Arguments of the doctor (see `casaas doctor --help`): URL, --format.
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<OsString>,
-    },
+    /// exit 0 safe, 1 not safe, 3 inconclusive, 69 unreachable (retry).
+    #[command(after_help = casaas_conformance::cli::DOCTOR_AFTER_HELP)]
+    Doctor(casaas_conformance::cli::DoctorArgs),
     /// Print a shell completion script.
     #[command(
         after_long_help = "Example:\n  casaas completions bash > /etc/bash_completion.d/casaas"
@@ -256,6 +266,15 @@ pub struct ReleaseArgs {
     pub yes: bool,
 }
 
+/// The end of `casaas --help`: what a lock URL looks like, and where the
+/// rest is (the installed command has no docs directory beside it).
+const AFTER_HELP: &str = "Lock URLs name the lock object: s3://bucket/locks/NAME, gs://bucket/locks/NAME, \
+az://account/container/locks/NAME, file:///var/lib/app/locks/NAME. Store options go in the query \
+(e.g. s3://bucket/locks/NAME?endpoint=http://127.0.0.1:9000&path_style=true). Credentials come \
+from the environment (AWS_*, GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_*), never from the URL.\n\n\
+Run `casaas help COMMAND` for examples, `casaas --help` for the exit codes, `man casaas` for the \
+manual. What a lock cannot promise: https://github.com/casaas/casaas/blob/main/docs/cli.md";
+
 const LOCK_HELP: &str = "Examples:\n\
   # Nightly backup from cron on three hosts; only one runs, the others skip (exit 75):\n\
   casaas lock -n s3://ops-bucket/locks/nightly-backup -- /usr/local/bin/backup.sh\n\n\
@@ -266,14 +285,17 @@ const LOCK_HELP: &str = "Examples:\n\
   # flock(1) style: a shell command, a bounded wait in seconds, a conflict code:\n\
   casaas lock -w 30 -E 0 -c 'make deploy' s3://ops-bucket/locks/deploy\n\n\
 The command runs in its own process group with CASAAS_FENCING_TOKEN, CASAAS_LOCK_URL and\n\
-CASAAS_OWNER in its environment. SIGINT, SIGTERM and SIGHUP are forwarded to its group.\n\
+CASAAS_OWNER in its environment. SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to its group.\n\
 When it exits, the lock is released and casaas exits with its status (128+N if killed by\n\
 signal N). If the lease is lost, the group gets SIGTERM at once and SIGKILL after --grace,\n\
 and casaas exits with 76.\n\n\
 Exit status: the command's; 75 (--conflict-exit-code) not acquired; 76 lease lost;\n\
-2 bad input or store error (nothing was run); 126/127 the command could not be run.\n\n\
+2 bad input; 1 unsafe store; 65 foreign object at the key; 69 store unreachable (retry);\n\
+78 store configuration refused; 126/127 the command could not be run (nothing was run\n\
+for any but the command's own).\n\n\
 A lock cannot stop a paused holder from writing late: pass CASAAS_FENCING_TOKEN to whatever\n\
-the command writes, and have it refuse lower tokens (see docs/cli.md).";
+the command writes, and have it refuse lower tokens\n\
+(https://github.com/casaas/casaas/blob/main/docs/cli.md#what-a-lock-cannot-promise).";
 
 const STATUS_HELP: &str = "Examples:\n\
   casaas status s3://ops-bucket/locks/nightly-backup\n\
@@ -281,8 +303,8 @@ const STATUS_HELP: &str = "Examples:\n\
 The holder's times are advisory (its own wall clock). Whether a holder has stopped renewing\n\
 can only be seen by watching the record: --observe-for watches it (one read per second).\n\
 An object that is not a casaas lock is reported and never touched.\n\n\
-Exit status: 0 held; 3 free (absent, released, or unchanged for a full TTL while watched);\n\
-2 error or foreign object.";
+Exit status: 0 held; 4 free (absent, released, or unchanged for a full TTL while watched);\n\
+65 foreign object; 2 bad input; 69 store unreachable (retry); 78 store configuration refused.";
 
 const LS_HELP: &str = "Examples:\n\
   casaas ls s3://ops-bucket/locks\n\
@@ -292,7 +314,8 @@ expired (the holder's last write plus its TTL is past on this machine's clock: a
 as far as seen; `casaas status --observe-for` watches for certain) or foreign (not a casaas\n\
 lock; left untouched). Objects under .casaas-guard/ (the library's store probes) are not\n\
 listed.\n\n\
-Exit status: 0 listed (also when empty); 2 error.";
+Exit status: 0 listed (also when empty); 2 bad input; 69 store unreachable (retry);\n\
+78 store configuration refused.";
 
 const ELECT_HELP: &str = "Examples:\n\
   # A singleton service on several hosts, restarted by systemd (Restart=always):\n\
@@ -309,8 +332,9 @@ Shows the record it will break and asks (unless --yes). The write is conditional
 version shown: if the lock changed meanwhile, nothing is written. The record is marked\n\
 released and keeps its fencing token, so the next holder gets a higher one; it is never\n\
 deleted. A holder that is still running loses its lease at its next renewal.\n\n\
-Exit status: 0 released (or already released); 3 no lock object; 1 declined or changed;\n\
-2 error or foreign object.";
+Exit status: 0 released (or already released); 4 no lock object; 5 declined, changed or\n\
+held under a live session; 65 foreign object; 2 bad input; 69 store unreachable (retry);\n\
+78 store configuration refused.";
 
 /// A TTL: a duration of at least [`MIN_TTL`], for every backend (below
 /// it, a renewal every TTL/3 and the stop sequence cannot fit in the

@@ -37,7 +37,7 @@ pub async fn run(args: ElectArgs) -> Result<u8, Failure> {
     };
     let lease = holding::lease(store, &target, &id, config)?;
     let election = Election::new(lease.clone());
-    let explain = |e: LeaseError| Failure::usage(format!("{}: {e}", target.display));
+    let explain = |e: LeaseError| Failure::lease(&e, format!("{}: {e}", target.display));
 
     let observer = if args.observe {
         // The first line: who leads now (one read).

@@ -76,7 +76,7 @@ pub fn lease(
         LeaseError::InvalidConfig(message) => {
             Failure::usage(format!("--ttl {} cannot be used: {message}", human(ttl)))
         }
-        other => Failure::usage(format!("{}: {other}", target.display)),
+        other => Failure::lease(&other, format!("{}: {other}", target.display)),
     })
 }
 

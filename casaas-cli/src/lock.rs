@@ -127,7 +127,7 @@ async fn acquire(
     display: &str,
     cancel: CancellationToken,
 ) -> Result<Acquired, Failure> {
-    let explain = |e: LeaseError| Failure::usage(format!("{display}: {e}"));
+    let explain = |e: LeaseError| Failure::lease(&e, format!("{display}: {e}"));
     // The first attempt tells who holds it (and costs no extra request:
     // a waiting acquisition would start with the same read).
     let held = match lease.try_acquire().await {

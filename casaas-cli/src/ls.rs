@@ -67,7 +67,7 @@ struct Entry {
 pub async fn run(args: LsArgs) -> Result<u8, Failure> {
     let prefix = target::parse_prefix(&args.url)?;
     let store = target::open_read_only(&prefix).await?;
-    let explain = |e: casaas_core::CasError| Failure::usage(format!("{}: {e}", prefix.display));
+    let explain = |e: casaas_core::CasError| Failure::store(&e, format!("{}: {e}", prefix.display));
     let mut keys = store.list("").await.map_err(explain)?;
     // The epochs and collection markers of a create-only-layout lock are
     // its parts: the lock is listed once, under its own key.

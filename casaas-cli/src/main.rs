@@ -41,33 +41,6 @@ fn main() -> ExitCode {
     if args.get(1).is_some_and(|a| a == child::WATCHDOG_ARG) && args.len() == 2 {
         return child::watchdog_main();
     }
-    // `casaas conformance …` hands its arguments, untouched, to the
-    // conformance command line (which parses its own --help).
-    // So does `casaas doctor …`, the conformance crate's deploy gate.
-    // Their logs follow --log-format before the subcommand, else
-    // CASAAS_LOG_FORMAT, as every other command's.
-    if let Some(forward) = forwarded_position(&args) {
-        let name = forward.name;
-        let forwarded = std::iter::once(std::ffi::OsString::from(format!("casaas {name}")))
-            .chain(args[forward.position + 1..].iter().cloned());
-        let log_format = match forward.log_format {
-            Some(flag) => {
-                ConformanceLogFormat::parse(&flag).map_err(|e| format!("--log-format: {e}"))
-            }
-            None => ConformanceLogFormat::from_env(),
-        };
-        let log_format = match log_format {
-            Ok(format) => format,
-            Err(e) => {
-                logging::report_error(&format!("{e} (see casaas --help)"));
-                return ExitCode::from(exit::USAGE);
-            }
-        };
-        return match name {
-            "doctor" => casaas_conformance::cli::run_doctor_cli_logging(forwarded, log_format),
-            _ => casaas_conformance::cli::run_cli_logging(forwarded, log_format),
-        };
-    }
     // Secrets in any URL argument are masked from the first message on.
     for arg in &args {
         target::register_userinfo(&arg.to_string_lossy());
@@ -76,14 +49,30 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(err) => return usage_error(&err),
     };
-    logging::init(cli.log_format, cli.verbose);
+    let format = match cli.log_format() {
+        Ok(format) => format,
+        Err(e) => {
+            logging::report_error(&format!("{e} (see casaas --help)"));
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    logging::init(format, cli.verbose);
     providers::register();
+    // The conformance crate's logs keep the subscriber installed above
+    // (format and verbosity from the options, wherever they were given).
+    let log_format = match format {
+        cli::LogFormat::Text => ConformanceLogFormat::Text,
+        cli::LogFormat::Json => ConformanceLogFormat::Json,
+    };
     let outcome = match cli.command {
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "casaas", &mut std::io::stdout());
             Ok(0)
         }
-        Command::Conformance { .. } | Command::Doctor { .. } => Ok(0),
+        Command::Conformance(args) => {
+            return casaas_conformance::cli::run_conformance(args, log_format);
+        }
+        Command::Doctor(args) => return casaas_conformance::cli::run_doctor(args, log_format),
         command => run_async(command),
     };
     match outcome {
@@ -133,50 +122,6 @@ fn usage_error(err: &clap::Error) -> ExitCode {
     ExitCode::from(exit::USAGE)
 }
 
-/// A subcommand handed to the conformance command line.
-struct Forwarded {
-    /// Where it is in the arguments.
-    position: usize,
-    /// `conformance` or `doctor`.
-    name: &'static str,
-    /// The value of a `--log-format` before it.
-    log_format: Option<String>,
-}
-
-/// Where `conformance` or `doctor` is, if it is the subcommand (only global
-/// options may precede it), which, and the log format given before it.
-fn forwarded_position(args: &[std::ffi::OsString]) -> Option<Forwarded> {
-    let mut index = 1;
-    let mut log_format = None;
-    while let Some(arg) = args.get(index) {
-        let text = arg.to_string_lossy();
-        let found = |name| {
-            Some(Forwarded {
-                position: index,
-                name,
-                log_format: log_format.clone(),
-            })
-        };
-        match text.as_ref() {
-            "conformance" => return found("conformance"),
-            "doctor" => return found("doctor"),
-            "--log-format" => {
-                log_format = args
-                    .get(index + 1)
-                    .map(|v| v.to_string_lossy().into_owned());
-                index += 2;
-            }
-            "-v" | "--verbose" | "-vv" => index += 1,
-            t if t.starts_with("--log-format=") => {
-                log_format = t.strip_prefix("--log-format=").map(str::to_string);
-                index += 1;
-            }
-            _ => return None,
-        }
-    }
-    None
-}
-
 fn run_async(command: Command) -> Result<u8, Failure> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -189,9 +134,9 @@ fn run_async(command: Command) -> Result<u8, Failure> {
             Command::Ls(args) => ls::run(args).await,
             Command::Elect(args) => elect::run(args).await,
             Command::Release(args) => release::run(args).await,
-            Command::Completions { .. } | Command::Conformance { .. } | Command::Doctor { .. } => {
-                Ok(0)
-            }
+            Command::Completions { .. } | Command::Conformance(_) | Command::Doctor(_) => Err(
+                Failure::usage("this command runs outside the async runtime"),
+            ),
         }
     })
 }

@@ -20,15 +20,12 @@ use casaas_core::{CasStore, ErrorKind, Version};
 
 use crate::cli::ReleaseArgs;
 use crate::duration::human;
-use crate::exit::{FREE, Failure};
+use crate::exit::{FOREIGN, FREE, Failure, NOT_RELEASED};
 use crate::logging;
 use crate::sessions::{Heartbeat, Places, SessionState};
 use crate::target::LockTarget;
 use crate::time::rfc3339;
 use crate::{holding, sessions, target};
-
-/// Exit status when the user declined or the record changed.
-const NOT_RELEASED: u8 = 1;
 
 /// Runs `casaas release --force`.
 pub async fn run(args: ReleaseArgs) -> Result<u8, Failure> {
@@ -40,7 +37,7 @@ pub async fn run(args: ReleaseArgs) -> Result<u8, Failure> {
         "casaas-release",
         holding::lease_config(Duration::from_secs(15)),
     )?;
-    let explain = |e: LeaseError| Failure::usage(format!("{}: {e}", target.display));
+    let explain = |e: LeaseError| Failure::lease(&e, format!("{}: {e}", target.display));
     let Some((record, version)) = reader.read().await.map_err(explain)? else {
         logging::notice(&format!(
             "{}: no lock object; nothing to release",
@@ -71,10 +68,13 @@ pub async fn run(args: ReleaseArgs) -> Result<u8, Failure> {
     let outcome = break_observed(reader.store().as_ref(), &target.key, &record, &version)
         .await
         .map_err(|e| {
-            Failure::usage(format!(
-                "{}: {e}; nothing is known to have been written: run again",
-                target.display
-            ))
+            Failure::lease(
+                &e,
+                format!(
+                    "{}: {e}; nothing is known to have been written: run again",
+                    target.display
+                ),
+            )
         })?;
     match outcome {
         Broken::Released(stored) => {
@@ -138,14 +138,17 @@ async fn session_of(
                 hb = beat.url,
             ),
         )),
-        SessionState::Unreadable(found) => Err(Failure::usage(format!(
-            "{}: held under session '{}' (term {}), but its heartbeat {} is unreadable ({found}): \
+        SessionState::Unreadable(found) => Err(Failure::with_code(
+            FOREIGN,
+            format!(
+                "{}: held under session '{}' (term {}), but its heartbeat {} is unreadable ({found}): \
              whether the session is alive cannot be known, so nothing was written",
-            target.display,
-            sessions::name(&target.key, session),
-            session.term,
-            beat.url
-        ))),
+                target.display,
+                sessions::name(&target.key, session),
+                session.term,
+                beat.url
+            ),
+        )),
         SessionState::Released | SessionState::Superseded | SessionState::Missing => Ok(beat),
     }
 }

@@ -246,9 +246,10 @@ impl Places {
             }
             Err(e @ LeaseError::UnsupportedSchema { .. }) => Some(Err(e.to_string())),
             Err(e) => {
-                return Err(Failure::usage(format!(
-                    "reading the session heartbeat {url}: {e}"
-                )));
+                return Err(Failure::lease(
+                    &e,
+                    format!("reading the session heartbeat {url}: {e}"),
+                ));
             }
         };
         self.reads.insert(slot, read.clone());

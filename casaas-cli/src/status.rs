@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::cli::StatusArgs;
 use crate::duration::human;
-use crate::exit::{FREE, Failure, USAGE};
+use crate::exit::{FOREIGN, FREE, Failure};
 use crate::sessions::{self, Heartbeat, Places, SessionState};
 use crate::target::LockTarget;
 use crate::time::rfc3339;
@@ -91,7 +91,7 @@ pub async fn run(args: StatusArgs) -> Result<u8, Failure> {
             Err(LeaseError::ForeignObject { key, found }) => {
                 return foreign(&args, &target, key, found, start);
             }
-            Err(e) => return Err(Failure::usage(format!("{}: {e}", target.display))),
+            Err(e) => return Err(Failure::lease(&e, format!("{}: {e}", target.display))),
         };
         // Read after the lock: the term to judge is the one it names.
         let beat = match &current {
@@ -179,14 +179,17 @@ fn session_report(
     };
     let (state, session_state, takeover) = match &beat.state {
         SessionState::Unreadable(found) => {
-            return Err(Failure::usage(format!(
-                "{}: held under session '{}' (term {}), but its heartbeat {} is unreadable: {found}; \
+            return Err(Failure::with_code(
+                FOREIGN,
+                format!(
+                    "{}: held under session '{}' (term {}), but its heartbeat {} is unreadable: {found}; \
                  no contender can judge this lock until that object is a casaas lease again",
-                target.display,
-                sessions::name(&target.key, session),
-                session.term,
-                beat.url
-            )));
+                    target.display,
+                    sessions::name(&target.key, session),
+                    session.term,
+                    beat.url
+                ),
+            ));
         }
         SessionState::Released => ("released", "released", Duration::ZERO),
         SessionState::Superseded => ("expired", "superseded", Duration::ZERO),
@@ -274,7 +277,7 @@ fn foreign(
         );
     }
     Err(Failure::with_code(
-        USAGE,
+        FOREIGN,
         format!(
             "{}: the object at key '{key}' is not a casaas lock (found {found}); it was left untouched",
             target.display

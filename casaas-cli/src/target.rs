@@ -95,11 +95,14 @@ pub async fn open(target: &LockTarget) -> Result<Arc<dyn CasStore>, Failure> {
 /// would be a different, empty lock. They have no `create_dirs` option.
 fn refuse_missing_adapter_directory(target: &LockTarget, advice: &str) -> Result<(), Failure> {
     match adapter_directory(&target.store_url) {
-        Some(dir) if !dir.is_dir() => Err(Failure::usage(format!(
-            "cannot open {}: directory {} does not exist{advice}",
-            target.display,
-            dir.display()
-        ))),
+        Some(dir) if !dir.is_dir() => Err(Failure::with_code(
+            crate::exit::CONFIG,
+            format!(
+                "cannot open {}: directory {} does not exist{advice}",
+                target.display,
+                dir.display()
+            ),
+        )),
         _ => Ok(()),
     }
 }
@@ -127,9 +130,12 @@ pub async fn open_read_only(target: &LockTarget) -> Result<Arc<dyn CasStore>, Fa
 }
 
 async fn open_url(url: &str, display: &str) -> Result<Arc<dyn CasStore>, Failure> {
-    casaas_core::open_store(url)
-        .await
-        .map_err(|e| Failure::usage(format!("cannot open {display}: {}", explain_open_error(&e))))
+    casaas_core::open_store(url).await.map_err(|e| {
+        Failure::store(
+            &e,
+            format!("cannot open {display}: {}", explain_open_error(&e)),
+        )
+    })
 }
 
 /// The store error, with what a command-line user can do about a scheme

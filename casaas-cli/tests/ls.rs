@@ -165,7 +165,7 @@ fn read_only_commands_on_a_missing_directory_create_nothing() {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = run(&args);
         let stderr = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(78), "{args:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
         assert!(
             stderr.contains(&format!("directory {} does not exist", typo.display()))
@@ -188,7 +188,7 @@ fn lock_refuses_a_missing_directory_unless_asked() {
     ] {
         let out = run(&args);
         let stderr = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(78), "{args:?}: {stderr}");
         assert!(
             stderr.contains(&format!(
                 "directory {} does not exist; create it or add ?create_dirs=true",

@@ -173,7 +173,7 @@ fn a_lock_under_a_live_session_stays_held_long_after_its_ttl() {
     let before = lock_version(&rt, &prefix);
     let out = run(&["release", "--force", "--yes", &lock]);
     let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.status.code(), Some(5), "{stderr}");
     assert!(
         stderr.contains("which is alive")
             && stderr.contains(&format!("`casaas release --force {heartbeat_url}`"))
@@ -200,7 +200,7 @@ fn a_lock_under_a_live_session_stays_held_long_after_its_ttl() {
     let (code, report) = status_json(&[&lock]);
     assert_eq!(
         (code, report["state"].as_str()),
-        (3, Some("released")),
+        (4, Some("released")),
         "{report}"
     );
     assert_eq!(report["session_state"], "released", "{report}");
@@ -221,7 +221,7 @@ fn a_closed_session_frees_its_locks_and_release_then_works() {
     let (code, report) = status_json(&[&lock]);
     assert_eq!(
         (code, report["state"].as_str()),
-        (3, Some("released")),
+        (4, Some("released")),
         "{report}"
     );
     assert_eq!(report["session_state"], "released", "{report}");
@@ -239,7 +239,7 @@ fn a_closed_session_frees_its_locks_and_release_then_works() {
     let (code, report) = status_json(&[&lock]);
     assert_eq!(
         (code, report["released"].as_bool()),
-        (3, Some(true)),
+        (4, Some(true)),
         "{report}"
     );
     drop(guard);
@@ -259,7 +259,7 @@ fn an_abandoned_session_expires_and_is_broken_through_its_heartbeat() {
     let (code, report) = status_json(&["--observe-for", "1.5s", &lock]);
     assert_eq!(
         (code, report["state"].as_str()),
-        (3, Some("expired")),
+        (4, Some("expired")),
         "{report}"
     );
     assert_eq!(report["session_state"], "expired", "{report}");
@@ -275,7 +275,7 @@ fn an_abandoned_session_expires_and_is_broken_through_its_heartbeat() {
     // broken; breaking the heartbeat is the way.
     let out = run(&["release", "--force", "--yes", &lock]);
     let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.status.code(), Some(5), "{stderr}");
     assert!(
         stderr.contains(&format!("casaas release --force {heartbeat_url}")),
         "{stderr}"
@@ -285,7 +285,7 @@ fn an_abandoned_session_expires_and_is_broken_through_its_heartbeat() {
     let (code, report) = status_json(&[&lock]);
     assert_eq!(
         (code, report["session_state"].as_str()),
-        (3, Some("released")),
+        (4, Some("released")),
         "{report}"
     );
     let out = run(&["release", "--force", "--yes", &lock]);
@@ -328,7 +328,7 @@ fn a_later_term_frees_the_lock_and_a_missing_heartbeat_does_not_yet() {
     let (code, report) = status_json(&[&lock]);
     assert_eq!(
         (code, report["state"].as_str()),
-        (3, Some("expired")),
+        (4, Some("expired")),
         "{report}"
     );
     assert_eq!(report["session_state"], "superseded", "{report}");
@@ -358,7 +358,7 @@ fn a_later_term_frees_the_lock_and_a_missing_heartbeat_does_not_yet() {
     let (code, report) = status_json(&["--observe-for", "1.5s", &lock]);
     assert_eq!(
         (code, report["state"].as_str()),
-        (3, Some("expired")),
+        (4, Some("expired")),
         "{report}"
     );
     // A holder with no heartbeat object learns at its next renewal that it

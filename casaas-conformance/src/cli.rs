@@ -3,8 +3,9 @@
 //! leases on. Both binaries call [`run_cli`].
 //!
 //! Without a URL it probes the embedded file backend in a temporary
-//! directory. Exit status: 0 safe, 1 not safe, 2 usage, configuration or
-//! connection error, 3 inconclusive. No output ever carries a secret: URL
+//! directory. Exit status: 0 safe, 1 not safe, 2 usage error, 3
+//! inconclusive, 69 the store could not be reached or answered a transient
+//! error, 78 the store refused the configuration. No output ever carries a secret: URL
 //! user parts, credential-looking parameters and the values of credential
 //! environment variables are redacted from the report, messages and logs.
 
@@ -25,17 +26,95 @@ use casaas_core::{CasStore, FileStore, StoreUrl};
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
+/// The help text after the options of `casaas-conformance` and `casaas
+/// conformance`.
+pub const CONFORMANCE_AFTER_HELP: &str = "URL examples: file:///abs/dir, memory://name, s3://bucket/prefix?endpoint=http://127.0.0.1:9000&path_style=true, gs://bucket/prefix, az://account/container/prefix.\n\
+Credentials come from the environment (e.g. AWS_ACCESS_KEY_ID), never from the URL.\n\
+Exit status: 0 safe for leases; 1 not safe; 2 usage error; 3 inconclusive (some critical probes could not complete); \
+69 the store could not be reached or answered a transient error (retry later); \
+78 the store refused the configuration (missing bucket, credentials, an unsupported request).";
+
+/// The help text after the options of `casaas doctor`.
+pub const DOCTOR_AFTER_HELP: &str = "Exit status: 0 safe for leases; 1 not safe; 2 usage error; 3 inconclusive; \
+69 the store could not be reached or answered a transient error (retry later); \
+78 the store refused the configuration (missing bucket, credentials, an unsupported request).\n\
+Races and rare faults are not probed: run `casaas conformance URL` for those.";
+
+/// Exit status: the store could not be reached, timed out, throttled or
+/// answered ambiguously; running again later may succeed.
+pub const EXIT_UNAVAILABLE: u8 = 69;
+/// Exit status: the store refused the configuration (a missing bucket,
+/// wrong credentials, an unsupported request); retrying will not help.
+pub const EXIT_CONFIG: u8 = 78;
+/// Exit status: bad input on the command line.
+pub const EXIT_USAGE: u8 = 2;
+/// Exit status: the store does not honour the conditional writes leases
+/// rely on.
+pub const EXIT_NOT_SAFE: u8 = 1;
+
+/// The exit status for a store error of `kind`: [`EXIT_UNAVAILABLE`] for
+/// what may pass (throttling, an unreachable store, a lost answer),
+/// [`EXIT_CONFIG`] for what the store refuses as configured,
+/// [`EXIT_NOT_SAFE`] for a store that broke a condition, [`EXIT_USAGE`]
+/// for input the contract rejects.
+pub fn exit_code_for(kind: casaas_core::ErrorKind) -> u8 {
+    use casaas_core::ErrorKind as K;
+    match kind {
+        K::Throttled | K::Ambiguous | K::NotSent | K::ConcurrentRequest | K::PreconditionFailed => {
+            EXIT_UNAVAILABLE
+        }
+        K::UnsafeStore => EXIT_NOT_SAFE,
+        K::InvalidInput => EXIT_USAGE,
+        _ => EXIT_CONFIG,
+    }
+}
+
+/// A store's failure that ends the run, with its kind kept for the exit
+/// status; the message is already redacted.
+#[derive(Debug)]
+struct StoreFailure {
+    kind: casaas_core::ErrorKind,
+    message: String,
+}
+
+impl std::fmt::Display for StoreFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for StoreFailure {}
+
+/// The exit status of a failed run: the store error's, when one caused it.
+fn usage_exit_code(e: &anyhow::Error) -> u8 {
+    e.chain()
+        .find_map(|cause| {
+            cause
+                .downcast_ref::<StoreFailure>()
+                .map(|f| f.kind)
+                .or_else(|| {
+                    cause
+                        .downcast_ref::<casaas_core::CasError>()
+                        .map(|c| c.kind())
+                })
+        })
+        .map_or(EXIT_USAGE, exit_code_for)
+}
+
 /// Probe an object store's conditional writes and say whether leases can be
 /// built on it.
 #[derive(Parser, Debug, Clone)]
-#[command(
-    name = "casaas-conformance",
-    version,
-    after_help = "URL examples: file:///abs/dir, memory://name, s3://bucket/prefix?endpoint=http://127.0.0.1:9000&path_style=true, gs://bucket/prefix, az://account/container/prefix.\n\
-                  Credentials come from the environment (e.g. AWS_ACCESS_KEY_ID), never from the URL.\n\
-                  Exit status: 0 safe for leases, 1 not safe, 2 usage, configuration or connection error, 3 inconclusive (some critical probes could not complete)."
-)]
-struct Cli {
+#[command(name = "casaas-conformance", version, after_help = CONFORMANCE_AFTER_HELP)]
+struct ConformanceCommand {
+    #[command(flatten)]
+    args: ConformanceArgs,
+}
+
+/// The arguments of `casaas-conformance` (and `casaas conformance`), for a
+/// command line that embeds them with `#[command(flatten)]`; run them with
+/// [`run_conformance`].
+#[derive(clap::Args, Debug, Clone)]
+pub struct ConformanceArgs {
     /// The store to probe. Without one, the embedded file backend is probed
     /// in a temporary directory. With several, each is probed (in
     /// parallel) and one comparison table is printed.
@@ -86,6 +165,9 @@ struct Cli {
     #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "")]
     save_profile: Option<String>,
 }
+
+/// The arguments' old name inside this module.
+type Cli = ConformanceArgs;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Format {
@@ -191,7 +273,14 @@ where
     // Before anything can be printed: what the credential variables hold
     // is redacted from every output.
     register_secrets_from_env();
-    let cli = Cli::parse_from(args);
+    run_conformance(ConformanceCommand::parse_from(args).args, log_format)
+}
+
+/// Runs the conformance suite with `args` (parsed by the caller's command
+/// line) and returns the exit status; logs in `log_format` unless a
+/// `tracing` subscriber is installed already.
+pub fn run_conformance(cli: ConformanceArgs, log_format: LogFormat) -> ExitCode {
+    register_secrets_from_env();
     for url in &cli.urls {
         register_url_secrets(url);
     }
@@ -206,7 +295,7 @@ where
                 log_format,
                 &redact_text(&format!("casaas-conformance: error: {e:#}")),
             );
-            ExitCode::from(2)
+            ExitCode::from(usage_exit_code(&e))
         }
     }
 }
@@ -363,13 +452,21 @@ async fn compare(cli: &Cli, settings: Settings) -> Result<u8, Usage> {
         let settings = settings.clone();
         async move {
             let result = probe_quietly(&one, settings).await;
+            let code = match &result {
+                Ok(report) => report.exit_code(),
+                Err(Usage(e)) => usage_exit_code(e),
+            };
             (
-                redact_url(url),
-                result.map_err(|Usage(e)| redact_text(&format!("{e:#}"))),
+                (
+                    redact_url(url),
+                    result.map_err(|Usage(e)| redact_text(&format!("{e:#}"))),
+                ),
+                code,
             )
         }
     });
-    let results: Vec<(String, Result<Report, String>)> = futures::future::join_all(runs).await;
+    let (results, codes): (Vec<(String, Result<Report, String>)>, Vec<u8>) =
+        futures::future::join_all(runs).await.into_iter().unzip();
     let rendered = match cli.format {
         Format::Json => {
             let reports: Vec<serde_json::Value> = results
@@ -395,14 +492,19 @@ async fn compare(cli: &Cli, settings: Settings) -> Result<u8, Usage> {
         }
         None => print!("{rendered}"),
     }
-    let codes: Vec<u8> = results
-        .iter()
-        .map(|(_, r)| r.as_ref().map_or(2, Report::exit_code))
-        .collect();
-    Ok([1, 2, 3, 0]
-        .into_iter()
-        .find(|c| codes.contains(c))
-        .unwrap_or(0))
+    // The worst first: not safe, then a store that could not be probed
+    // (refused, bad input, unreachable), then inconclusive.
+    Ok([
+        EXIT_NOT_SAFE,
+        EXIT_CONFIG,
+        EXIT_USAGE,
+        EXIT_UNAVAILABLE,
+        3,
+        0,
+    ]
+    .into_iter()
+    .find(|c| codes.contains(c))
+    .unwrap_or(0))
 }
 
 /// One store's run without a progress bar (several run at once).
@@ -656,7 +758,10 @@ fn open_error(url: &str, e: &casaas_core::CasError, create_bucket: bool) -> Usag
     if e.is_bucket_missing() && !create_bucket {
         message.push_str(". If the bucket does not exist, run again with --create-bucket");
     }
-    Usage(anyhow::anyhow!(redact_text(&message)))
+    Usage(anyhow::Error::new(StoreFailure {
+        kind: e.kind(),
+        message: redact_text(&message),
+    }))
 }
 
 /// The progress bar (drawn only on a terminal).
@@ -722,13 +827,16 @@ pub const DOCTOR_PROBES: &[&str] = &[
 
 /// A deploy gate: the store guard and the quick probes, one line each.
 #[derive(Parser, Debug)]
-#[command(
-    name = "casaas doctor",
-    version,
-    after_help = "Exit status: 0 safe for leases, 1 not safe, 2 usage, configuration or connection error, 3 inconclusive.\n\
-                  Races and rare faults are not probed: run `casaas conformance URL` for those."
-)]
-struct DoctorCli {
+#[command(name = "casaas doctor", version, after_help = DOCTOR_AFTER_HELP)]
+struct DoctorCommand {
+    #[command(flatten)]
+    args: DoctorArgs,
+}
+
+/// The arguments of `casaas doctor`, for a command line that embeds them
+/// with `#[command(flatten)]`; run them with [`run_doctor`].
+#[derive(clap::Args, Debug, Clone)]
+pub struct DoctorArgs {
     /// The store to check.
     url: String,
     /// Output format.
@@ -774,7 +882,14 @@ where
     T: Into<OsString> + Clone,
 {
     register_secrets_from_env();
-    let doctor = DoctorCli::parse_from(args);
+    run_doctor(DoctorCommand::parse_from(args).args, log_format)
+}
+
+/// Runs the deploy gate with `doctor` (parsed by the caller's command line)
+/// and returns the exit status; logs in `log_format` unless a `tracing`
+/// subscriber is installed already.
+pub fn run_doctor(doctor: DoctorArgs, log_format: LogFormat) -> ExitCode {
+    register_secrets_from_env();
     register_url_secrets(&doctor.url);
     init_logging_and_providers(log_format);
     match doctor_run(&doctor) {
@@ -785,14 +900,14 @@ where
                 "; create it (the doctor creates no directory, whatever the URL says)",
             );
             report_error(log_format, &redact_text(&message));
-            ExitCode::from(2)
+            ExitCode::from(usage_exit_code(&e))
         }
     }
 }
 
 /// Prints the verdict of a store guard that found none (every answer
 /// ambiguous until its deadline) and returns the inconclusive exit status.
-fn doctor_inconclusive(doctor: &DoctorCli, err: &casaas_core::CasError, elapsed: Duration) -> u8 {
+fn doctor_inconclusive(doctor: &DoctorArgs, err: &casaas_core::CasError, elapsed: Duration) -> u8 {
     let code = crate::RunVerdict::Inconclusive.exit_code();
     let verdict = format!("INCONCLUSIVE: the store guard found no verdict: {err}");
     match doctor.format {
@@ -842,10 +957,13 @@ fn doctor_url(url: &str) -> Result<String, Usage> {
             if dir.is_dir() {
                 Ok(url.to_string())
             } else {
-                Err(Usage(anyhow::anyhow!(
-                    "cannot open {name}+{inner}: directory {} does not exist; create it (the doctor creates no directory)",
-                    dir.display()
-                )))
+                Err(Usage(anyhow::Error::new(StoreFailure {
+                    kind: casaas_core::ErrorKind::Misconfigured,
+                    message: redact_text(&format!(
+                        "cannot open {name}+{inner}: directory {} does not exist; create it (the doctor creates no directory)",
+                        dir.display()
+                    )),
+                })))
             }
         }
         _ => Ok(url.to_string()),
@@ -853,10 +971,12 @@ fn doctor_url(url: &str) -> Result<String, Usage> {
 }
 
 /// `casaas doctor`: the store guard, then the quick probes; the exit status.
-fn doctor_run(doctor: &DoctorCli) -> Result<u8, Usage> {
+fn doctor_run(doctor: &DoctorArgs) -> Result<u8, Usage> {
     let only = DOCTOR_PROBES.join(",");
     let url = doctor_url(&doctor.url)?;
-    let cli = Cli::parse_from(["casaas doctor", url.as_str(), "--quick", "--only", &only]);
+    let cli =
+        ConformanceCommand::parse_from(["casaas doctor", url.as_str(), "--quick", "--only", &only])
+            .args;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -867,7 +987,7 @@ fn doctor_run(doctor: &DoctorCli) -> Result<u8, Usage> {
 
 /// Opens the store, runs the store guard and then the probes `cli` names,
 /// and prints the result in the doctor's format; the exit status.
-async fn doctor_checks(doctor: &DoctorCli, cli: &Cli) -> Result<u8, Usage> {
+async fn doctor_checks(doctor: &DoctorArgs, cli: &Cli) -> Result<u8, Usage> {
     let start = std::time::Instant::now();
     let (target, _, _tempdir) = open_target(cli).await?;
     // The guard checks what leases write through: the epoch layout's
@@ -885,9 +1005,10 @@ async fn doctor_checks(doctor: &DoctorCli, cli: &Cli) -> Result<u8, Usage> {
             return Ok(doctor_inconclusive(doctor, &e, start.elapsed()));
         }
         Err(e) => {
-            return Err(Usage(anyhow::anyhow!(redact_text(&format!(
-                "store guard: {e}"
-            )))));
+            return Err(Usage(anyhow::Error::new(StoreFailure {
+                kind: e.kind(),
+                message: redact_text(&format!("store guard: {e}")),
+            })));
         }
     };
     let report = probe(cli, Settings::quick()).await?;

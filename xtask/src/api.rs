@@ -2,7 +2,9 @@
 //! shows it, compared with the listing committed under `api/`.
 //!
 //! The docs are built on stable (`cargo doc --workspace --no-deps`, with
-//! warnings denied), and each crate's listing is read from the HTML: every
+//! warnings denied), then again for the published crates alone (`-p` each:
+//! no test feature a dev-only member enables is in them), and each crate's
+//! listing is read from the HTML: every
 //! item of `all.html` with its declaration (fields and variants included)
 //! and the headers of its methods, associated items and trait
 //! implementations (blanket implementations left out: they follow the
@@ -35,6 +37,28 @@ pub fn api(root: &Path, accept: bool) -> Result<()> {
         .context("running cargo doc")?;
     if !status.success() {
         bail!("cargo doc failed ({status}): the docs have warnings");
+    }
+    // The listing is what a user of the published crates sees: their docs
+    // again, built with the published crates alone, so that no test support
+    // a workspace member turns on (casaas-core's `testkit`, wanted by the
+    // simulation, the bench and xtask) reads as public API.
+    let mut args = vec!["doc".to_string(), "--no-deps".to_string()];
+    for krate in &crates {
+        args.push("-p".into());
+        args.push(krate.package.clone());
+    }
+    eprintln!(
+        "xtask: RUSTDOCFLAGS=\"-D warnings\" cargo {}",
+        args.join(" ")
+    );
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(&args)
+        .env("RUSTDOCFLAGS", "-D warnings")
+        .current_dir(root)
+        .status()
+        .context("running cargo doc")?;
+    if !status.success() {
+        bail!("cargo doc of the published crates failed ({status})");
     }
     let dir = root.join("api");
     std::fs::create_dir_all(&dir)?;
