@@ -36,12 +36,16 @@ def rows(writer: str, start: int, n: int) -> Any:
     )
 
 
-def file_catalog(tmp_path: pathlib.Path, name: str = "lake") -> Any:
+def file_catalog(tmp_path: pathlib.Path, name: str = "lake", query: str = "") -> Any:
     warehouse = tmp_path / "warehouse"
     warehouse.mkdir(exist_ok=True)
     return load_catalog(
         name,
-        **{"py-catalog-impl": "casaas.iceberg.Catalog", "uri": f"file://{warehouse}"},
+        **{
+            "py-catalog-impl": "casaas.iceberg.Catalog",
+            "uri": f"file://{warehouse}{query}",
+            "warehouse": f"file://{warehouse}",
+        },
     )
 
 
@@ -63,10 +67,15 @@ def s3_catalog(name: str = "lake") -> Tuple[Any, Dict[str, str]]:
     return load_catalog(name, **props), props
 
 
-@pytest.fixture(params=["file", "seaweedfs"])
+@pytest.fixture(params=["file", "file-create-only", "seaweedfs"])
 def catalog(request: Any, tmp_path: pathlib.Path) -> Any:
     if request.param == "file":
         return file_catalog(tmp_path)
+    if request.param == "file-create-only":
+        # Pointers as chains of create-if-absent epochs: nothing replaced.
+        created = file_catalog(tmp_path, query="?layout=epochs")
+        assert created._swap.layout == "epochs"
+        return created
     return s3_catalog()[0]
 
 
