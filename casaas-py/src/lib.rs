@@ -639,12 +639,82 @@ impl Election {
         })
     }
 
+    /// A watch of who leads (polling while it lives).
+    fn observe(&self) -> Result<Observer, Fail> {
+        self.birth.check("election")?;
+        let runtime = runtime::runtime()?;
+        let _entered = runtime.enter();
+        Ok(Observer {
+            rx: Arc::new(tokio::sync::Mutex::new(self.election.observe())),
+            birth: Birth::now(),
+        })
+    }
+
     /// The current leader as `(owner, token)`, or `None`.
     fn leader(&self, py: Python<'_>) -> Result<Option<(String, u64)>, Fail> {
         self.birth.check("election")?;
         let election = self.election.clone();
         wait(py, None, async move {
             Ok(election.leader().await?.map(|l| (l.owner, l.token)))
+        })
+    }
+}
+
+/// A watch of who leads an election (see `Election.observe`).
+#[pyclass(module = "casaas._casaas", frozen)]
+pub struct Observer {
+    rx: Arc<tokio::sync::Mutex<tokio::sync::watch::Receiver<Option<casaas::Leader>>>>,
+    birth: Birth,
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        // The receiver's drop lets the election's polling task stop.
+        drop_in_runtime(self.birth, self.rx.clone());
+    }
+}
+
+#[pymethods]
+impl Observer {
+    /// Waits until the leader differs from `seen` (`(owner, token)` or
+    /// `None`) and returns `(True, leader)`; after `timeout` seconds without
+    /// a change, `(False, seen)`. Ctrl-C cancels the wait.
+    #[pyo3(signature = (seen, timeout=None))]
+    fn next(
+        &self,
+        py: Python<'_>,
+        seen: Option<(String, u64)>,
+        timeout: Option<f64>,
+    ) -> Result<(bool, Option<(String, u64)>), Fail> {
+        self.birth.check("election observer")?;
+        let limit = timeout.map(|t| seconds(t, "timeout")).transpose()?;
+        let rx = self.rx.clone();
+        let cancel = CancellationToken::new();
+        let c = cancel.clone();
+        wait(py, Some(cancel), async move {
+            let mut rx = rx.lock().await;
+            let change = async {
+                loop {
+                    let now = rx
+                        .borrow_and_update()
+                        .as_ref()
+                        .map(|l| (l.owner.clone(), l.token));
+                    if now != seen {
+                        return Ok((true, now));
+                    }
+                    if rx.changed().await.is_err() {
+                        return Err(errors::runtime_error(
+                            "the election's observer stopped".to_string(),
+                        ));
+                    }
+                }
+            };
+            let limit = limit.unwrap_or(Duration::MAX);
+            tokio::select! {
+                got = change => got,
+                () = c.cancelled() => Err(casaas::LeaseError::Cancelled.into()),
+                () = tokio::time::sleep(limit.min(Duration::from_secs(u32::MAX.into()))) => Ok((false, seen.clone())),
+            }
         })
     }
 }
@@ -725,6 +795,7 @@ fn _casaas(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Session>()?;
     m.add_class::<Election>()?;
     m.add_class::<Leadership>()?;
+    m.add_class::<Observer>()?;
     m.add_class::<Task>()?;
     values::register(m)?;
     swap::register(m)?;

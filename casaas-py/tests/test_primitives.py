@@ -159,3 +159,18 @@ def test_unique_memory_urls_do_not_share() -> None:
     with casaas.lock(one, "locks/a", wait=0):
         with casaas.lock(two, "locks/a", wait=0):
             pass
+
+
+def test_election_observe_reports_each_change(memory_url: str) -> None:
+    store = casaas.open(memory_url)
+    a = casaas.Election(store, "elections/o", ttl=3, owner="a")
+    watcher = casaas.Election(store, "elections/o", ttl=3, owner="watcher")
+    seen = watcher.observe(timeout=5)
+    assert next(seen) is None
+    term = a.campaign(wait=5)
+    assert next(seen) == casaas.Leader("a", term.token)
+    term.resign()
+    assert next(seen) is None
+    quiet = watcher.observe(timeout=0.3)
+    assert next(quiet) is None
+    assert list(quiet) == []

@@ -611,6 +611,21 @@ class Election:
         got = self._native.leader()
         return None if got is None else Leader(*got)
 
+    def observe(self, timeout: Optional[Seconds] = None) -> Iterator[Optional[Leader]]:
+        """Yields the current leader, then every change (``None`` when
+        nobody leads: released, or expired after its TTL). Stops after
+        ``timeout`` without a change (``None``: never). Reading only; the
+        record is polled while the iterator lives."""
+        limit = _seconds(timeout, "timeout")
+        observer = self._native.observe()
+        seen = self._native.leader()
+        yield None if seen is None else Leader(*seen)
+        while True:
+            changed, seen = observer.next(seen, limit)
+            if not changed:
+                return
+            yield None if seen is None else Leader(*seen)
+
 
 class Fenced(NamedTuple):
     """A fenced resource's value and the highest token it has accepted."""
