@@ -176,6 +176,12 @@ const MUTANTS: &[Mutant] = &[
         replace: "if false && record.owner == self.lease.owner() && record.token <= ended {",
     },
     Mutant {
+        name: "ensure_held_for checks only that the lease was not lost, not its validity left",
+        file: "casaas-core/src/lease/handle.rs",
+        find: "if remaining.is_zero() || remaining < min_remaining {",
+        replace: "if false && (remaining.is_zero() || remaining < min_remaining) {",
+    },
+    Mutant {
         name: "try_acquire answers a race lost on a fresh lock as an error",
         file: "casaas-core/src/lease/acquire.rs",
         find: "Err(LeaseError::Store(err)) if lost_race(&err) => {",
