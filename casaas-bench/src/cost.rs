@@ -192,7 +192,7 @@ fn requests_table(md: &mut String, patterns: &[Pattern], measured_per_acquisitio
         "Requests a held lease and an acquisition cost, from the protocol (docs/protocol.md, \
          *Request cost*; `tests/lease_cost.rs` pins them), priced with the published request \
          prices below. Storage of a lock object (a few hundred bytes) and transfer are \
-         negligible and left out. A waiting contender adds 1 read per `retry_period` (10 per TTL).\n\n",
+         negligible and left out. A waiting contender adds 1 read per `poll_period` (10 per TTL, at most one per 100 ms).\n\n",
     );
     if let Some(measured) = measured_per_acquisition {
         md.push_str(&format!(

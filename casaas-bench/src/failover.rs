@@ -223,11 +223,11 @@ impl FailoverResult {
         md.push_str(&format!(
             "A holder process acquires the lock (TTL {} ms), prints `ready` and keeps renewing; a \
              contender in the benchmark process starts waiting (`Lease::acquire`, polling every \
-             `retry_period` = {} ms), and after a random pause the holder is SIGKILLed. The figure \
+             `poll_period` = {} ms), and after a random pause the holder is SIGKILLed. The figure \
              is the time from the kill until the contender holds the lock. The documented bound \
              (docs/protocol.md, *Liveness*; `LeaseConfig::failover_bound`) is \
-             `ttl·(1+ρ) + retry_period + 2·poll_jitter + read + write` with ρ = `drift_margin` = \
-             {ceph_drift} and `poll_jitter` = `retry_period`/5 = {} ms; read and write are the p99 \
+             `ttl·(1+ρ) + poll_period + 2·poll_jitter + read + write` with ρ = `drift_margin` = \
+             {ceph_drift} and `poll_jitter` = `poll_period`/5 = {} ms; read and write are the p99 \
              of a GET and of a conditional write on that store, measured after the trials. etcd is measured the same way: the holder keeps a session \
              lease of the same TTL alive (keepalive every TTL/3) and holds the lock under it; the \
              contender's Lock call blocks until the lease expires and etcd deletes the holder's key.\n\n\
@@ -238,7 +238,7 @@ impl FailoverResult {
              one poll (and its jitter) to see it, then the full `ttl·(1+ρ)`, then at most one \
              poll's jitter past that moment, a read and the takeover write.\n\n",
             self.ttl.as_millis(),
-            config.retry_period.as_millis(),
+            config.poll_period.as_millis(),
             config.poll_jitter().as_millis()
         ));
         md.push_str("| system | trials | p50 ms | p99 ms | max ms | read / write p99 ms | bound ms | p99 within bound |\n|---|---|---|---|---|---|---|---|\n");

@@ -39,8 +39,9 @@
 //!   object_store adapter: nothing else to configure;
 //! - `casaas_url=URL` names a casaas store rooted at the table
 //!   (`s3://bucket/tables/t1?endpoint=http://127.0.0.1:7480&etag_unquoted=true`,
-//!   `az://account/container/t1`, `gs://bucket/t1`, `file:///data/t1`,
-//!   `object_store+...`), with the options `casaas.NAME=VALUE` beside it
+//!   `az://account/container/t1`, `gs://bucket/t1`, `object_store+...`;
+//!   never casaas's own `file://` or `memory://` stores, which delta-rs
+//!   cannot read: on a `file://` table leave it out), with the options `casaas.NAME=VALUE` beside it
 //!   (`casaas.verify`, `casaas.capability_profile`, `casaas.layout`,
 //!   credentials): every provider option, the store guard, capability
 //!   profiles and the create-only layout apply.

@@ -25,8 +25,9 @@ use crate::nonce::{nonce_of, with_nonce};
 
 /// The storage option naming the casaas store URL that commits go to
 /// (the table's root: `s3://bucket/tables/t1?endpoint=...`,
-/// `file:///data/t1`, `object_store+gs://...`). Without it, commits go
-/// through the object store delta-rs built for the table, adapted.
+/// `object_store+gs://...`; not casaas's `file://` or `memory://` stores,
+/// refused by [`CommitStore::check`]). Without it, commits go through the
+/// object store delta-rs built for the table, adapted.
 pub const STORE_URL_OPTION: &str = "casaas_url";
 
 /// The prefix of storage options given to casaas's store beside
