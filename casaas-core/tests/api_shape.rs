@@ -192,3 +192,39 @@ async fn a_dropped_fair_waiter_does_not_hold_up_the_waiters_behind_it() {
     assert_eq!(guard.owner(), "next");
     guard.release().await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_release_leaves_the_record_until_it_expires() {
+    let store: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
+    let mine = Lease::new(store.clone(), "locks/r", "a", config()).unwrap();
+    let other = Lease::new(store.clone(), "locks/r", "b", config()).unwrap();
+    let guard = mine.try_acquire().await.unwrap().into_result().unwrap();
+    let lost = guard.lost();
+    // Dropped at its first wait, before the release write is sent.
+    let dropped = tokio::time::timeout(Duration::ZERO, guard.release()).await;
+    assert!(dropped.is_err());
+    lost.await;
+    let (record, _) = mine.read().await.unwrap().unwrap();
+    assert!(!record.released, "the release was never sent");
+    // Given up here, but held in the store: both contenders wait it out.
+    assert!(matches!(
+        other.try_acquire().await.unwrap(),
+        AcquireOutcome::Held(_)
+    ));
+    assert!(matches!(
+        mine.try_acquire().await.unwrap(),
+        AcquireOutcome::Held(_)
+    ));
+    let start = Instant::now();
+    let taken = other
+        .acquire(WaitOptions::default().with_deadline(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_secs(9) && waited <= Duration::from_secs(11),
+        "taken over after one TTL of not renewing: {waited:?}"
+    );
+    assert_eq!(taken.token(), 2);
+    taken.release().await.unwrap();
+}
