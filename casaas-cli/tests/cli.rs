@@ -1061,3 +1061,28 @@ fn adapter_file_urls_work_for_every_command() {
         }
     }
 }
+
+/// The owner id's host is the one the operating system reports (`uname
+/// -n`), whatever `$HOSTNAME` says (a shell variable, often not exported,
+/// and not the system's answer).
+#[test]
+fn the_default_owner_names_the_host_the_system_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = lock_url(dir.path(), "owner");
+    let out = casaas()
+        .env("HOSTNAME", "not-this-host")
+        .env_remove("CASAAS_OWNER")
+        .args(["lock", &url, "--", "sh", "-c", "echo $CASAAS_OWNER"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let uname = std::process::Command::new("uname")
+        .arg("-n")
+        .output()
+        .unwrap();
+    let host = text(&uname.stdout).trim().to_string();
+    let owner = text(&out.stdout).trim().to_string();
+    let (owner_host, pid) = owner.rsplit_once('/').unwrap();
+    assert_eq!(owner_host, host, "{owner}");
+    assert!(pid.parse::<u32>().is_ok(), "{owner}");
+}

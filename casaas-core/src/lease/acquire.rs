@@ -211,15 +211,29 @@ impl HeldBy {
     }
 }
 
-/// A default owner id: `HOSTNAME/PID`.
+/// A default owner id: `HOSTNAME/PID`, the host's name as the operating
+/// system reports it (`uname`'s node name, which `gethostname` returns, on
+/// every Unix; `COMPUTERNAME` on Windows), `localhost` if it has none.
 pub fn default_owner_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_string());
-    format!("{host}/{}", std::process::id())
+    format!(
+        "{}/{}",
+        host_name().unwrap_or_else(|| "localhost".to_string()),
+        std::process::id()
+    )
+}
+
+/// The host's name, from the operating system.
+fn host_name() -> Option<String> {
+    #[cfg(unix)]
+    let name = Some(
+        rustix::system::uname()
+            .nodename()
+            .to_string_lossy()
+            .into_owned(),
+    );
+    #[cfg(not(unix))]
+    let name = std::env::var("COMPUTERNAME").ok();
+    name.map(|n| n.trim().to_string()).filter(|n| !n.is_empty())
 }
 
 /// The write an attempt decided to make.
