@@ -309,7 +309,8 @@ Exit status: 0 held; 4 free (absent, released, or unchanged for a full TTL while
 const LS_HELP: &str = "Examples:\n\
   casaas ls s3://ops-bucket/locks\n\
   casaas ls --json file:///var/lib/app/locks\n\n\
-Reads each object under the prefix once and writes nothing. STATE is held, released,\n\
+Reads each object under the prefix once and writes nothing. STATE is held, waiting (a\n\
+fair-mode queue ticket: a waiter for the lock named before .queue/, not a holder), released,\n\
 expired (the holder's last write plus its TTL is past on this machine's clock: advisory,\n\
 as far as seen; `casaas status --observe-for` watches for certain) or foreign (not a casaas\n\
 lock; left untouched). Objects under .casaas-guard/ (the library's store probes) are not\n\

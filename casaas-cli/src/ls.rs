@@ -20,6 +20,17 @@ use crate::time::rfc3339;
 /// they are not locks, so they are not listed.
 const GUARD_PREFIX: &str = ".casaas-guard/";
 
+/// What follows a lock's key to name the folder of its fair-mode queue
+/// tickets (`KEY.queue/` and twenty digits: casaas-core's `FairLease`).
+const QUEUE_SUFFIX: &str = ".queue/";
+
+/// The lock a fair-mode queue ticket waits for, if `key` is a ticket.
+fn ticket_of(key: &str) -> Option<&str> {
+    let (lock, number) = key.rsplit_once(QUEUE_SUFFIX)?;
+    (!lock.is_empty() && number.len() == 20 && number.bytes().all(|b| b.is_ascii_digit()))
+        .then_some(lock)
+}
+
 /// Reads this many objects at once.
 const CONCURRENT_READS: usize = 8;
 
@@ -28,7 +39,8 @@ const CONCURRENT_READS: usize = 8;
 struct Entry {
     /// The key, relative to the prefix.
     key: String,
-    /// `held`, `expired` (its holder's last write plus its TTL is past on
+    /// `held`, `waiting` (a fair-mode queue ticket whose waiter is live:
+    /// a waiter, not a holder), `expired` (its holder's last write plus its TTL is past on
     /// this machine's clock: as far as seen, advisory; for a lock under a
     /// session, its heartbeat's), `released`, `foreign` (not a casaas
     /// lock) or `unknown` (a lock under a session whose heartbeat is
@@ -46,6 +58,9 @@ struct Entry {
     /// `epochs` (the create-only layout; `version` is then its epoch);
     /// none for a foreign object, which is no lock.
     layout: Option<&'static str>,
+    /// For a fair-mode queue ticket: the lock it waits for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    waiting_for: Option<String>,
     /// What a foreign object starts with.
     #[serde(skip_serializing_if = "Option::is_none")]
     found: Option<String>,
@@ -105,6 +120,14 @@ pub async fn run(args: LsArgs) -> Result<u8, Failure> {
         let (mut entry, record) = entry(key, &object.body, object.version.to_string(), now);
         if entry.layout.is_some() {
             entry.layout = Some(layout);
+        }
+        // A ticket's waiter renews it as a holder renews a lock, but it
+        // holds nothing: it waits for its turn.
+        if let Some(lock) = ticket_of(&entry.key) {
+            entry.waiting_for = Some(lock.to_string());
+            if entry.state == "held" {
+                entry.state = "waiting";
+            }
         }
         if let Some(record) = record.filter(|r| r.session.is_some() && !r.released) {
             under_sessions.push((entries.len(), record));
@@ -177,6 +200,7 @@ fn entry(
                 renewed_at: None,
                 version,
                 layout: None,
+                waiting_for: None,
                 found: Some(found),
                 session: None,
                 session_term: None,
@@ -203,6 +227,7 @@ fn entry(
         renewed_at: Some(rfc3339(record.renewed_at_ms)),
         version,
         layout: Some("record"),
+        waiting_for: None,
         found: None,
         // A session lock's own fields are set from its heartbeat later.
         session,

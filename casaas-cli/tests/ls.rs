@@ -203,3 +203,46 @@ fn lock_refuses_a_missing_directory_unless_asked() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(typo.is_dir());
 }
+
+/// A fair-mode queue ticket (`KEY.queue/` and twenty digits) is a waiter:
+/// listed as `waiting` for its lock, never as a held lock.
+#[test]
+fn ls_shows_queue_tickets_as_waiters() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("file://{}", dir.path().display());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let guard = runtime.block_on(async {
+        let store = casaas_core::open_store(&prefix).await.unwrap();
+        let ticket = casaas_core::lease::Lease::new(
+            store,
+            "job.queue/00000000000000000001",
+            "waiter-1",
+            casaas_core::lease::LeaseConfig::from_ttl(Duration::from_secs(30)),
+        )
+        .unwrap();
+        ticket.try_acquire().await.unwrap()
+    });
+    let out = run(&["ls", "--json", &prefix]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ticket = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["key"] == "job.queue/00000000000000000001")
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert_eq!(ticket["state"], "waiting", "{ticket}");
+    assert_eq!(ticket["waiting_for"], "job", "{ticket}");
+    assert_eq!(ticket["holder"], "waiter-1", "{ticket}");
+    let table = text(&run(&["ls", &prefix]).stdout);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains("job.queue/") && l.contains("waiting")),
+        "{table}"
+    );
+    drop(guard);
+}
