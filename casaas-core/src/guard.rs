@@ -22,6 +22,9 @@
 //! on a new key, within its deadline. What it cannot see: races between
 //! concurrent writers and rare faults; `casaas conformance` probes those.
 //!
+//! A process that opts in with [`cache::GuardCache`] keeps a passing
+//! verdict on disk for the next process (an hour by default).
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), casaas_core::CasError> {
@@ -35,6 +38,8 @@
 //! # Ok(())
 //! # }
 //! ```
+
+pub mod cache;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -257,6 +262,7 @@ impl StoreGuard {
                             elapsed = ?report.elapsed,
                             "store guard passed"
                         );
+                        cache::passed(store);
                         Verdict::Passed
                     }
                     Some(failed) => Verdict::Unsafe(unsafe_store_message(store, failed)),
