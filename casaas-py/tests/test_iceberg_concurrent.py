@@ -7,8 +7,9 @@ duplicate row, no lost row, the exact row count.
 On the servers only the catalog's pointers live there; the table's metadata
 and data files stay on the local disk (``--local-data``): PyIceberg's
 default FileIO (PyArrow) is refused by Ceph RGW with ``411
-MissingContentLength``, and has no emulator settings for Azurite or
-fake-gcs. The pointers are what the commit protocol swaps.
+MissingContentLength``, and Azurite and fake-gcs keep the same setup
+(PyIceberg's FileIO against those emulators is not tried here). The
+pointers are what the commit protocol swaps.
 """
 
 from __future__ import annotations
