@@ -29,6 +29,11 @@ pub struct Cli {
     /// More log output (-v: what casaas does; -vv: every request). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+    /// Check the store with the store guard even if an earlier run proved
+    /// it within the hour (the verdict cached in $XDG_CACHE_HOME/casaas/guard
+    /// or ~/.cache/casaas/guard), and record nothing. Also CASAAS_NO_CACHE=1.
+    #[arg(long, global = true, env = "CASAAS_NO_CACHE", value_parser = clap::builder::BoolishValueParser::new())]
+    pub no_cache: bool,
     /// The command.
     #[command(subcommand)]
     pub command: Command,

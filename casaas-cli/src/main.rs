@@ -58,6 +58,9 @@ fn main() -> ExitCode {
     };
     logging::init(format, cli.verbose);
     providers::register();
+    if cli.no_cache {
+        target::disable_guard_cache();
+    }
     // The conformance crate's logs keep the subscriber installed above
     // (format and verbosity from the options, wherever they were given).
     let log_format = match format {

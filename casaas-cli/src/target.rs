@@ -86,7 +86,27 @@ pub fn parse_prefix(url: &str) -> Result<LockTarget, Failure> {
 /// `create_dirs=true`.
 pub async fn open(target: &LockTarget) -> Result<Arc<dyn CasStore>, Failure> {
     refuse_missing_adapter_directory(target, "; create it first")?;
-    open_url(&target.store_url, &target.display).await
+    let store = open_url(&target.store_url, &target.display).await?;
+    if !NO_GUARD_CACHE.load(std::sync::atomic::Ordering::Relaxed) {
+        // A cron line of `casaas lock` pays the store guard once an hour,
+        // not once a run; a cache it cannot use only costs that saving.
+        match casaas_core::guard::cache::GuardCache::open_default() {
+            Ok(cache) => {
+                cache.attach(store.as_ref());
+            }
+            Err(e) => tracing::warn!("{e}; the store guard runs without its cache"),
+        }
+    }
+    Ok(store)
+}
+
+/// Set by `--no-cache` (or `CASAAS_NO_CACHE`): the store guard runs and
+/// records nothing.
+static NO_GUARD_CACHE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Turns the store-guard cache off for this process.
+pub fn disable_guard_cache() {
+    NO_GUARD_CACHE.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// An adapter URL on a local directory (`object_store+file://`,
