@@ -41,6 +41,11 @@ fn main() -> ExitCode {
     if args.get(1).is_some_and(|a| a == child::WATCHDOG_ARG) && args.len() == 2 {
         return child::watchdog_main();
     }
+    // The manual page, from the same definitions as --help (`cargo xtask
+    // man` writes it to man/casaas.1).
+    if args.get(1).is_some_and(|a| a == MAN_ARG) && args.len() == 2 {
+        return man();
+    }
     // Secrets in any URL argument are masked from the first message on.
     for arg in &args {
         target::register_userinfo(&arg.to_string_lossy());
@@ -83,6 +88,36 @@ fn main() -> ExitCode {
         Err(failure) => {
             logging::report_error(&failure.message());
             ExitCode::from(failure.code())
+        }
+    }
+}
+
+/// The hidden argument that prints the manual page.
+const MAN_ARG: &str = "__man";
+
+/// Prints `casaas(1)`: the command, its options, every subcommand with its
+/// own, and the exit codes.
+fn man() -> ExitCode {
+    let command = Cli::command();
+    let mut page = Vec::new();
+    let rendered = clap_mangen::Man::new(command.clone())
+        .render(&mut page)
+        .and_then(|()| {
+            for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+                let title = format!(".SH \"CASAAS {}\"\n", sub.get_name().to_uppercase());
+                page.extend_from_slice(title.as_bytes());
+                let man = clap_mangen::Man::new(sub.clone());
+                man.render_description_section(&mut page)?;
+                man.render_options_section(&mut page)?;
+                man.render_extra_section(&mut page)?;
+            }
+            Ok(())
+        });
+    match rendered.and_then(|()| std::io::Write::write_all(&mut std::io::stdout(), &page)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            logging::report_error(&format!("cannot write the manual page: {e}"));
+            ExitCode::from(1)
         }
     }
 }

@@ -25,6 +25,7 @@
 
 mod api;
 mod bench;
+mod man;
 mod createonly_proxy;
 mod mutants;
 mod python;
@@ -66,6 +67,9 @@ enum Task {
         #[arg(long)]
         accept: bool,
     },
+    /// Write casaas-cli/man/casaas.1, the `casaas` command's manual page,
+    /// from its clap definitions.
+    Man,
     /// Real servers on loopback for the tests.
     Servers {
         #[command(subcommand)]
@@ -553,6 +557,7 @@ fn main() -> Result<()> {
             keep_servers,
         } => ci(&root, sim_ops, keep_servers),
         Task::Api { accept } => api::api(&root, accept),
+        Task::Man => man::man(&root),
         Task::Python { require_servers } => python::python(&root, require_servers),
         Task::Servers { action } => match action {
             ServersAction::Up { names } => servers::up(&ctx, &names),
