@@ -97,18 +97,18 @@ fn markdown_to_a_file() {
 }
 
 #[test]
-fn malformed_url_exits_two_with_a_helpful_message() {
+fn malformed_url_exits_78_with_a_helpful_message() {
     let out = conformance(&["not a url"]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(78));
     let stderr = text(&out.stderr);
     assert!(stderr.contains("not a valid store URL"), "{stderr}");
     assert!(stderr.contains("s3://bucket/prefix"), "{stderr}");
 }
 
 #[test]
-fn unknown_scheme_exits_two_and_lists_the_known_ones() {
+fn unknown_scheme_exits_78_and_lists_the_known_ones() {
     let out = conformance(&["ftp://host/dir"]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(78));
     let stderr = text(&out.stderr);
     assert!(stderr.contains("no backend for scheme 'ftp'"), "{stderr}");
     assert!(stderr.contains("file"), "{stderr}");
@@ -200,7 +200,7 @@ fn no_secret_appears_in_any_output_even_at_trace_level() {
         SECRETS[1]
     );
     let out = with_secret_env(&[&url, "--quick"]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(78), "{}", text(&out.stderr));
     assert_no_secret(&out, "query");
 
     // A full run, in every format, with the secrets in the environment.
@@ -238,7 +238,7 @@ fn exit_status_three_is_documented_for_inconclusive_runs() {
 #[test]
 fn no_bucket_hint_for_errors_that_are_not_about_a_bucket() {
     let out = conformance(&["s3://bucket/p?endpoint=http://127.0.0.1:1&no_such_option=1"]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(78));
     let stderr = text(&out.stderr);
     assert!(!stderr.contains("--create-bucket"), "{stderr}");
 }
@@ -336,7 +336,7 @@ fn several_stores_make_one_comparison_table() {
     args.extend(only);
     let out = conformance(&args);
     let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(2), "{stdout}");
+    assert_eq!(out.status.code(), Some(78), "{stdout}");
     assert!(stdout.contains("NOT RUN"), "{stdout}");
     assert!(stdout.contains("store 2: nosuchscheme://x/p"), "{stdout}");
 }
