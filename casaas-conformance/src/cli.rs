@@ -442,6 +442,9 @@ fn run(cli: Cli) -> Result<u8, Usage> {
     Ok(report.exit_code())
 }
 
+/// One store's URL (redacted) and its report, or why it was not run.
+type StoreRun = (String, Result<Report, String>);
+
 /// Several stores: each probed in parallel, one comparison printed. The
 /// exit status is the worst verdict's (not safe, then a store that could
 /// not be probed, then inconclusive, then safe).
@@ -465,7 +468,7 @@ async fn compare(cli: &Cli, settings: Settings) -> Result<u8, Usage> {
             )
         }
     });
-    let (results, codes): (Vec<(String, Result<Report, String>)>, Vec<u8>) =
+    let (results, codes): (Vec<StoreRun>, Vec<u8>) =
         futures::future::join_all(runs).await.into_iter().unzip();
     let rendered = match cli.format {
         Format::Json => {
