@@ -147,6 +147,11 @@ pub struct SimConfig {
     /// Probability that a request is slow (up to twice the request timeout
     /// each way) rather than fast (up to 10 ms each way).
     pub slow_request: f64,
+    /// Probability that a read's or write's answer comes back late: the
+    /// request is served at once and its answer travels for up to the
+    /// client's TTL (a read served long before its answer arrives is the
+    /// stale view a contender must never decide on alone).
+    pub late_answer: f64,
     /// Probability, before each side effect, that the holder's main task
     /// stalls (its renewal keeps running) for up to `max_pause`.
     pub stall: f64,
@@ -198,6 +203,7 @@ impl SimConfig {
             },
             lease,
             slow_request: 0.05,
+            late_answer: 0.02,
             stall: 0.08,
             freeze: 0.05,
             stall_after_check: 0.03,

@@ -158,6 +158,10 @@ pub struct World {
     /// Cancelled once the clients have sent `limit` requests.
     pub stop: CancellationToken,
     slow_request: f64,
+    /// See [`SimConfig::late_answer`].
+    late_answer: f64,
+    /// Each client's TTL in true milliseconds: the longest late answer.
+    ttl_ms: Vec<u64>,
     /// See [`SimConfig::pause_after_read`].
     pause_after_read: f64,
     max_pause: Duration,
@@ -235,6 +239,12 @@ impl World {
             stopped: AtomicBool::new(false),
             stop: CancellationToken::new(),
             slow_request: config.slow_request,
+            late_answer: config.late_answer,
+            ttl_ms: rates
+                .iter()
+                .zip(&leases)
+                .map(|(r, l)| l.ttl.div_f64(*r).as_millis() as u64)
+                .collect(),
             pause_after_read: config.pause_after_read,
             max_pause: config.max_pause,
             timeout_ms: rates
@@ -334,7 +344,13 @@ impl World {
         loop {
             let slow = rng.random_bool(self.slow_request);
             let max = if slow { avoid * 2 } else { 10 };
-            let (a, b) = (rng.random_range(0..=max), rng.random_range(0..=max));
+            let (a, mut b) = (rng.random_range(0..=max), rng.random_range(0..=max));
+            // Served at once, answered up to a TTL later (the request's
+            // timeout decides whether its sender still waits for it).
+            // Drawn only when enabled, so a zero share keeps old digests.
+            if self.late_answer > 0.0 && rng.random_bool(self.late_answer) {
+                b = rng.random_range(0..=self.ttl_ms[client]);
+            }
             if (a + b).abs_diff(avoid) > 2 {
                 return (a, b);
             }
