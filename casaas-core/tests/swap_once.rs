@@ -654,3 +654,119 @@ impl CasStore for IgnoresConditions {
         "ignores-conditions://".into()
     }
 }
+
+/// A caller's own error type, as a catalog would have: the protocol's
+/// errors convert into it, its own pass through.
+#[derive(Debug)]
+enum CatalogError {
+    Lease(LeaseError),
+    Encode(String),
+}
+
+impl From<LeaseError> for CatalogError {
+    fn from(e: LeaseError) -> Self {
+        CatalogError::Lease(e)
+    }
+}
+
+impl std::fmt::Display for CatalogError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CatalogError::Lease(e) => e.fmt(f),
+            CatalogError::Encode(m) => write!(f, "cannot encode the pointer: {m}"),
+        }
+    }
+}
+
+fn descends_as_catalog(stored: &[u8], nonce: &str) -> Result<bool, CatalogError> {
+    Ok(descends(stored, nonce)?)
+}
+
+#[tokio::test]
+async fn the_callers_error_type_is_the_swaps_and_its_own_errors_come_back_as_they_are() {
+    for layout in LAYOUTS {
+        let store = in_layout(faulty(11), layout).await;
+        let w = writer(store);
+        let read = seed_pointer(&w, "v1").await;
+        // Nothing sent yet: the body's error is the call's, untouched.
+        let err = w
+            .swap(
+                KEY,
+                Some(&read.version),
+                |_| Err(CatalogError::Encode("schema too new".into())),
+                nonce_in,
+                descends_as_catalog,
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, CatalogError::Encode(m) if m == "schema too new"),
+            "{layout}: {err}"
+        );
+        assert_eq!(current_value(&w).await, "v1", "{layout}: nothing written");
+        // The protocol's outcomes and errors in the caller's type.
+        let swapped = w
+            .swap(
+                KEY,
+                Some(&read.version),
+                |n| Ok::<_, CatalogError>(Pointer::next(Some(&read), "v2", n)),
+                nonce_in,
+                descends_as_catalog,
+            )
+            .await
+            .unwrap();
+        assert!(swapped.is_ours(), "{layout}: {swapped:?}");
+        let err = w
+            .swap(
+                "../outside",
+                None,
+                |n| Ok::<_, CatalogError>(Pointer::next(None, "x", n)),
+                nonce_in,
+                descends_as_catalog,
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, CatalogError::Lease(_)), "{layout}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn a_body_failing_while_a_write_may_still_land_is_ambiguous_not_the_callers_error() {
+    for layout in LAYOUTS {
+        let raw = faulty(12);
+        let store = in_layout(raw.clone(), layout).await;
+        let w = writer(store);
+        let read = seed_pointer(&w, "v1").await;
+        // The first write's answer is unknown (it did not apply); the read
+        // finds the pointer unchanged, so that write is still live when
+        // the second body fails.
+        raw.inject(Fault::ServerErrorNotApplied);
+        let calls = std::sync::atomic::AtomicU32::new(0);
+        let err = w
+            .swap(
+                KEY,
+                Some(&read.version),
+                |n| {
+                    if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                        Ok(Pointer::next(Some(&read), "v2", n))
+                    } else {
+                        Err(CatalogError::Encode("out of memory".into()))
+                    }
+                },
+                nonce_in,
+                descends_as_catalog,
+            )
+            .await
+            .unwrap_err();
+        let CatalogError::Lease(lease) = &err else {
+            panic!("{layout}: the caller's error while a write may land: {err}")
+        };
+        assert_eq!(
+            lease.store_kind(),
+            Some(ErrorKind::Ambiguous),
+            "{layout}: {err}"
+        );
+        assert!(err.to_string().contains("out of memory"), "{layout}: {err}");
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "{layout}");
+    }
+}

@@ -101,17 +101,19 @@ impl Swapped {
 /// use std::sync::Arc;
 /// use bytes::Bytes;
 /// use casaas_core::MemoryStore;
-/// use casaas_core::lease::{SwapOnce, Swapped};
+/// use casaas_core::lease::{LeaseError, SwapOnce, Swapped};
 ///
-/// // A pointer body: the target, then the nonce of the write.
+/// // A pointer body: the target, then the nonce of the write. The body's
+/// // and the lineage check's error type is the call's (here LeaseError;
+/// // any E: From<LeaseError>).
 /// let body = |target: &'static str| {
-///     move |nonce: &str| Ok(Bytes::from(format!("{target}\n{nonce}")))
+///     move |nonce: &str| Ok::<_, LeaseError>(Bytes::from(format!("{target}\n{nonce}")))
 /// };
 /// let nonce_in = |stored: &[u8]| {
 ///     Some(std::str::from_utf8(stored).ok()?.split_once('\n')?.1.to_string())
 /// };
 /// // No lineage in this format: only our own body proves our write.
-/// let descends = |_: &[u8], _: &str| Ok(false);
+/// let descends = |_: &[u8], _: &str| Ok::<_, LeaseError>(false);
 ///
 /// let pointer = SwapOnce::new(Arc::new(MemoryStore::new()));
 /// let first = pointer.swap("t/pointer", None, body("v1"), nonce_in, descends).await?;
@@ -192,8 +194,12 @@ impl SwapOnce {
     /// written); [`LeaseError::UnsafeStore`] when the store guard finds
     /// that the store does not honour conditional writes;
     /// [`LeaseError::Contended`] after every attempt was refused as
-    /// retryable with nothing written; whatever `body` or `descends`
-    /// returns.
+    /// retryable with nothing written (each converted into `E`); the error
+    /// `body` returns, as it is, when no write of this call may still land.
+    /// A body or lineage check that fails while a write of this call may
+    /// still land is reported as
+    /// [`ErrorKind::Ambiguous`](crate::ErrorKind::Ambiguous) (its error in
+    /// the message): the caller must read the key before writing again.
     ///
     /// # Cancel safety
     ///
@@ -203,20 +209,21 @@ impl SwapOnce {
     /// nothing retries it. That is the state an
     /// [`ErrorKind::Ambiguous`](crate::ErrorKind::Ambiguous) answer
     /// reports: read the key and look for your nonces to find out.
-    pub async fn swap<B, N, D>(
+    pub async fn swap<B, N, D, E>(
         &self,
         key: &str,
         expected: Option<&Version>,
         body: B,
         nonce_in: N,
         descends: D,
-    ) -> Result<Swapped, LeaseError>
+    ) -> Result<Swapped, E>
     where
-        B: Fn(&str) -> Result<Bytes, LeaseError>,
+        B: Fn(&str) -> Result<Bytes, E>,
         N: Fn(&[u8]) -> Option<String>,
-        D: Fn(&[u8], &str) -> Result<bool, LeaseError>,
+        D: Fn(&[u8], &str) -> Result<bool, E>,
+        E: From<LeaseError> + std::fmt::Display,
     {
-        crate::validate_key(key)?;
+        crate::validate_key(key).map_err(LeaseError::from)?;
         let span = tracing::debug_span!("swap_once", key, layout = %self.layout);
         let rule = Lineage {
             nonce_in: &nonce_in,
@@ -227,17 +234,18 @@ impl SwapOnce {
             .await
     }
 
-    async fn swap_inner<B, N, D>(
+    async fn swap_inner<B, N, D, E>(
         &self,
         key: &str,
         expected: Option<&Version>,
         body: B,
         rule: Lineage<'_, N, D>,
-    ) -> Result<Swapped, LeaseError>
+    ) -> Result<Swapped, E>
     where
-        B: Fn(&str) -> Result<Bytes, LeaseError>,
+        B: Fn(&str) -> Result<Bytes, E>,
         N: Fn(&[u8]) -> Option<String>,
-        D: Fn(&[u8], &str) -> Result<bool, LeaseError>,
+        D: Fn(&[u8], &str) -> Result<bool, E>,
+        E: From<LeaseError> + std::fmt::Display,
     {
         // The guard checks the view we write through: conditional replace
         // in the record layout, create-if-absent under the epoch chain.
@@ -257,13 +265,21 @@ impl SwapOnce {
                         attempts.retry(err);
                         continue;
                     }
-                    Err(err) => return Err(attempts.fail(err)),
+                    Err(err) => return Err(attempts.fail(err).into()),
                 }
             }
             let nonce = self.policy.entropy.nonce();
             let bytes = match body(&nonce) {
                 Ok(bytes) => bytes,
-                Err(err) => return Err(attempts.fail(err)),
+                // Nothing of ours can land: the caller's error, untouched.
+                Err(err) if attempts.pending.is_empty() => return Err(err),
+                Err(err) => {
+                    let failed = LeaseError::Codec {
+                        key: key.to_string(),
+                        message: format!("the body failed: {err}"),
+                    };
+                    return Err(attempts.fail(failed).into());
+                }
             };
             debug_assert_eq!((rule.nonce_in)(&bytes).as_deref(), Some(nonce.as_str()));
             let write = PendingWrite {
@@ -297,13 +313,13 @@ impl SwapOnce {
         {
             return Ok(swapped);
         }
-        Err(attempts.give_up())
+        Err(attempts.give_up().into())
     }
 
     /// Reads `key` and settles our unresolved writes against it: `Some`
     /// once the outcome is known, `None` while the object is still at the
     /// version they were conditioned on.
-    async fn settle<N, D>(
+    async fn settle<N, D, E>(
         &self,
         key: &str,
         pending: &mut PendingWrites<()>,
@@ -311,7 +327,8 @@ impl SwapOnce {
     ) -> Result<Option<Swapped>, LeaseError>
     where
         N: Fn(&[u8]) -> Option<String>,
-        D: Fn(&[u8], &str) -> Result<bool, LeaseError>,
+        D: Fn(&[u8], &str) -> Result<bool, E>,
+        E: std::fmt::Display,
     {
         let found = self.get(key).await?;
         let Some(object) = found else {
@@ -332,7 +349,14 @@ impl SwapOnce {
             let moved_on = write.condition.as_ref() != Some(&object.version);
             if moved_on
                 && stored_nonce.as_deref() != Some(write.nonce.as_str())
-                && (rule.descends)(&object.body, &write.nonce)?
+                && (rule.descends)(&object.body, &write.nonce).map_err(|err| {
+                    // Asked only with a write of ours pending: the caller
+                    // (through `fail`) sees it as ambiguous, not as its own.
+                    LeaseError::Codec {
+                        key: key.to_string(),
+                        message: format!("the lineage check failed: {err}"),
+                    }
+                })?
             {
                 descended.push(write.nonce.clone());
             }
