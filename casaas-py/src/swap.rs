@@ -52,12 +52,36 @@ fn read_out(py: Python<'_>, object: casaas::StoredObject) -> PyResult<Read> {
     ))
 }
 
-/// A Python callback's exception as the protocol's error (its message
-/// kept); raised in Python as the protocol reports it.
-fn callback_failed(what: &str, err: PyErr) -> LeaseError {
-    LeaseError::Codec {
-        key: String::new(),
-        message: format!("{what} raised: {err}"),
+/// The swap's error: the protocol's, or a Python callback's exception.
+/// `SwapOnce` returns a callback's error as it is when no write of the
+/// swap may still land (then it is raised in Python unchanged), and as an
+/// ambiguous protocol error naming it otherwise.
+enum SwapFail {
+    Lease(LeaseError),
+    Callback(&'static str, PyErr),
+}
+
+impl From<LeaseError> for SwapFail {
+    fn from(e: LeaseError) -> Self {
+        SwapFail::Lease(e)
+    }
+}
+
+impl std::fmt::Display for SwapFail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SwapFail::Lease(e) => e.fmt(f),
+            SwapFail::Callback(what, e) => write!(f, "{what} raised: {e}"),
+        }
+    }
+}
+
+impl From<SwapFail> for Fail {
+    fn from(e: SwapFail) -> Self {
+        match e {
+            SwapFail::Lease(e) => Fail::Lease(e),
+            SwapFail::Callback(_, e) => Fail::Python(e),
+        }
     }
 }
 
@@ -126,7 +150,9 @@ impl PySwapOnce {
     /// `nonce` (raise if it cannot tell). Returns `("ours", None, version,
     /// replaced)` or `("conflict", body, version, False)` with the current
     /// object (`body` and `version` `None` when absent). Raises
-    /// `MayHaveTakenEffect` while a write may still land.
+    /// `MayHaveTakenEffect` while a write may still land (a callback that
+    /// raises then is named in its message); an exception `body` raises
+    /// when nothing of this swap can land is raised as it is.
     #[pyo3(signature = (key, expected, body, nonce_in, descends))]
     fn swap(
         &self,
@@ -142,13 +168,13 @@ impl PySwapOnce {
         let expected = expected.map(|v| v.get().version.clone());
         let (body, nonce_in, descends) = (Arc::new(body), Arc::new(nonce_in), Arc::new(descends));
         let outcome = wait(py, None, async move {
-            let make = |nonce: &str| -> Result<bytes::Bytes, LeaseError> {
+            let make = |nonce: &str| -> Result<bytes::Bytes, SwapFail> {
                 Python::attach(|py| {
                     let out = body.call1(py, (nonce,))?;
                     let bytes: Vec<u8> = out.extract(py)?;
                     Ok(bytes::Bytes::from(bytes))
                 })
-                .map_err(|e| callback_failed("body", e))
+                .map_err(|e| SwapFail::Callback("body", e))
             };
             let find = |stored: &[u8]| -> Option<String> {
                 Python::attach(|py| {
@@ -159,17 +185,18 @@ impl PySwapOnce {
                         .flatten()
                 })
             };
-            let lineage = |stored: &[u8], nonce: &str| -> Result<bool, LeaseError> {
+            let lineage = |stored: &[u8], nonce: &str| -> Result<bool, SwapFail> {
                 Python::attach(|py| {
                     descends
                         .call1(py, (PyBytes::new(py, stored), nonce))
                         .and_then(|d| d.extract::<bool>(py))
                 })
-                .map_err(|e| callback_failed("descends", e))
+                .map_err(|e| SwapFail::Callback("descends", e))
             };
             let swapped = swap
                 .swap(&key, expected.as_ref(), make, find, lineage)
-                .await?;
+                .await
+                .map_err(Fail::from)?;
             Ok::<_, Fail>(match swapped {
                 Swapped::Ours { version, replaced } => Outcome::Ours { version, replaced },
                 Swapped::Conflict(current) => Outcome::Conflict(current),

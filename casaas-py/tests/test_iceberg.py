@@ -266,3 +266,19 @@ def test_a_rename_cut_short_is_finished_by_running_it_again(tmp_path: pathlib.Pa
     assert catalog.list_tables("db") == [("db", "u")]
     stored, _ = catalog._swap.read(key)
     assert "renamed-from" not in json.loads(stored)
+
+
+def test_an_exception_of_the_body_is_raised_as_it_is(tmp_path: pathlib.Path) -> None:
+    """Nothing of the swap can land yet: the body's own exception, not a
+    protocol error wrapping it."""
+    catalog = file_catalog(tmp_path)
+
+    class Unencodable(Exception):
+        pass
+
+    def body(_nonce: str) -> bytes:
+        raise Unencodable("cannot encode the pointer")
+
+    with pytest.raises(Unencodable, match="cannot encode the pointer"):
+        catalog._swap.swap("tables/db/t", None, body, lambda _b: None, lambda _b, _n: False)
+    assert catalog._swap.read("tables/db/t") is None
