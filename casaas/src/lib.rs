@@ -250,10 +250,14 @@ mod docs {
     struct Conformance;
     #[doc = include_str!("../../docs/embedded.md")]
     struct Embedded;
+    #[doc = include_str!("../../docs/iceberg.md")]
+    struct Iceberg;
     #[doc = include_str!("../../docs/performance.md")]
     struct Performance;
     #[doc = include_str!("../../docs/protocol.md")]
     struct Protocol;
+    #[doc = include_str!("../../docs/python.md")]
+    struct Python;
     #[doc = include_str!("../../docs/reliability.md")]
     struct Reliability;
     #[doc = include_str!("../../docs/security.md")]
