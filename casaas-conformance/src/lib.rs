@@ -34,6 +34,7 @@
 
 #[cfg(any(feature = "azure", feature = "gcs"))]
 mod assembled;
+pub mod check;
 pub mod cli;
 pub mod evidence;
 mod model;

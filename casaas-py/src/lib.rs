@@ -6,6 +6,7 @@
 //! Pythonic API (context managers, `timedelta`, asyncio) and holds the
 //! exception hierarchy this module raises.
 
+mod doctor;
 mod errors;
 mod runtime;
 mod swap;
@@ -799,5 +800,6 @@ fn _casaas(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Task>()?;
     values::register(m)?;
     swap::register(m)?;
+    doctor::register(m)?;
     Ok(())
 }

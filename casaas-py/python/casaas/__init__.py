@@ -96,6 +96,7 @@ __all__ = [
     "LockHeld",
     "LogEntry",
     "MayHaveTakenEffect",
+    "Probe",
     "RuntimeFailure",
     "Seconds",
     "Session",
@@ -106,7 +107,10 @@ __all__ = [
     "UnsafeStore",
     "Unsupported",
     "UnsupportedSchema",
+    "Verdict",
+    "conformance",
     "create_once",
+    "doctor",
     "lance_commit_lock",
     "lock",
     "open",
@@ -788,3 +792,158 @@ def lance_commit_lock(
 
     return commit_lock
 
+
+
+class Probe(NamedTuple):
+    """One check of :func:`doctor` or :func:`conformance`."""
+
+    name: str
+    """A stable id (``create_conflict``, ``lease_protocol``, ...); the store
+    guard's checks are named ``guard.NAME``."""
+    severity: str
+    """``critical`` (a failure makes the store unsafe for leases),
+    ``warning`` or ``info``."""
+    outcome: str
+    """``pass``, ``fail``, ``note``, ``unsupported`` or ``error``."""
+    detail: str
+    """What was observed, in a sentence or two."""
+    evidence: Dict[str, Any]
+    """The facts behind the outcome (statuses, error codes, counts,
+    timings)."""
+
+
+class Verdict:
+    """What :func:`doctor` or :func:`conformance` found about a store.
+
+    ``verdict`` is ``"safe"``, ``"not_safe"`` or ``"inconclusive"`` (a
+    critical check could not complete); ``safe`` is ``verdict == "safe"``;
+    ``summary`` is the verdict line the command prints; ``probes`` lists
+    every check. ``json`` (and :meth:`to_json`) is the report the command
+    prints with ``--json`` (``casaas conformance``) or ``--format json``
+    (``casaas doctor``), secrets redacted; ``exit_code`` is the command's
+    exit status for it (0, 1 or 3).
+    """
+
+    __slots__ = ("verdict", "summary", "probes", "json", "_data")
+
+    verdict: str
+    summary: str
+    probes: List[Probe]
+    json: str
+
+    def __init__(self, verdict: str, report_json: str) -> None:
+        data: Dict[str, Any] = json.loads(report_json)
+        self.verdict = verdict
+        self.json = report_json
+        self._data = data
+        probes: List[Probe] = []
+        guard = data.get("guard")
+        if isinstance(guard, dict):
+            # doctor: the guard's checks, then the probes' report.
+            for check in guard.get("checks", []):
+                probes.append(
+                    Probe(
+                        f"guard.{check['name']}",
+                        "critical",
+                        "pass" if check["passed"] else "fail",
+                        check["detail"],
+                        {},
+                    )
+                )
+            report: Dict[str, Any] = data.get("report") or {}
+            self.summary = str(data.get("verdict", ""))
+        else:
+            report = data
+            self.summary = str(data.get("summary", ""))
+        for p in report.get("probes", []):
+            probes.append(
+                Probe(p["id"], p["severity"], p["verdict"], p["detail"], dict(p.get("evidence", {})))
+            )
+        self.probes = probes
+
+    @property
+    def safe(self) -> bool:
+        """Whether the store is safe for leases (possibly with the
+        recommended options)."""
+        return self.verdict == "safe"
+
+    @property
+    def exit_code(self) -> int:
+        """The command's exit status for this verdict: 0 safe, 1 not safe,
+        3 inconclusive."""
+        return {"safe": 0, "not_safe": 1}.get(self.verdict, 3)
+
+    @property
+    def recommended_options(self) -> List[str]:
+        """casaas options (``name=value``) the store needs to be safe."""
+        report = self._data.get("report") if "guard" in self._data else self._data
+        return [str(r["option"]) for r in (report or {}).get("recommended_options", [])]
+
+    def failed(self) -> List[Probe]:
+        """The critical checks that did not pass: why the store is not safe
+        (or why the verdict is inconclusive)."""
+        return [p for p in self.probes if p.severity == "critical" and p.outcome not in ("pass", "note")]
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The JSON report as a dict (a fresh copy)."""
+        out: Dict[str, Any] = json.loads(self.json)
+        return out
+
+    def to_json(self) -> str:
+        """The JSON report, as the command prints it."""
+        return self.json
+
+    def __bool__(self) -> bool:
+        return self.safe
+
+    def __repr__(self) -> str:
+        return f"<casaas.Verdict {self.verdict}: {self.summary}>"
+
+
+def doctor(
+    url: str,
+    *,
+    guard_deadline: Optional[Seconds] = None,
+    **options: Any,
+) -> Verdict:
+    """Checks whether the store ``url`` names is safe for leases, as
+    ``casaas doctor`` does: the store guard (a few conditional writes,
+    retried for at most ``guard_deadline``, 30 s by default, while the
+    store's answers are ambiguous), then the quick probes. Takes seconds on
+    a healthy store.
+
+    ``options`` go beside the URL as for :func:`open` (credentials among
+    them). A ``file://`` store must exist: the doctor creates no directory.
+    Returns a :class:`Verdict`; raises only when no check could run (an
+    unreachable store, bad credentials, a malformed URL), as
+    :class:`InvalidUrl`, :class:`Unauthorized` or :class:`StoreError`.
+    The GIL is released while it runs; Ctrl-C abandons the run (the
+    objects it wrote under its own prefix may stay behind).
+    """
+    verdict, report = _casaas.doctor(url, _options(options), _seconds(guard_deadline, "guard_deadline"))
+    return Verdict(verdict, report)
+
+
+def conformance(
+    url: str,
+    quick: bool = True,
+    *,
+    only: Optional[List[str]] = None,
+    **options: Any,
+) -> Verdict:
+    """Runs the conformance suite of ``casaas conformance`` on the store
+    ``url`` names: every probe of conditional-write semantics, races, the
+    lease protocol and (with ``quick=False``) throttling and latency.
+    ``only`` runs the named probes alone (an unknown name raises
+    :class:`InvalidConfig` before the store is touched).
+
+    The suite writes under a fresh key prefix of the store and removes what
+    it wrote; recommended options are proven by running the probes they
+    affect again with them. ``options`` go beside the URL as for
+    :func:`open`. Returns a :class:`Verdict` whose ``json`` is the
+    command's ``--json`` report (schema in docs/conformance.md). The GIL is
+    released while it runs; Ctrl-C abandons the run (its prefix may keep
+    the objects written so far).
+    """
+    verdict, report = _casaas.conformance(url, _options(options), quick, list(only or []))
+    return Verdict(verdict, report)
