@@ -932,8 +932,10 @@ def conformance(
     **options: Any,
 ) -> Verdict:
     """Runs the conformance suite of ``casaas conformance`` on the store
-    ``url`` names: every probe of conditional-write semantics, races, the
-    lease protocol and (with ``quick=False``) throttling and latency.
+    ``url`` names: every probe of conditional-write semantics, races,
+    throttling, latency and the lease protocol, with the quick settings
+    (``--quick``: fewer race rounds, shorter budgets) unless
+    ``quick=False``.
     ``only`` runs the named probes alone (an unknown name raises
     :class:`InvalidConfig` before the store is touched).
 
