@@ -4,7 +4,7 @@
 //! Each mutant is one small edit to `casaas-core/src/lease` (or the
 //! pending-write memory and config it rests on) that removes one rule the
 //! safety argument needs. The workspace is copied to
-//! `target/mutants/workspace` (the working tree, as git tracks it), each
+//! `target/mutants/workspace` (the working tree, ignored files aside), each
 //! mutant is applied to the copy alone, and `casaas-sim` runs there with
 //! the fixed timing and with `--explore-configs`. A mutant is *killed* when
 //! the simulation reports a violation (exit status 1) or crashes, and
@@ -223,6 +223,54 @@ const MUTANTS: &[Mutant] = &[
         find: "let moved_on = write.condition.as_ref() != Some(&object.version);",
         replace: "let moved_on = false && write.condition.as_ref() != Some(&object.version);",
     },
+    Mutant {
+        name: "fair turns: the head of the queue takes its ticket for the lock",
+        file: "casaas-core/src/lease/fair.rs",
+        find: "let acquired = self.lease.acquire(budget.remaining()).await;",
+        replace: "if true {\n                            return Ok(ticket.guard);\n                        }\n                        let acquired = self.lease.acquire(budget.remaining()).await;",
+    },
+    Mutant {
+        name: "fair turns: a ticket kept at the lock's own key",
+        file: "casaas-core/src/lease/fair.rs",
+        find: "            ticket_key(&self.queue, number),\n",
+        replace: "            self.lease.key().to_string(),\n",
+    },
+    Mutant {
+        name: "fair turns: a waiter ends its ticket at the lock's key",
+        file: "casaas-core/src/lease/fair.rs",
+        find: "let key = ticket_key(&self.queue, ticket.number);",
+        replace: "let key = self.lease.key().to_string();",
+    },
+    Mutant {
+        name: "session term judged over while its heartbeat is still at that term",
+        file: "casaas-core/src/lease/acquire.rs",
+        find: "Some((beat, _)) if beat.token > session.term => Ok(TermVerdict::Ended),",
+        replace: "Some((beat, _)) if beat.token >= session.term => Ok(TermVerdict::Ended),",
+    },
+    Mutant {
+        name: "create-once reports Taken when the read after an unanswered create finds the key absent",
+        file: "casaas-core/src/lease/create_once.rs",
+        find: "let Some(object) = found else {\n            return Ok(None);\n        };",
+        replace: "let Some(object) = found else {\n            pending.settle(None, |_| false);\n            return Ok(Some(Created::Taken(Version::Generation(0))));\n        };",
+    },
+    Mutant {
+        name: "fenced log appends one entry past the head, leaving a gap",
+        file: "casaas-core/src/lease/log.rs",
+        find: "            .checked_add(1)\n            .ok_or_else(|| LeaseError::Exhausted {",
+        replace: "            .checked_add(2)\n            .ok_or_else(|| LeaseError::Exhausted {",
+    },
+    Mutant {
+        name: "fenced update answers FencedOut before settling its unanswered writes",
+        file: "casaas-core/src/lease/fenced.rs",
+        find: "if let Some(landed) = self.settle(&mut attempts.pending, current.as_ref(), token)? {",
+        replace: "if let Some((fenced, _)) = &current\n                    && fenced.token > token\n                {\n                    return Err(LeaseError::FencedOut {\n                        presented: token,\n                        recorded: fenced.token,\n                    });\n                }\n                if let Some(landed) = self.settle(&mut attempts.pending, current.as_ref(), token)? {",
+    },
+    Mutant {
+        name: "swap-once writes on top of the version it finds now, not the one its caller read",
+        file: "casaas-core/src/lease/swap_once.rs",
+        find: "Some(version) => self.store.replace(key, version, bytes).await,",
+        replace: "Some(version) => match self.store.get(key).await {\n                        Ok(Some(now)) => self.store.replace(key, &now.version, bytes).await,\n                        _ => self.store.replace(key, version, bytes).await,\n                    },",
+    },
 ];
 
 /// What one simulation run of a mutant said.
@@ -308,11 +356,20 @@ fn apply(text: &str, mutant: &Mutant) -> Result<String> {
     }
 }
 
-/// Copies the files git tracks (as they are in the working tree) to `to`,
+/// Copies the files git tracks or would track (as they are in the working
+/// tree) to `to`,
 /// replacing what was there.
 fn copy_tracked_files(root: &Path, to: &Path) -> Result<()> {
     let output = Command::new("git")
-        .args(["ls-files", "-z"])
+        // Untracked files that are not ignored too: a new module not yet
+        // added must not leave the copy unable to build.
+        .args([
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ])
         .current_dir(root)
         .output()
         .context("running git ls-files")?;
