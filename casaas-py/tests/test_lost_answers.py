@@ -21,13 +21,12 @@ from conftest import CREDENTIALS, server, server_env
 
 WRITES = ("PUT", "POST")
 
-# S3 (Ceph RGW) and Azure Blob (Azurite). The GCS client uploads with
-# chunked framing, which this proxy does not forward.
-SERVERS = ["ceph", "azurite"]
+# S3 (Ceph RGW), Google Cloud Storage (fake-gcs) and Azure Blob (Azurite).
+SERVERS = ["ceph", "fake-gcs", "azurite"]
 
 # Environment variables that name an endpoint: left unset, so that the
 # URL's (the proxy's) is the one used.
-ENDPOINTS = ("CASAAS_TEST_URL", "AWS_ENDPOINT_URL", "AZURE_STORAGE_ENDPOINT")
+ENDPOINTS = ("CASAAS_TEST_URL", "AWS_ENDPOINT_URL", "AZURE_STORAGE_ENDPOINT", "STORAGE_EMULATOR_HOST", "GCS_ENDPOINT")
 
 
 class LosingProxy:
@@ -89,13 +88,30 @@ class LosingProxy:
             "latin-1"
         )
 
+    @staticmethod
+    async def _chunked(client: asyncio.StreamReader) -> bytes:
+        """A chunked body, framing kept, to its last chunk and trailers."""
+        body = b""
+        while True:
+            size_line = await client.readuntil(b"\r\n")
+            body += size_line
+            size = int(size_line.split(b";", 1)[0].strip(), 16)
+            if size == 0:
+                while True:
+                    trailer = await client.readuntil(b"\r\n")
+                    body += trailer
+                    if trailer == b"\r\n":
+                        return body
+            body += await client.readexactly(size + 2)
+
     async def _serve(self, client: asyncio.StreamReader, answer: asyncio.StreamWriter) -> None:
         try:
             first, headers = self._head(await client.readuntil(b"\r\n\r\n"))
             named = {k.lower(): v for k, v in headers}
             if "chunked" in named.get("transfer-encoding", "").lower():
-                raise ValueError("chunked uploads are not forwarded")
-            body = await client.readexactly(int(named.get("content-length", "0")))
+                body = await self._chunked(client)
+            else:
+                body = await client.readexactly(int(named.get("content-length", "0")))
             method, target = first.split(" ", 2)[:2]
             victim = self.only in urllib.parse.unquote(target)
             if victim and self.cut_after and self.landed:
