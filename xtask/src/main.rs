@@ -25,8 +25,8 @@
 
 mod api;
 mod bench;
-mod man;
 mod createonly_proxy;
+mod man;
 mod mutants;
 mod python;
 mod servers;

@@ -10,7 +10,10 @@ use anyhow::{Context, Result, bail};
 
 /// Builds the command and writes its manual page.
 pub fn man(root: &Path) -> Result<()> {
-    crate::cargo(&root.to_path_buf(), &["build", "-p", "casaas-cli", "--bins"])?;
+    crate::cargo(
+        &root.to_path_buf(),
+        &["build", "-p", "casaas-cli", "--bins"],
+    )?;
     let output = Command::new(root.join("target").join("debug").join("casaas"))
         .arg("__man")
         .output()
