@@ -7,6 +7,8 @@
 //! "someone else got there first": wait for the turn, never fail.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod common;
+
 use std::process::{Command, Output, Stdio};
 
 use casaas_core::testkit::{TestServer, test_server, unique_prefix};
@@ -19,15 +21,8 @@ const RACERS: usize = 4;
 /// `casaas lock URL --ttl 3s --wait=60s -- sh -c 'echo $CASAAS_FENCING_TOKEN'`
 /// with the server's environment and nothing else of casaas's.
 fn lock_command(url: &str, env: &[(String, String)]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_casaas"));
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("CASAAS_") {
-            cmd.env_remove(name);
-        }
-    }
-    cmd.env_remove("RUST_LOG")
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .envs(env.iter().map(|(k, v)| (k, v)))
+    let mut cmd = common::casaas();
+    cmd.envs(env.iter().map(|(k, v)| (k, v)))
         .args([
             "lock",
             url,
@@ -39,7 +34,6 @@ fn lock_command(url: &str, env: &[(String, String)]) -> Command {
             "-c",
             "echo $CASAAS_FENCING_TOKEN",
         ])
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cmd

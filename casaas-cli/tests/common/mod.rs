@@ -17,6 +17,12 @@ pub fn casaas() -> Command {
     cmd.env_remove("RUST_LOG")
         .env_remove("NO_COLOR")
         .env("AWS_EC2_METADATA_DISABLED", "true")
+        // The store guard's verdicts are kept in the build's scratch space,
+        // never in the user's own cache (a test may set its own).
+        .env(
+            "XDG_CACHE_HOME",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("cache"),
+        )
         .stdin(Stdio::null());
     cmd
 }
