@@ -114,12 +114,7 @@ impl PyFencedLog {
         self.birth.check("fenced log")?;
         let log = self.log.clone();
         wait(py, None, async move {
-            Ok(log
-                .read(seq)
-                .await?
-                .into_iter()
-                .map(entry)
-                .collect())
+            Ok(log.read(seq).await?.into_iter().map(entry).collect())
         })
     }
 
