@@ -128,7 +128,7 @@ fn setup(url: &str, source: CasError) -> ConformanceError {
 
 /// The probes the backend of `store` contributes (S3-, Azure- or GCS-only
 /// probes replace the standard placeholders of the same ids).
-fn backend_probes(store: &Arc<dyn CasStore>) -> Vec<Box<dyn Probe>> {
+pub(crate) fn backend_probes(store: &Arc<dyn CasStore>) -> Vec<Box<dyn Probe>> {
     let any = store.as_ref() as &dyn std::any::Any;
     #[cfg(feature = "s3")]
     if let Some(s3) = any.downcast_ref::<casaas_s3::S3Store>() {

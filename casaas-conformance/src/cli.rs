@@ -649,25 +649,9 @@ async fn open_main(cli: &Cli) -> Result<Opened, Usage> {
             .with_reopen(Arc::new(S3Reopen::new(parsed)));
         return Ok((target, probes, None));
     }
-    let probes = backend_probes(&store);
+    let probes = crate::check::backend_probes(&store);
     let reopen = Arc::new(UrlReopen { url: parsed });
     Ok((Target::new(store, url).with_reopen(reopen), probes, None))
-}
-
-/// The probes an Azure or GCS store contributes: they replace the standard
-/// placeholders of the same ids.
-fn backend_probes(store: &Arc<dyn CasStore>) -> Vec<Box<dyn Probe>> {
-    let any = store.as_ref() as &dyn std::any::Any;
-    #[cfg(feature = "azure")]
-    if let Some(azure) = any.downcast_ref::<casaas_azure::AzureBlobStore>() {
-        return crate::assembled::azure_probes(azure);
-    }
-    #[cfg(feature = "gcs")]
-    if let Some(gcs) = any.downcast_ref::<casaas_gcs::GcsStore>() {
-        return crate::assembled::gcs_probes(gcs);
-    }
-    let _ = any;
-    Vec::new()
 }
 
 /// Opens `url` through the one way in, as the user gave it: no capability
