@@ -9,11 +9,10 @@ use crate::{CasError, CasStore, ErrorKind, Version, validate_key};
 
 use super::clock::{Clock, Entropy, SystemClock};
 use super::config::{ExpiryMode, LeaseConfig};
-use super::handle::{HolderStart, LeaseGuard};
+use super::handle::{HolderStart, LeaseGuard, ReleaseNote, SessionLink};
 use super::pending::{PendingWrite, PendingWrites, Settled};
 use super::record::{LeaseRecord, SessionRef, unix_ms};
 use super::retry::{backoff, count_ambiguous, needs_resolution, read_record, timed};
-use super::session::SessionLink;
 use super::wait::WaitOptions;
 use super::{LeaseError, metric_names};
 
@@ -103,14 +102,13 @@ enum TermVerdict {
     Running(Duration),
 }
 
-/// Where a [`LeaseGuard`] notes its release for the [`Lease`] that
-/// acquired it, so that acquiring again costs one write.
-#[derive(Clone, Debug)]
-pub(crate) struct ReleaseNote(Arc<Mutex<ContenderState>>);
+/// The contender's side of a [`LeaseGuard`]'s release note: the guard's
+/// release is remembered where the next attempt looks for it.
+#[derive(Debug)]
+struct ContenderNote(Arc<Mutex<ContenderState>>);
 
-impl ReleaseNote {
-    /// Our release wrote `version`, keeping `token`.
-    pub(crate) fn released(&self, version: Version, token: u64) {
+impl ReleaseNote for ContenderNote {
+    fn released(&self, version: Version, token: u64) {
         let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
         state.last_release = Some((version, token));
     }
@@ -742,7 +740,7 @@ impl Lease {
             record,
             version,
             sent_at,
-            release_note: Some(ReleaseNote(self.state.clone())),
+            release_note: Some(Arc::new(ContenderNote(self.state.clone()))),
             session: self.session.clone(),
         })
     }

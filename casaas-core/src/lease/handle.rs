@@ -11,13 +11,11 @@ use tracing::Instrument;
 
 use crate::{CasStore, ErrorKind, Version};
 
-use super::acquire::ReleaseNote;
 use super::clock::{Clock, Entropy};
 use super::config::LeaseConfig;
 use super::pending::{PendingWrite, PendingWrites, Settled};
-use super::record::{LeaseRecord, unix_ms};
+use super::record::{LeaseRecord, SessionRef, unix_ms};
 use super::retry::{backoff, count_ambiguous, needs_resolution, read_record, timed};
-use super::session::SessionLink;
 use super::{LeaseError, LostReason, metric_names};
 
 /// What the contender hands to a new guard.
@@ -31,9 +29,51 @@ pub(crate) struct HolderStart {
     pub(crate) version: Version,
     pub(crate) sent_at: Duration,
     /// Where to note a successful release (the lease that acquired us).
-    pub(crate) release_note: Option<ReleaseNote>,
+    pub(crate) release_note: Option<Arc<dyn ReleaseNote>>,
     /// The session the lock is held under: then no renewal of its own.
     pub(crate) session: Option<SessionLink>,
+}
+
+/// What a lock held under a session knows of it: the heartbeat (whose
+/// validity is the lock's), its key and the term.
+#[derive(Clone, Debug)]
+pub(crate) struct SessionLink {
+    pub(crate) heartbeat: Arc<Shared>,
+    pub(crate) key: String,
+    pub(crate) term: u64,
+}
+
+impl SessionLink {
+    /// `Err` when the session can no longer hold locks: nothing may be
+    /// written under it.
+    pub(crate) fn ensure_alive(&self) -> Result<(), LeaseError> {
+        match self.heartbeat.lost_reason() {
+            Some(reason) => Err(LeaseError::Lost(self.lost(reason))),
+            None => Ok(()),
+        }
+    }
+
+    /// The reason a lock under this session gives when the session ended
+    /// for `reason`.
+    pub(crate) fn lost(&self, reason: LostReason) -> LostReason {
+        LostReason::SessionLost {
+            session: self.key.clone(),
+            reason: Box::new(reason),
+        }
+    }
+
+    /// How the lock at `lock_key` names this session.
+    pub(crate) fn named_from(&self, lock_key: &str) -> SessionRef {
+        SessionRef::new(lock_key, &self.key, self.term)
+    }
+}
+
+/// Where a guard notes its release for the contender that acquired it, so
+/// that acquiring again costs one write. A trait so that the guard does not
+/// depend on the contender (`acquire.rs` implements it).
+pub(crate) trait ReleaseNote: Send + Sync + std::fmt::Debug {
+    /// Our release wrote `version`, keeping `token`.
+    fn released(&self, version: Version, token: u64);
 }
 
 /// The state of a lease as its holder sees it.
@@ -98,7 +138,7 @@ pub(crate) struct Shared {
     state: Mutex<HolderState>,
     status: watch::Sender<LeaseStatus>,
     lost_token: CancellationToken,
-    release_note: Option<ReleaseNote>,
+    release_note: Option<Arc<dyn ReleaseNote>>,
     /// For a lock held under a session: the session's heartbeat, whose
     /// validity is the lock's.
     session: Option<SessionLink>,

@@ -3,19 +3,20 @@
 //! A [`Session`] is an ordinary lease on its own key (the *heartbeat*); its
 //! term is that lease's fencing token. A lock taken under it
 //! ([`Session::lease`]) is an ordinary lease record that names the session
-//! and term ([`SessionRef`]) and is never rewritten while held: holding it
+//! and term ([`SessionRef`](super::SessionRef)) and is never rewritten while held: holding it
 //! costs no request beyond the heartbeat, whatever the number of locks.
 //!
-//! The contender's rule (in `acquire.rs`, shared by every [`Lease`]): read
-//! the lock first, then its session; the term is over when the session's
-//! record has moved to another term or says released, or after the
-//! session's heartbeat was seen unchanged for its TTL·(1 + drift) and a
-//! conditional write on that heartbeat marked the term released. Only then
-//! is the lock replaced, conditioned on the version read first. See
+//! What a held lock knows of its session is `SessionLink`, in `handle.rs`
+//! beside the guard that uses it. The contender's rule is in `acquire.rs`,
+//! shared by every [`Lease`]: read the lock first, then its session; the
+//! term is over when the session's record has moved to another term or says
+//! released, or after the session's heartbeat was seen unchanged for its
+//! TTL·(1 + drift) and a conditional write on that heartbeat marked the term
+//! released. Only then is the lock replaced, conditioned on the version read
+//! first. See
 //! `docs/protocol.md` ("Sessions") for why each step is needed.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -23,44 +24,9 @@ use tokio_util::sync::CancellationToken;
 use crate::validate_key;
 
 use super::acquire::{AcquireOutcome, Lease};
-use super::handle::{Health, LeaseGuard, Shared};
-use super::record::SessionRef;
+use super::handle::{Health, LeaseGuard, SessionLink};
 use super::wait::WaitOptions;
 use super::{LeaseError, LostReason};
-
-/// What a lock held under a session knows of it: the heartbeat (whose
-/// validity is the lock's), its key and the term.
-#[derive(Clone, Debug)]
-pub(crate) struct SessionLink {
-    pub(crate) heartbeat: Arc<Shared>,
-    pub(crate) key: String,
-    pub(crate) term: u64,
-}
-
-impl SessionLink {
-    /// `Err` when the session can no longer hold locks: nothing may be
-    /// written under it.
-    pub(crate) fn ensure_alive(&self) -> Result<(), LeaseError> {
-        match self.heartbeat.lost_reason() {
-            Some(reason) => Err(LeaseError::Lost(self.lost(reason))),
-            None => Ok(()),
-        }
-    }
-
-    /// The reason a lock under this session gives when the session ended
-    /// for `reason`.
-    pub(crate) fn lost(&self, reason: LostReason) -> LostReason {
-        LostReason::SessionLost {
-            session: self.key.clone(),
-            reason: Box::new(reason),
-        }
-    }
-
-    /// How the lock at `lock_key` names this session.
-    pub(crate) fn named_from(&self, lock_key: &str) -> SessionRef {
-        SessionRef::new(lock_key, &self.key, self.term)
-    }
-}
 
 /// One heartbeat under which any number of locks are held.
 ///
@@ -82,8 +48,7 @@ impl SessionLink {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), casaas_core::lease::LeaseError> {
-/// use std::sync::Arc;
-/// use casaas_core::MemoryStore;
+/// /// use casaas_core::MemoryStore;
 /// use casaas_core::lease::{Lease, LeaseConfig, LostReason, Session};
 ///
 /// let store = Arc::new(MemoryStore::new());
