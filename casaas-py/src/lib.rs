@@ -8,6 +8,7 @@
 
 mod doctor;
 mod errors;
+mod group;
 mod runtime;
 mod swap;
 mod values;
@@ -133,7 +134,7 @@ pub struct Lease {
 #[pymethods]
 impl Lease {
     /// A lease on `key` for `owner` (default `HOST/PID`) with a TTL of
-    /// `ttl` seconds (default 10).
+    /// `ttl` seconds (default 15).
     #[new]
     #[pyo3(signature = (store, key, owner=None, ttl=None))]
     fn new(
@@ -799,6 +800,7 @@ fn _casaas(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Observer>()?;
     m.add_class::<Task>()?;
     values::register(m)?;
+    group::register(m)?;
     swap::register(m)?;
     doctor::register(m)?;
     Ok(())

@@ -1,4 +1,4 @@
-//! Fenced resources, fenced logs, group commit and create-once. Values
+//! Fenced resources, fenced logs (with group commit) and create-once. Values
 //! cross as JSON text: the Python package encodes and decodes them.
 
 use std::sync::Arc;
@@ -28,8 +28,8 @@ fn entry(e: LogEntry<Value>) -> Entry {
 /// highest one recorded.
 #[pyclass(module = "casaas._casaas", name = "FencedResource", frozen)]
 pub struct PyFencedResource {
-    resource: FencedResource<Value>,
-    birth: Birth,
+    pub(crate) resource: FencedResource<Value>,
+    pub(crate) birth: Birth,
 }
 
 #[pymethods]

@@ -74,6 +74,7 @@ Seconds = Union[int, float, datetime.timedelta]
 Store = _casaas.Store
 
 __all__ = [
+    "Applied",
     "Cancelled",
     "Contended",
     "Election",
@@ -84,6 +85,8 @@ __all__ = [
     "FencedOut",
     "FencedResource",
     "ForeignObject",
+    "GroupResource",
+    "GroupTicket",
     "Held",
     "InsufficientValidity",
     "InvalidConfig",
@@ -457,7 +460,7 @@ def lock(
     ``url`` names the store and, as its last path segment, the lock
     (``s3://bucket/locks/nightly`` is the lock ``nightly`` in
     ``s3://bucket/locks``); or pass an open :class:`Store` (or a store URL)
-    and ``key``. ``ttl`` (default 10 s) is how long the lock outlives a
+    and ``key``. ``ttl`` (default 15 s) is how long the lock outlives a
     holder that stopped renewing. ``wait=None`` (the default) waits for
     ever, ``wait=0`` tries once, otherwise waits at most ``wait``; a lock
     not acquired in time raises :class:`LockHeld`. Keyword ``options`` are
@@ -670,6 +673,143 @@ class FencedResource:
         """Writes ``value`` (JSON-encodable) under ``token``."""
         got = self._native.write(token, json.dumps(value))
         return Fenced(json.loads(got[0]), got[1])
+
+    def grouped(
+        self, *, max_queued: Optional[int] = None, max_batch_records: Optional[int] = None
+    ) -> "GroupResource":
+        """A group-commit handle on this resource: updates from many threads
+        share one conditional write (see :class:`GroupResource`). Share the
+        handle between the threads; each call makes a queue of its own."""
+        return GroupResource._on(self, max_queued, max_batch_records)
+
+
+class Applied(NamedTuple):
+    """A group update that landed: the ``value`` right after it (later
+    updates of the same batch may have changed it since), the ``token`` its
+    batch was fenced with (the one it was submitted with), its ``offset``
+    in the batch (from 0) and the batch's length ``batch_len``."""
+
+    value: Any
+    token: int
+    offset: int
+    batch_len: int
+
+
+def _applied(raw: "tuple[str, int, int, int]") -> Applied:
+    return Applied(json.loads(raw[0]), raw[1], raw[2], raw[3])
+
+
+def _count(value: Optional[int], name: str) -> Optional[int]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidConfig(f"{name} must be a positive int, not {value!r}")
+    return value
+
+
+def _json_update(fn: Callable[[Any], Any]) -> Callable[[Optional[str]], str]:
+    """``fn`` on values as the native module passes them: JSON text."""
+
+    def call(old: Optional[str]) -> str:
+        return json.dumps(fn(None if old is None else json.loads(old)))
+
+    return call
+
+
+class GroupTicket:
+    """A queued group update (see :meth:`GroupResource.submit`)."""
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+
+    def wait(self) -> Applied:
+        """Waits until the write carrying the update has landed, then answers
+        as :meth:`GroupResource.update` (raising as it does)."""
+        return _applied(self._native.wait())
+
+    def cancel(self) -> bool:
+        """Removes the update if it is still queued: ``True``, it is never
+        written. ``False`` when its batch was already sealed: it may still be
+        applied, with the rest of its batch; :meth:`wait` to learn."""
+        removed: bool = self._native.cancel()
+        return removed
+
+
+class GroupResource:
+    """A :class:`FencedResource` with group commit: updates from many threads
+    of this process are applied in queue order and written together, one
+    conditional write per batch, with the same fencing and exactly-once as
+    one update per write. A store takes only a few conditional writes per
+    second on one object; a batch makes many updates one of them.
+
+    ``GroupResource(store, key)`` or ``resource.grouped()``. At most
+    ``max_queued`` updates (default 4096) wait for a batch, a caller beyond
+    that waits for room; at most ``max_batch_records`` (default 1024) go in
+    one write. A batch carries updates of one token: an update with another
+    token waits for the next batch.
+
+    The update function ``fn(value) -> new value`` runs on casaas's thread
+    (holding the GIL), once per attempt of its batch's write; only one
+    result is ever stored. It must not call casaas itself. If it raises,
+    the value is left as it was for that attempt (the rest of the batch
+    still applies; an absent value becomes ``null``) and the exception is
+    raised to its caller: the update was not applied. One that raised in
+    some attempts only raises :class:`MayHaveTakenEffect`. Errors are the batch's: :class:`FencedOut` for every
+    update of a deposed holder's batch, :class:`MayHaveTakenEffect` when the
+    whole batch may or may not have been applied.
+    """
+
+    def __init__(
+        self,
+        store: Union[str, Store],
+        key: str,
+        *,
+        max_queued: Optional[int] = None,
+        max_batch_records: Optional[int] = None,
+        **options: Any,
+    ) -> None:
+        self.resource = FencedResource(store, key, **options)
+        """The resource, for reads and single writes."""
+        self._native = _casaas.GroupResource(
+            self.resource._native,
+            _count(max_queued, "max_queued"),
+            _count(max_batch_records, "max_batch_records"),
+        )
+
+    @classmethod
+    def _on(
+        cls,
+        resource: FencedResource,
+        max_queued: Optional[int],
+        max_batch_records: Optional[int],
+    ) -> "GroupResource":
+        group = cls.__new__(cls)
+        group.resource = resource
+        group._native = _casaas.GroupResource(
+            resource._native,
+            _count(max_queued, "max_queued"),
+            _count(max_batch_records, "max_batch_records"),
+        )
+        return group
+
+    def read(self) -> Optional[Fenced]:
+        """The value and token, or ``None`` when never written."""
+        return self.resource.read()
+
+    def update(self, token: int, fn: Callable[[Any], Any]) -> Applied:
+        """Applies ``fn`` (the current value, ``None`` when absent, to the new
+        JSON-encodable value) in the next batch fenced by ``token``; returns
+        once that batch's write has landed. The GIL is released while it
+        waits. Ctrl-C abandons the wait: an update still queued is removed,
+        one already in a sealed batch may still be applied."""
+        return _applied(self._native.update(token, _json_update(fn)))
+
+    def submit(self, token: int, fn: Callable[[Any], Any]) -> GroupTicket:
+        """Queues ``fn`` as :meth:`update` does (waiting while the queue is
+        full) and returns at once with its ticket: one thread can queue many
+        updates, then wait on each ticket. A ticket dropped before its batch
+        is sealed removes its update."""
+        return GroupTicket(self._native.submit(token, _json_update(fn)))
 
 
 class FencedLog:
