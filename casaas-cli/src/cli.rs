@@ -115,6 +115,14 @@ pub struct LeaseArgs {
     /// 0.44×TTL); a longer one is refused. Default: half of that, at most 10s.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION", env = "CASAAS_GRACE")]
     pub grace: Option<Duration>,
+    /// Open the store at URL, a directory above the lock's, instead of at
+    /// the lock's own directory; the lock's key is then its path below URL.
+    /// Needed to take over a lock held under a session whose heartbeat lies
+    /// outside the lock's directory (e.g. --root s3://bucket/locks for
+    /// s3://bucket/locks/shards/7 held under sessions/worker-1). Same
+    /// scheme, bucket and options as the lock URL.
+    #[arg(long, value_name = "URL", env = "CASAAS_ROOT")]
+    pub root: Option<String>,
 }
 
 /// `casaas lock`.

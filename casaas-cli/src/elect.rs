@@ -17,7 +17,7 @@ use crate::{holding, target};
 /// Runs `casaas elect`.
 pub async fn run(args: ElectArgs) -> Result<u8, Failure> {
     let mut signals = Signals::catch()?;
-    let target = target::parse(&args.url)?;
+    let target = target::parse_with_root(&args.url, args.lease.root.as_deref())?;
     if args.command.is_empty() && !args.observe {
         return Err(Failure::usage(
             "nothing to do: give a command after `--` (with --id) to campaign, or --observe to watch",

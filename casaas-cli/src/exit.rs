@@ -117,7 +117,7 @@ pub fn lease_code(e: &casaas_core::lease::LeaseError) -> u8 {
         L::UnsafeStore(_) => NOT_SAFE,
         L::ForeignObject { .. } | L::UnsupportedSchema { .. } | L::Codec { .. } => FOREIGN,
         L::Lost(_) | L::FencedOut { .. } | L::InsufficientValidity { .. } => LOST,
-        L::InvalidConfig(_) => USAGE,
+        L::InvalidConfig(_) | L::HeartbeatOutOfReach { .. } => USAGE,
         L::Contended { .. } => UNAVAILABLE,
         _ => CONFIG,
     }

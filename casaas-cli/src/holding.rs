@@ -184,6 +184,7 @@ mod tests {
         let args = |grace| LeaseArgs {
             ttl: config.ttl,
             grace,
+            root: None,
         };
         let default = grace(&args(None), &config).unwrap();
         assert_eq!(default, stop_budget(&config) / 2);

@@ -34,7 +34,7 @@ pub async fn run(args: LockArgs) -> Result<u8, Failure> {
     let mut signals = Signals::catch()?;
     misread_wait(&args)?;
     let wait = args.wait_limit().map_err(Failure::usage)?;
-    let target = target::parse(&args.url)?;
+    let target = target::parse_with_root(&args.url, args.lease.root.as_deref())?;
     let config = poll(holding::lease_config(args.lease.ttl), args.poll)?;
     let grace = holding::grace(&args.lease, &config)?;
     let owner = args.owner.clone().unwrap_or_else(default_owner_id);

@@ -56,6 +56,77 @@ pub fn parse(url: &str) -> Result<LockTarget, Failure> {
     })
 }
 
+/// Parses a lock URL for a command that may write. Without `root`, as
+/// [`parse`]: the store is the lock's directory. With `root` (`--root`), the
+/// store is opened at `root`, a directory above the lock's, and the key is
+/// the lock's path below it: `--root s3://b/locks` with `s3://b/locks/shards/7`
+/// gives the key `shards/7`, so a heartbeat the lock names outside its own
+/// directory (`../sessions/worker-1`) is within reach.
+pub fn parse_with_root(url: &str, root: Option<&str>) -> Result<LockTarget, Failure> {
+    let lock = parse(url)?;
+    let Some(root) = root else {
+        return Ok(lock);
+    };
+    register_userinfo(root);
+    let root_shown = logging::redact(&strip_userinfo_text(root));
+    let not_above = || {
+        Failure::usage(format!(
+            "--root {root_shown:?} is not a directory above the lock {:?}: give the lock URL \
+             cut after one of its directories, with the same scheme, bucket and options \
+             (e.g. --root s3://bucket/locks for s3://bucket/locks/shards/7)",
+            lock.display
+        ))
+    };
+    let (root_adapter, root_inner) = match split_adapter(root) {
+        Some((adapter, inner)) => (Some(adapter), inner),
+        None => (None, root),
+    };
+    let (lock_adapter, lock_inner) = match split_adapter(&lock.store_url) {
+        Some((adapter, inner)) => (Some(adapter), inner),
+        None => (None, lock.store_url.as_str()),
+    };
+    if root_adapter != lock_adapter {
+        return Err(not_above());
+    }
+    let root_url = StoreUrl::parse(root_inner).map_err(|_| {
+        Failure::usage(format!(
+            "--root {root_shown:?} is not a valid prefix URL; expected e.g. s3://bucket/locks or file:///var/lib/app/locks"
+        ))
+    })?;
+    let mut dir = StoreUrl::parse(lock_inner).map_err(|_| not_above())?;
+    let mut key = lock.key.clone();
+    loop {
+        if same_directory(&dir, &root_url) {
+            return Ok(LockTarget {
+                store_url: root.to_string(),
+                key,
+                display: lock.display,
+            });
+        }
+        match dir.parent_and_name() {
+            Ok(Some((parent, name))) if !name.is_empty() => {
+                key = format!("{name}/{key}");
+                dir = parent;
+            }
+            _ => return Err(not_above()),
+        }
+    }
+}
+
+/// Do `a` and `b` name the same directory of the same store, opened with
+/// the same options? A trailing slash makes no difference.
+fn same_directory(a: &StoreUrl, b: &StoreUrl) -> bool {
+    let options = |u: &StoreUrl| {
+        u.as_unredacted_str()
+            .split_once('?')
+            .map(|(_, query)| query.to_string())
+    };
+    a.scheme() == b.scheme()
+        && a.authority() == b.authority()
+        && a.path().trim_end_matches('/') == b.path().trim_end_matches('/')
+        && options(a) == options(b)
+}
+
 /// Parses a prefix URL (a store URL: the directory that holds locks), for
 /// `ls`; its `key` is empty.
 pub fn parse_prefix(url: &str) -> Result<LockTarget, Failure> {
@@ -272,6 +343,66 @@ mod tests {
             without_create_dirs("s3://b/p?create_dirs=true"),
             "s3://b/p?create_dirs=true"
         );
+    }
+
+    #[test]
+    fn a_root_above_the_lock_keeps_the_path_below_it_in_the_key() {
+        let t = parse_with_root("file:///srv/locks/shards/7", Some("file:///srv/locks")).unwrap();
+        assert_eq!(
+            (t.store_url.as_str(), t.key.as_str(), t.display.as_str()),
+            (
+                "file:///srv/locks",
+                "shards/7",
+                "file:///srv/locks/shards/7"
+            )
+        );
+        let t = parse_with_root("file:///srv/locks/shards/7", Some("file:///srv/locks/")).unwrap();
+        assert_eq!(t.key, "shards/7");
+        let t = parse_with_root(
+            "file:///srv/locks/shards/7",
+            Some("file:///srv/locks/shards"),
+        )
+        .unwrap();
+        assert_eq!(t.key, "7");
+        let q = "?endpoint=http://127.0.0.1:9000&path_style=true";
+        let t =
+            parse_with_root(&format!("s3://b/l/a%20b/7{q}"), Some(&format!("s3://b{q}"))).unwrap();
+        assert_eq!(
+            (t.store_url, t.key),
+            (format!("s3://b{q}"), "l/a b/7".to_string())
+        );
+        let t = parse_with_root(
+            "opendal+file:///srv/locks/shards/7",
+            Some("opendal+file:///srv/locks"),
+        )
+        .unwrap();
+        assert_eq!(t.key, "shards/7");
+        let t = parse_with_root("file:///srv/locks/shards/7", None).unwrap();
+        assert_eq!(
+            (t.store_url.as_str(), t.key.as_str()),
+            ("file:///srv/locks/shards", "7")
+        );
+    }
+
+    #[test]
+    fn a_root_not_above_the_lock_is_refused_by_name() {
+        for root in [
+            "file:///srv/other",
+            "file:///srv/locks/shards/7",
+            "file:///srv/lock",
+            "s3://srv/locks",
+            "opendal+file:///srv/locks",
+            "file:///srv/locks?create_dirs=true",
+        ] {
+            let err = parse_with_root("file:///srv/locks/shards/7", Some(root)).unwrap_err();
+            assert!(
+                err.message().contains("is not a directory above the lock"),
+                "{root}: {}",
+                err.message()
+            );
+        }
+        let err = parse_with_root("s3://b/l/7", Some("s3://KEY:sup3r-secret@other/")).unwrap_err();
+        assert!(!err.message().contains("sup3r-secret"), "{}", err.message());
     }
 
     #[test]

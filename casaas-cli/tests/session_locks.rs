@@ -369,3 +369,63 @@ fn a_later_term_frees_the_lock_and_a_missing_heartbeat_does_not_yet() {
     assert!(stderr.contains("heartbeat is missing"), "{stderr}");
     drop(guard);
 }
+
+/// `casaas lock` on a lock held under a session whose heartbeat lies
+/// outside the lock's directory: without `--root` it refuses by name and
+/// writes nothing; with `--root` it judges the session like any contender:
+/// held while the heartbeat lives, taken once the session stopped renewing.
+#[test]
+fn lock_reaches_a_heartbeat_outside_the_locks_directory_through_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("file://{}", dir.path().display());
+    let lock = format!("{prefix}/shards/7");
+    let rt = runtime();
+    let (session, guard) = rt.block_on(session_with_lock(&prefix, LIVE_TTL));
+    let before = lock_version(&rt, &prefix);
+
+    let out = run(&["lock", "-n", &lock, "--", "true"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("outside this store's prefix") && stderr.contains("--root"),
+        "{stderr}"
+    );
+    assert_eq!(lock_version(&rt, &prefix), before, "the lock was written");
+
+    // Within reach and alive: held (exit 75), nothing written.
+    let out = run(&["lock", "-n", "--root", &prefix, &lock, "--", "true"]);
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
+    assert_eq!(lock_version(&rt, &prefix), before, "the lock was written");
+    assert!(guard.is_held() && session.is_held());
+
+    // A root that is not above the lock is refused before anything runs.
+    let out = run(&[
+        "lock",
+        "-n",
+        "--root",
+        "file:///elsewhere",
+        &lock,
+        "--",
+        "true",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("is not a directory above the lock"),
+        "{stderr}"
+    );
+
+    // The session's holder stops renewing: the lock is taken after the
+    // session's TTL, with the next token, and the command sees the lock's
+    // own URL.
+    session.abandon();
+    drop(guard);
+    let out = casaas()
+        .args(["lock", "--wait=30s", &lock, "--", "sh", "-c"])
+        .arg("echo \"$CASAAS_FENCING_TOKEN $CASAAS_LOCK_URL\"")
+        .env("CASAAS_ROOT", &prefix)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), format!("2 {lock}"));
+}

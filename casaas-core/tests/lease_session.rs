@@ -515,7 +515,12 @@ async fn a_contender_whose_store_cannot_see_the_heartbeat_refuses_instead_of_gue
     g.ensure_held_for(Duration::from_secs(1)).unwrap();
     // The blocking acquire gives up at once with the same error.
     let err = plain.acquire(Default::default()).await.unwrap_err();
-    assert!(matches!(err, LeaseError::InvalidConfig(_)), "{err}");
+    assert!(
+        matches!(&err, LeaseError::HeartbeatOutOfReach { key, heartbeat }
+            if key == "7" && heartbeat == "../sessions/a"),
+        "{err}"
+    );
+    assert!(!err.may_have_taken_effect());
     // Seen from a prefix above the holder's, both keys gain it and the
     // session is judged as usual.
     let outer = file_store(top.path().to_path_buf()).await;

@@ -761,10 +761,10 @@ impl Lease {
         let Some(beat_key) = session.heartbeat_key(&self.key) else {
             // Never guess: another object (or none) at some key of ours is
             // not the heartbeat, and judging it could take a live lock.
-            return Err(LeaseError::InvalidConfig(format!(
-                "the lock at key '{}' is held under a session whose heartbeat ('{}' from the lock's directory) lies outside this store's prefix: open the store at a prefix that contains both",
-                self.key, session.heartbeat
-            )));
+            return Err(LeaseError::HeartbeatOutOfReach {
+                key: self.key.clone(),
+                heartbeat: session.heartbeat.clone(),
+            });
         };
         let heartbeat = read_record(
             self.store.as_ref(),

@@ -544,6 +544,10 @@ fn copy_error(err: &LeaseError) -> LeaseError {
             recorded: *recorded,
         },
         LeaseError::InvalidConfig(message) => LeaseError::InvalidConfig(message.clone()),
+        LeaseError::HeartbeatOutOfReach { key, heartbeat } => LeaseError::HeartbeatOutOfReach {
+            key: key.clone(),
+            heartbeat: heartbeat.clone(),
+        },
         LeaseError::Cancelled => LeaseError::Cancelled,
         LeaseError::DeadlineExceeded(after) => LeaseError::DeadlineExceeded(*after),
         LeaseError::Codec { key, message } => LeaseError::Codec {

@@ -242,6 +242,20 @@ pub enum LeaseError {
     /// The configuration is inconsistent; the message names what to change.
     #[error("invalid lease configuration: {0}")]
     InvalidConfig(String),
+    /// The lock at `key` is held under a session whose heartbeat lies
+    /// outside the store's prefix, so its term cannot be judged from here.
+    /// Nothing was written: open the store at a prefix that contains both
+    /// the lock and the heartbeat (the `casaas` command: `--root PREFIX`).
+    #[error(
+        "the lock at key '{key}' is held under a session whose heartbeat ('{heartbeat}' from the lock's directory) lies outside this store's prefix: open the store at a prefix that contains both (with the casaas command: --root PREFIX, a directory above both)"
+    )]
+    HeartbeatOutOfReach {
+        /// The lock's key.
+        key: String,
+        /// The heartbeat as the lock names it, relative to the lock's
+        /// directory (e.g. `../sessions/worker-1`).
+        heartbeat: String,
+    },
     /// The operation was cancelled.
     #[error("cancelled")]
     Cancelled,
