@@ -4,7 +4,8 @@
 //! lines last on stdout.
 //!
 //! ```text
-//! casaas-bench run --out FILE --work-dir DIR [--quick] [--server NAME=ENV_FILE]... [--version NAME=TEXT]...
+//! casaas-bench run --out FILE --work-dir DIR [--quick] [--server NAME=ENV_FILE]... [--version NAME=TEXT]... [--python PYTHON [--python-build-seconds S]]
+//! casaas-bench python --work-dir DIR --python PYTHON [--server NAME=ENV_FILE]... [--iterations N]
 //! casaas-bench layouts [--work-dir DIR] [--server NAME=ENV_FILE]... [--iterations N]
 //! casaas-bench contention --work-dir DIR [--quick] [--server NAME=ENV_FILE]...
 //! casaas-bench sessions --work-dir DIR [--server NAME=ENV_FILE]... [--locks N] [--hold-s S] [--trials T]
@@ -21,6 +22,7 @@ mod guard;
 mod handoff;
 mod layouts;
 mod plot;
+mod python;
 mod report;
 mod rtt;
 mod scale;
@@ -71,6 +73,33 @@ enum Command {
         /// A version to report: NAME=TEXT.
         #[arg(long = "version")]
         versions: Vec<String>,
+        /// A Python with casaas, redis and python-redis-lock installed: the
+        /// Python section runs when given.
+        #[arg(long)]
+        python: Option<PathBuf>,
+        /// How long the release build of the Python extension took, for
+        /// the report.
+        #[arg(long)]
+        python_build_seconds: Option<f64>,
+    },
+    /// The lock round trip from Python against Rust and python-redis-lock
+    /// (a section of `run`).
+    Python {
+        /// Scratch directory (the file backend lives here).
+        #[arg(long)]
+        work_dir: PathBuf,
+        /// A running server: NAME=ENV_FILE (ceph, redis).
+        #[arg(long = "server")]
+        servers: Vec<String>,
+        /// A Python with casaas, redis and python-redis-lock installed.
+        #[arg(long)]
+        python: PathBuf,
+        /// Interleaved iterations.
+        #[arg(long, default_value_t = 200)]
+        iterations: usize,
+        /// How long the release build of the Python extension took.
+        #[arg(long)]
+        build_seconds: Option<f64>,
     },
     /// The store guard's cost alone (a section of `run`): per store, and per
     /// `casaas lock` invocation when `--casaas-bin` names the binary.
@@ -171,6 +200,7 @@ enum Command {
 /// How much of everything to do.
 struct Plan {
     rtt_iterations: usize,
+    python_iterations: usize,
     guard_iterations: usize,
     layouts_iterations: usize,
     failover_trials: usize,
@@ -186,6 +216,7 @@ impl Plan {
         if quick {
             Plan {
                 rtt_iterations: 200,
+                python_iterations: 100,
                 guard_iterations: 10,
                 layouts_iterations: 200,
                 failover_trials: 10,
@@ -198,6 +229,7 @@ impl Plan {
         } else {
             Plan {
                 rtt_iterations: 1_000,
+                python_iterations: 500,
                 guard_iterations: 50,
                 layouts_iterations: 500,
                 failover_trials: 50,
@@ -291,6 +323,7 @@ async fn run(
     quick: bool,
     servers: Vec<(String, String)>,
     versions: Vec<(String, String)>,
+    python: Option<(PathBuf, Option<f64>)>,
 ) -> Result<()> {
     let started = Instant::now();
     let plan = Plan::new(quick);
@@ -304,6 +337,15 @@ async fn run(
     );
     let rtt = rtt::run(&targets, plan.rtt_iterations).await?;
     sections.push(rtt.section()?);
+
+    if let Some((python, build_seconds)) = &python {
+        eprintln!(
+            "bench: lock round trip from Python ({} iterations)",
+            plan.python_iterations
+        );
+        let result = python::run(&targets, python, plan.python_iterations, *build_seconds).await?;
+        sections.push(result.section()?);
+    }
 
     eprintln!("bench: the store guard");
     let casaas_bin = std::env::var_os("CASAAS_BIN").map(PathBuf::from);
@@ -648,10 +690,25 @@ async fn dispatch(command: Command) -> Result<()> {
             quick,
             servers,
             versions,
+            python,
+            python_build_seconds,
         } => {
             let servers = pairs(&servers, "server")?;
             let versions = pairs(&versions, "version")?;
-            run(out, work_dir, quick, servers, versions).await
+            let python = python.map(|p| (p, python_build_seconds));
+            run(out, work_dir, quick, servers, versions, python).await
+        }
+        Command::Python {
+            work_dir,
+            servers,
+            python,
+            iterations,
+            build_seconds,
+        } => {
+            let targets = targets(&work_dir, &pairs(&servers, "server")?)?;
+            let result = python::run(&targets, &python, iterations, build_seconds).await?;
+            print_section(result.section()?);
+            Ok(())
         }
         Command::Guard {
             work_dir,

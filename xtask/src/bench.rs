@@ -1,7 +1,9 @@
 //! `cargo xtask bench [--quick]`: starts Ceph RGW, moto, Azurite, etcd and
 //! Redis on loopback, runs the `casaas-bench` binary (release build) against
 //! them, writes docs/performance.md, stops the servers, and prints the
-//! headline `name=value` lines last.
+//! headline `name=value` lines last. The Python package is built in release
+//! into a virtualenv of its own beside python-redis-lock for the Python
+//! section.
 
 use std::process::{Command, Stdio};
 
@@ -70,6 +72,17 @@ fn run(ctx: &Ctx, quick: bool, running: &[&str]) -> Result<String> {
         &ctx.root,
         &["build", "--release", "--quiet", "-p", "casaas-cli"],
     )?;
+    // The Python package in release, for the Python section; a run goes on
+    // without that section when it cannot be built here.
+    match crate::python::bench_python(ctx, &work_dir.join("wheels")) {
+        Ok((python, build_seconds)) => {
+            args.push("--python".into());
+            args.push(python.display().to_string());
+            args.push("--python-build-seconds".into());
+            args.push(format!("{build_seconds:.1}"));
+        }
+        Err(err) => eprintln!("xtask: bench: no Python section: {err:#}"),
+    }
     let casaas_bin = ctx.root.join("target").join("release").join("casaas");
     eprintln!("xtask: cargo {}", args.join(" "));
     let output = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))

@@ -112,6 +112,59 @@ pub fn python(root: &Path, require_servers: bool) -> Result<()> {
     Ok(())
 }
 
+/// The benchmark's virtualenv's name under `.casaas/tools/`.
+const BENCH_VENV: &str = "casaas-py-bench";
+
+/// What the benchmark's virtualenv holds besides casaas (pinned): the
+/// build backend and the Redis lock casaas is measured against.
+const BENCH_PACKAGES: &[&str] = &[
+    "maturin==1.16.0",
+    "redis==8.1.0",
+    "python-redis-lock==4.0.1",
+];
+
+/// The Python of a virtualenv with the casaas package built in release (a
+/// wheel, installed, so the dev build `cargo xtask python` uses stays in
+/// place), redis and python-redis-lock, for `cargo xtask bench`; and how
+/// long the extension's release build took, seconds.
+pub fn bench_python(ctx: &Ctx, wheels: &Path) -> Result<(PathBuf, f64)> {
+    let bin = servers::python_venv(ctx, BENCH_VENV, BENCH_PACKAGES)?;
+    let venv = bin
+        .parent()
+        .context("the virtualenv's bin directory has no parent")?
+        .to_path_buf();
+    let _ = std::fs::remove_dir_all(wheels);
+    let build = Instant::now();
+    step(
+        venv_command(&venv, &bin, "maturin")
+            .args(["build", "--release", "--quiet", "--manifest-path"])
+            .arg(ctx.root.join("casaas-py").join("Cargo.toml"))
+            .arg("--out")
+            .arg(wheels)
+            .current_dir(&ctx.root),
+        "maturin build --release (the casaas package for the benchmark)",
+    )?;
+    let build_seconds = build.elapsed().as_secs_f64();
+    let wheel = std::fs::read_dir(wheels)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .context("maturin built no wheel")?;
+    step(
+        venv_command(&venv, &bin, "pip")
+            .args([
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--force-reinstall",
+                "--no-deps",
+            ])
+            .arg(&wheel),
+        "pip install (the casaas wheel)",
+    )?;
+    eprintln!("xtask: casaas-py release build: {build_seconds:.1} s");
+    Ok((bin.join("python"), build_seconds))
+}
+
 /// `program` of the virtualenv, run as if the virtualenv were active.
 fn venv_command(venv: &Path, bin: &Path, program: &str) -> Command {
     let mut command = Command::new(bin.join(program));
