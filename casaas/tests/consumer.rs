@@ -103,7 +103,7 @@ fn the_library_with_default_features_is_core_and_nothing_of_the_command() {
         "casaas-azure",
         "casaas-object-store",
         "casaas-opendal",
-        "casaas-workspace-hack",
+        "workspace-hack",
     ] {
         assert!(
             !tree

@@ -1,8 +1,9 @@
 //! `cargo xtask`: the project's development tasks, in plain Rust.
 //!
 //! - `cargo xtask ci` — everything CI checks: format, clippy, the docs and
-//!   the API listing, the library without the command, real servers up,
-//!   all tests, the deterministic simulation, servers down.
+//!   the API listing, the packages and the workspace hack, the library
+//!   without the command, real servers up, all tests, the deterministic
+//!   simulation, servers down.
 //! - `cargo xtask servers up|down|status [NAME…]` — real servers on loopback.
 //! - `cargo xtask api [--accept]` — the docs built with warnings denied, and
 //!   each published crate's public API compared with (or, with `--accept`,
@@ -22,12 +23,17 @@
 //!   judged by an independent checker.
 //! - `cargo xtask chaos-ci [--at-once N]` — CI's chaos minutes alone, several
 //!   at a time, as `ci` runs them.
+//! - `cargo xtask package [--verify]` — every published crate packaged
+//!   together, as `cargo publish` would upload them.
+//! - `cargo xtask hakari [--write]` — the workspace hack as cargo-hakari
+//!   writes it (installed under `.casaas/tools/` when missing).
 
 mod api;
 mod bench;
 mod createonly_proxy;
 mod man;
 mod mutants;
+mod package;
 mod python;
 mod servers;
 #[cfg(test)]
@@ -66,6 +72,22 @@ enum Task {
         /// Record the current API as the listing (an intended change).
         #[arg(long)]
         accept: bool,
+    },
+    /// Package every published crate together (`cargo package`), as
+    /// `cargo publish` would upload them.
+    Package {
+        /// Also build each package from its tarball alone (slow: the
+        /// provider SDKs are compiled again with the packages' own
+        /// features).
+        #[arg(long)]
+        verify: bool,
+    },
+    /// Check that the workspace hack and the lines depending on it are as
+    /// cargo-hakari writes them (installing it when missing).
+    Hakari {
+        /// Let cargo-hakari write them instead.
+        #[arg(long)]
+        write: bool,
     },
     /// Write casaas-cli/man/casaas.1, the `casaas` command's manual page,
     /// from its clap definitions.
@@ -521,6 +543,10 @@ fn ci(root: &PathBuf, sim_ops: u64, keep_servers: bool) -> Result<()> {
     // The docs without warnings, and no unrecorded change of a published
     // crate's public API.
     api::api(root, false)?;
+    // Every published crate packages together (the workspace hack resolves
+    // to crates.io's empty stub), and the hack is as cargo-hakari writes it.
+    package::package(root, false)?;
+    package::hakari(root, false)?;
     // The library alone, as a user depends on it (default features, then
     // one provider), and the command with every feature.
     cargo(root, &["check", "-p", "casaas"])?;
@@ -557,6 +583,8 @@ fn main() -> Result<()> {
             keep_servers,
         } => ci(&root, sim_ops, keep_servers),
         Task::Api { accept } => api::api(&root, accept),
+        Task::Package { verify } => package::package(&root, verify),
+        Task::Hakari { write } => package::hakari(&root, write),
         Task::Man => man::man(&root),
         Task::Python { require_servers } => python::python(&root, require_servers),
         Task::Servers { action } => match action {

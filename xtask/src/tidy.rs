@@ -26,7 +26,7 @@ struct Dependency {
 
 /// The crate that only unifies features; left out of the documented graph,
 /// where it would be an edge from every crate.
-const WORKSPACE_HACK: &str = "casaas-workspace-hack";
+const WORKSPACE_HACK: &str = "workspace-hack";
 
 /// Each workspace crate and the workspace crates it depends on (normal and
 /// build dependencies), as cargo sees them, the workspace hack left out.
@@ -148,7 +148,7 @@ fn feature_sets(root: &Path, packages: &[&str], edges: &str) -> BTreeMap<String,
 /// Building one package, another, both or the whole workspace (tests
 /// included) compiles every shared dependency with the same features, so
 /// switching between them rebuilds nothing but the workspace's own crates'
-/// binaries: casaas-workspace-hack declares the union.
+/// binaries: the workspace hack (cargo-hakari's) declares the union.
 #[test]
 fn every_build_compiles_shared_dependencies_with_the_same_features() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -175,8 +175,9 @@ fn every_build_compiles_shared_dependencies_with_the_same_features() {
     }
     assert!(
         diverging.is_empty(),
-        "shared dependencies are built with other features depending on what is built; add \
-         them with the workspace's features to casaas-workspace-hack/Cargo.toml:\n{}",
+        "shared dependencies are built with other features depending on what is built; run \
+         `cargo xtask hakari --write` (one that `.config/hakari.toml` excludes needs its \
+         exclusion lifted):\n{}",
         diverging.join("\n")
     );
 }
