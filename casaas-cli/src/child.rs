@@ -108,7 +108,8 @@ pub async fn supervise(
         tokio::select! {
             status = child.wait() => {
                 let status = status.map_err(|e| Failure::usage(format!("waiting for the command: {e}")))?;
-                watchdog.dismiss().await;
+                // The release need not wait for the watchdog to leave.
+                watchdog.dismiss_in_background();
                 return Ok(ChildEnd { code: status_code(status), lost: None });
             }
             received = signals.recv() => {
@@ -276,6 +277,23 @@ impl Watchdog {
             .kill_on_drop(false)
             .spawn()?;
         Ok((child, writer))
+    }
+
+    /// Tells the watchdog to leave without killing anything, and reaps it
+    /// on a task of its own: the byte is in the pipe before its write end
+    /// closes, so the watchdog leaves quietly whenever it reads it, even
+    /// after casaas has exited (then init reaps it).
+    fn dismiss_in_background(&mut self) {
+        let Some((mut child, mut writer)) = self.running.take() else {
+            return;
+        };
+        let _ = writer.write_all(b"q");
+        drop(writer);
+        tokio::spawn(async move {
+            if let Err(e) = child.wait().await {
+                tracing::debug!(error = %e, "reaping the watchdog");
+            }
+        });
     }
 
     /// Tells the watchdog to leave without killing anything, and reaps it.

@@ -550,6 +550,9 @@ impl S3StoreBuilder {
         }
         if let Some(endpoint) = &config.endpoint {
             loader = loader.endpoint_url(endpoint);
+            if endpoint.starts_with("http://") {
+                loader = loader.http_client(plain_http_client()?);
+            }
         }
         let sdk = loader.load().await;
         let region = sdk.region().map(|r| r.to_string()).ok_or_else(|| {
@@ -582,6 +585,24 @@ impl S3StoreBuilder {
             date,
         ))
     }
+}
+
+/// The SDK's HTTP client without the system's trust roots, for a
+/// plain-HTTP endpoint: reading and parsing every root certificate is most
+/// of the SDK's start-up time, which each short-lived process (one `casaas
+/// lock` run) pays, and a plain-HTTP endpoint never uses them. An `https://`
+/// URL reached through it (a redirect) fails to verify rather than going
+/// unverified.
+fn plain_http_client() -> Result<aws_sdk_s3::config::SharedHttpClient, CasError> {
+    use aws_smithy_http_client::tls::{Provider, TlsContext, TrustStore, rustls_provider};
+    let tls = TlsContext::builder()
+        .with_trust_store(TrustStore::empty())
+        .build()
+        .map_err(|e| CasError::misconfigured(format!("building the HTTP client: {e}")))?;
+    Ok(aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(rustls_provider::CryptoMode::AwsLc))
+        .tls_context(tls)
+        .build_https())
 }
 
 #[cfg(test)]
