@@ -28,6 +28,8 @@ struct RenewRecorder {
     intervals: Mutex<Vec<f64>>,
     renewals: AtomicU64,
     failures: AtomicU64,
+    /// Failed renewal requests by error kind, for the "why" column.
+    failure_kinds: Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 impl RenewRecorder {
@@ -75,6 +77,12 @@ impl ForwardingStore for RenewRecorder {
             }
             Err(err) => {
                 self.failures.fetch_add(1, Ordering::Relaxed);
+                *self
+                    .failure_kinds
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(format!("{:?}", err.kind()))
+                    .or_default() += 1;
                 Err(err)
             }
         }
@@ -102,6 +110,10 @@ pub struct ScaleRow {
     pub missed: u64,
     /// Of which leases lost.
     pub lost: u64,
+    /// Of which renewals late by more than `retry_period`.
+    pub late: u64,
+    /// Of which failed renewal requests, by error kind.
+    pub failures: std::collections::BTreeMap<String, u64>,
     /// p99 of |renew-to-renew interval − renew_interval|, ms.
     pub jitter_p99_ms: f64,
     /// Largest renew-to-renew interval, ms.
@@ -156,6 +168,7 @@ pub async fn run(
         )),
         renewals: AtomicU64::new(0),
         failures: AtomicU64::new(0),
+        failure_kinds: Mutex::new(Default::default()),
     });
     let handles: Vec<Lease> = keys
         .iter()
@@ -216,6 +229,13 @@ pub async fn run(
         overdue,
         missed: late + failures + lost + overdue,
         lost,
+        late,
+        failures: std::mem::take(
+            &mut *recorder
+                .failure_kinds
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        ),
         jitter_p99_ms: percentile(&deviations, 99.0),
         interval_max_ms: intervals.iter().copied().fold(0.0, f64::max),
         cpu_per_renewal_us: if renewals_held == 0 {
@@ -225,6 +245,39 @@ pub async fn run(
         },
         rss_per_lease: rss_after.saturating_sub(rss_before) as f64 / leases as f64,
     })
+}
+
+/// The causes of a row's missed renewals, e.g. "2 late (longest 6.1 s)",
+/// "3 failed: Timeout ×3"; "–" when none missed.
+fn why_missed(r: &ScaleRow) -> String {
+    let mut why = Vec::new();
+    if r.late > 0 {
+        why.push(format!(
+            "{} late (longest interval {:.1} s)",
+            r.late,
+            r.interval_max_ms / 1e3
+        ));
+    }
+    if !r.failures.is_empty() {
+        let kinds: Vec<String> = r
+            .failures
+            .iter()
+            .map(|(kind, n)| format!("{kind} ×{n}"))
+            .collect();
+        let total: u64 = r.failures.values().sum();
+        why.push(format!("{total} failed: {}", kinds.join(", ")));
+    }
+    if r.lost > 0 {
+        why.push(format!("{} lost", r.lost));
+    }
+    if r.overdue > 0 {
+        why.push(format!("{} overdue at the end", r.overdue));
+    }
+    if why.is_empty() {
+        "–".to_string()
+    } else {
+        why.join("; ")
+    }
 }
 
 /// The report's part for all backends.
@@ -245,18 +298,17 @@ pub fn section(rows: &[ScaleRow], ttl: Duration) -> Section {
         config.retry_period.as_millis(),
         config.renew_interval.as_secs()
     ));
-    md.push_str("| backend | leases | held for s | acquire all, s | renewals | missed | lost, overdue at end | jitter p99 ms | longest interval ms | CPU µs / renewal | resident bytes / lease |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| backend | leases | held for s | acquire all, s | renewals | missed | why missed | jitter p99 ms | longest interval ms | CPU µs / renewal | resident bytes / lease |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in rows {
         md.push_str(&format!(
-            "| {} | {} | {} | {:.1} | {} | {} | {}, {} | {} | {} | {:.0} | {:.0} |\n",
+            "| {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {:.0} | {:.0} |\n",
             r.system,
             r.leases,
             r.hold.as_secs(),
             r.acquire_time.as_secs_f64(),
             r.renewals,
             r.missed,
-            r.lost,
-            r.overdue,
+            why_missed(r),
             ms(r.jitter_p99_ms),
             ms(r.interval_max_ms),
             r.cpu_per_renewal_us,
