@@ -569,7 +569,12 @@ fn explain_run_error(e: ConformanceError, create_bucket: bool) -> anyhow::Error 
     } else {
         ""
     };
-    anyhow::anyhow!("{}{hint}", redact_text(&e.to_string()))
+    let message = format!("{}{hint}", redact_text(&e.to_string()));
+    // The store's error kind decides the exit status (unreachable: 69).
+    match e.store_kind() {
+        Some(kind) => anyhow::Error::new(StoreFailure { kind, message }),
+        None => anyhow::anyhow!(message),
+    }
 }
 
 /// The target, the probes its backend contributes, and the temporary

@@ -185,7 +185,7 @@ fn no_secret_appears_in_any_output_even_at_trace_level() {
         SECRETS[0]
     );
     let out = with_secret_env(&[&url, "--quick", "--only", "create_if_absent"]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(69), "{}", text(&out.stderr));
     assert!(
         text(&out.stderr).contains("[redacted]"),
         "{}",
