@@ -163,13 +163,30 @@ impl<'a, P> Attempts<'a, P> {
         )
     }
 
-    /// Every attempt was used: [`LeaseError::Contended`] (through
-    /// [`fail`](Attempts::fail)).
-    pub(crate) fn give_up(&self) -> LeaseError {
-        self.fail(LeaseError::Contended {
-            key: self.key.to_string(),
-            attempts: self.policy.max_attempts,
-        })
+    /// Every attempt was used (through [`fail`](Attempts::fail)):
+    /// [`LeaseError::Contended`] when the last one lost a race, or was not
+    /// refused at all; the store's own error when the last one failed
+    /// otherwise (unreachable, throttled), which was no race.
+    pub(crate) fn give_up(&mut self) -> LeaseError {
+        let attempts = self.policy.max_attempts;
+        match self.last_err.take() {
+            Some(err)
+                if !matches!(
+                    err.kind(),
+                    ErrorKind::PreconditionFailed | ErrorKind::ConcurrentRequest
+                ) =>
+            {
+                let kind = err.kind();
+                self.fail(LeaseError::Store(
+                    CasError::new(kind, format!("gave up after {attempts} attempts: {err}"))
+                        .with_key(self.key),
+                ))
+            }
+            _ => self.fail(LeaseError::Contended {
+                key: self.key.to_string(),
+                attempts,
+            }),
+        }
     }
 }
 
@@ -268,6 +285,40 @@ mod tests {
         assert!(attempts.next().await);
         assert!(clock.now() >= Duration::from_millis(100));
         assert!(!attempts.next().await);
+        assert!(matches!(
+            attempts.give_up(),
+            LeaseError::Contended { attempts: 3, .. }
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn attempts_that_never_reached_the_store_give_up_with_its_error_not_a_race() {
+        let clock = Arc::new(SystemClock::new());
+        let policy = policy(clock);
+        let mut attempts: Attempts<'_, ()> = Attempts::new(&policy, "k", OP);
+        while attempts.next().await {
+            let sent = attempts
+                .send(write("a"), "k", async {
+                    Err(CasError::new(ErrorKind::NotSent, "connection refused"))
+                })
+                .await;
+            let Sent::Refused(err) = sent else {
+                panic!("a request not sent is a refusal")
+            };
+            attempts.retry(err);
+        }
+        let err = attempts.give_up();
+        assert_eq!(err.store_kind(), Some(ErrorKind::NotSent), "{err}");
+        assert!(
+            err.to_string().contains("gave up after 3 attempts"),
+            "{err}"
+        );
+        assert!(!err.to_string().contains("races"), "{err}");
+        // Lost races stay a contention.
+        let mut attempts: Attempts<'_, ()> = Attempts::new(&policy, "k", OP);
+        while attempts.next().await {
+            attempts.retry(CasError::new(ErrorKind::PreconditionFailed, "moved"));
+        }
         assert!(matches!(
             attempts.give_up(),
             LeaseError::Contended { attempts: 3, .. }

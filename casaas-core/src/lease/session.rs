@@ -48,7 +48,8 @@ use super::{LeaseError, LostReason};
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), casaas_core::lease::LeaseError> {
-/// /// use casaas_core::MemoryStore;
+/// use std::sync::Arc;
+/// use casaas_core::MemoryStore;
 /// use casaas_core::lease::{Lease, LeaseConfig, LostReason, Session};
 ///
 /// let store = Arc::new(MemoryStore::new());
