@@ -9,8 +9,8 @@
 //!   each published crate's public API compared with (or, with `--accept`,
 //!   recorded in) `api/CRATE.txt`.
 //! - `cargo xtask sim --ops N --seed S [--primitive NAME]…` — the
-//!   deterministic simulation of every public primitive (lease,
-//!   shared_lease, election, fenced_resource, fenced_log).
+//!   deterministic simulation of every public primitive (`casaas-sim
+//!   --help` lists the 13 names).
 //! - `cargo xtask vendor-matrix [--quick] [NAME…]` — the conformance binary
 //!   against every store that runs here; writes `docs/vendors.md`
 //!   (`--render`: again from the last run's stored reports, starting
@@ -173,7 +173,9 @@ enum Task {
         #[arg(long, default_value_t = 1)]
         seed: u64,
         /// Only these primitives (lease, shared_lease, election,
-        /// fenced_resource, fenced_log), each with its share of a full run.
+        /// fenced_resource, fenced_log, lease_create_only,
+        /// election_create_only, session, group_commit, fair, create_once,
+        /// swap_once, first_use), each with its share of a full run.
         #[arg(long)]
         primitive: Vec<String>,
         /// Each simulated client draws its own valid lease timing (edges
