@@ -156,24 +156,28 @@ impl CasError {
     }
 
     /// Records the key the operation was about.
+    #[must_use]
     pub fn with_key(mut self, key: impl Into<String>) -> Self {
         self.key = Some(key.into());
         self
     }
 
     /// Records the HTTP status the store answered.
+    #[must_use]
     pub fn with_status(mut self, status: u16) -> Self {
         self.status = Some(status);
         self
     }
 
     /// Records the provider's error code (e.g. `PreconditionFailed`, `SlowDown`).
+    #[must_use]
     pub fn with_code(mut self, code: impl Into<String>) -> Self {
         self.code = Some(code.into());
         self
     }
 
     /// Records how long the store asked us to wait (Retry-After).
+    #[must_use]
     pub fn with_retry_after(mut self, retry_after: Duration) -> Self {
         self.retry_after = Some(retry_after);
         self
@@ -183,6 +187,7 @@ impl CasError {
     /// exist (S3 `NoSuchBucket`, Azure `ContainerNotFound`, a GCS 404 on an
     /// upload), so that callers can offer to create it without reading the
     /// message.
+    #[must_use]
     pub fn with_bucket_missing(mut self) -> Self {
         self.bucket_missing = true;
         self
@@ -194,6 +199,7 @@ impl CasError {
     }
 
     /// Attaches the underlying error. It must not contain credentials.
+    #[must_use]
     pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
         self.source = Some(Box::new(source));
         self

@@ -90,6 +90,7 @@ impl Failure {
     }
 
     /// Records the `Retry-After` delay.
+    #[must_use]
     pub fn with_retry_after(mut self, retry_after: Option<Duration>) -> Self {
         self.retry_after = retry_after;
         self

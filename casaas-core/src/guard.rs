@@ -160,12 +160,14 @@ impl StoreGuard {
     }
 
     /// Uses `clock` for request timeouts, pauses and the deadline.
+    #[must_use]
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
     }
 
     /// Uses `entropy` for the probe key and nonces (seeded in simulations).
+    #[must_use]
     pub fn with_entropy(mut self, entropy: Entropy) -> Self {
         self.entropy = entropy;
         self
@@ -173,12 +175,14 @@ impl StoreGuard {
 
     /// The longest wait for one request; one that does not answer in time
     /// counts as ambiguous.
+    #[must_use]
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
     }
 
     /// How long to keep trying on ambiguous or throttled answers.
+    #[must_use]
     pub fn with_deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
         self

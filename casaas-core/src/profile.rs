@@ -211,6 +211,7 @@ impl CapabilityProfile {
     }
 
     /// Records whether the run proved conditions on assembled writes.
+    #[must_use]
     pub fn with_large_conditional_writes(mut self, proven: bool) -> Self {
         self.large_conditional_writes = proven;
         self

@@ -123,12 +123,14 @@ impl Capabilities {
     }
 
     /// Sets the minimum interval between writes to one key.
+    #[must_use]
     pub fn with_min_write_interval(mut self, interval: Duration) -> Self {
         self.min_write_interval = Some(interval);
         self
     }
 
     /// Adds a note for people.
+    #[must_use]
     pub fn with_note(mut self, note: impl Into<String>) -> Self {
         self.notes.push(note.into());
         self

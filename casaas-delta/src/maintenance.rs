@@ -78,6 +78,7 @@ impl Maintenance {
     /// Uses `clock` for the lease and the fenced record (tests: a runner
     /// whose clock runs slow believes its lease for too long, and the
     /// fence still stops it).
+    #[must_use]
     pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
         Maintenance {
             lease: self.lease.with_clock(clock.clone()),

@@ -64,7 +64,7 @@ fn doctor(
 /// Runs `casaas conformance` on `url` (with `options` beside it), the quick
 /// settings unless `quick` is false, only the probes `only` names when it
 /// is not empty. Returns the verdict and the JSON report
-/// (`casaas conformance --json`).
+/// (`casaas conformance --format json`).
 #[pyfunction]
 #[pyo3(signature = (url, options, quick=true, only=Vec::new()))]
 fn conformance(

@@ -65,7 +65,7 @@ def test_conformance_on_a_file_store_is_safe(file_url: str) -> None:
     assert verdict.safe
     assert verdict.recommended_options == []
     data = json.loads(verdict.json)
-    # The schema of `casaas conformance --json` (docs/conformance.md).
+    # The schema of `casaas conformance --format json` (docs/conformance.md).
     assert data["schema_version"] >= 2
     assert data["tool"]["name"] == "casaas-conformance"
     assert data["settings"]["mode"] == "quick"
@@ -182,5 +182,5 @@ def test_ctrl_c_cancels_a_run(file_url: str) -> None:
 
 def test_help_is_useful() -> None:
     assert casaas.doctor.__doc__ and "store guard" in casaas.doctor.__doc__
-    assert casaas.conformance.__doc__ and "--json" in casaas.conformance.__doc__
+    assert casaas.conformance.__doc__ and "--format json" in casaas.conformance.__doc__
     assert casaas.Verdict.__doc__ and "not_safe" in casaas.Verdict.__doc__

@@ -123,12 +123,14 @@ impl GuardCache {
     }
 
     /// Keeps verdicts for `max_age` instead of [`DEFAULT_MAX_AGE`].
+    #[must_use]
     pub fn with_max_age(mut self, max_age: Duration) -> Self {
         self.max_age = max_age;
         self
     }
 
     /// Reads the time of entries from `clock`'s wall time.
+    #[must_use]
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self

@@ -959,8 +959,8 @@ class Verdict:
     critical check could not complete); ``safe`` is ``verdict == "safe"``;
     ``summary`` is the verdict line the command prints; ``probes`` lists
     every check. ``json`` (and :meth:`to_json`) is the report the command
-    prints with ``--json`` (``casaas conformance``) or ``--format json``
-    (``casaas doctor``), secrets redacted; ``exit_code`` is the command's
+    prints with ``--format json`` (``casaas doctor``, ``casaas
+    conformance``), secrets redacted; ``exit_code`` is the command's
     exit status for it (0, 1 or 3).
     """
 
@@ -1083,7 +1083,7 @@ def conformance(
     it wrote; recommended options are proven by running the probes they
     affect again with them. ``options`` go beside the URL as for
     :func:`open`. Returns a :class:`Verdict` whose ``json`` is the
-    command's ``--json`` report (schema in docs/conformance.md). The GIL is
+    command's ``--format json`` report (schema in docs/conformance.md). The GIL is
     released while it runs; Ctrl-C abandons the run (its prefix may keep
     the objects written so far).
     """
