@@ -2,14 +2,17 @@
 //! signals, a stop sequence when the lease is lost, and a watchdog that
 //! kills the group if casaas itself dies (SIGKILL, OOM killer).
 //!
-//! The watchdog is casaas re-executed as `casaas __watchdog` inside the
-//! command's process group, reading a pipe whose write end only casaas
-//! holds. The kernel closes that end when casaas dies, however it dies; on
-//! end of file the watchdog SIGKILLs its group. When the command ends
-//! normally, casaas writes one byte first, and the watchdog leaves quietly
-//! (so a daemon the command started survives, as before). On Linux the
-//! command is also started with `PR_SET_PDEATHSIG`, which covers the moment
-//! before the watchdog runs.
+//! The watchdog is a process inside the command's process group, reading a
+//! pipe whose write end only casaas holds. The kernel closes that end when
+//! casaas dies, however it dies; on end of file the watchdog SIGKILLs its
+//! group. When the command ends normally, casaas writes one byte first, and
+//! the watchdog leaves quietly (so a daemon the command started survives,
+//! as before). On Linux it is a fork of casaas that closes every inherited
+//! descriptor and never executes anything (starting it costs a fork, not a
+//! second start of this binary: a measurable share of a short `casaas
+//! lock`); elsewhere it is casaas re-executed as `casaas __watchdog`. On
+//! Linux the command is also started with `PR_SET_PDEATHSIG`, which covers
+//! the moment before the watchdog runs.
 
 use std::ffi::OsString;
 use std::future::Future;
@@ -241,6 +244,67 @@ fn die_with_parent(cmd: &mut Command) {
 #[cfg(not(target_os = "linux"))]
 fn die_with_parent(_cmd: &mut Command) {}
 
+/// Makes the watchdog a fork of casaas that watches without executing
+/// anything (Linux): `std` has set the group, the pipe on stdin, /dev/null
+/// on stdout and a clean signal state when the closure runs; the closure
+/// closes every other inherited descriptor (the pipe's write end, which
+/// must close with casaas alone; sockets; a file store's `flock`ed
+/// descriptors; the pipe through which `spawn` waits for an exec, so that
+/// `spawn` returns) and then watches until casaas writes or dies.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn watch_in_fork(cmd: &mut Command) {
+    // Computed here: sysconf/getrlimit are not async-signal-safe.
+    let fallback_limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map_or(1024, |(soft, _)| soft.min(1 << 16)) as libc::c_int;
+    // SAFETY: the closure runs between fork and exec in a copy of a
+    // multi-threaded process, so it makes only async-signal-safe system
+    // calls (sigprocmask, close_range, close, read, kill, _exit) and
+    // allocates nothing; it never returns.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut blocked: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut blocked);
+            for signal in WATCHDOG_BLOCKED {
+                libc::sigaddset(&mut blocked, signal as libc::c_int);
+            }
+            libc::sigprocmask(libc::SIG_BLOCK, &blocked, std::ptr::null_mut());
+            if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) != 0 {
+                for fd in 3..fallback_limit {
+                    libc::close(fd);
+                }
+            }
+            let mut byte = 0u8;
+            loop {
+                match libc::read(0, (&raw mut byte).cast(), 1) {
+                    1 => libc::_exit(0),
+                    -1 if *libc::__errno_location() == libc::EINTR => {}
+                    // End of file (casaas died) or an unreadable pipe,
+                    // which cannot say casaas is alive.
+                    _ => {
+                        libc::kill(0, libc::SIGKILL);
+                        libc::_exit(1);
+                    }
+                }
+            }
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn watch_in_fork(_cmd: &mut Command) {}
+
+/// The signals the watchdog blocks: those casaas forwards to the group must
+/// not end it (SIGKILL cannot be blocked, so the stop sequence still
+/// removes it), nor may a write to a closed pipe.
+const WATCHDOG_BLOCKED: [Signal; 5] = [
+    Signal::SIGINT,
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGPIPE,
+];
+
 /// casaas's side of the watchdog: the child process and the pipe's write
 /// end, which nobody else holds (it is close-on-exec).
 struct Watchdog {
@@ -269,13 +333,15 @@ impl Watchdog {
     fn spawn(group: Pid) -> std::io::Result<(Child, std::io::PipeWriter)> {
         let exe = std::env::current_exe()?;
         let (reader, writer) = std::io::pipe()?;
-        let child = Command::new(exe)
+        let mut command = Command::new(exe);
+        command
             .arg(WATCHDOG_ARG)
             .stdin(reader)
             .stdout(std::process::Stdio::null())
             .process_group(group.as_raw())
-            .kill_on_drop(false)
-            .spawn()?;
+            .kill_on_drop(false);
+        watch_in_fork(&mut command);
+        let child = command.spawn()?;
         Ok((child, writer))
     }
 
@@ -314,16 +380,8 @@ impl Watchdog {
 /// `casaas __watchdog`: waits on stdin; one byte means "leave", end of
 /// file means casaas died, and the whole process group is SIGKILLed.
 pub fn watchdog_main() -> ExitCode {
-    // The signals casaas forwards to the group must not end the watchdog;
-    // SIGKILL cannot be blocked, so the stop sequence still removes it.
     let mut blocked = SigSet::empty();
-    for signal in [
-        Signal::SIGINT,
-        Signal::SIGTERM,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-        Signal::SIGPIPE,
-    ] {
+    for signal in WATCHDOG_BLOCKED {
         blocked.add(signal);
     }
     let _ = blocked.thread_block();
