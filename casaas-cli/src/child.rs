@@ -21,6 +21,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use nix::errno::Errno;
+#[cfg(target_os = "linux")]
+use nix::libc;
 use nix::sys::signal::{SigSet, Signal, killpg};
 use nix::unistd::{Pid, getpgrp};
 use tokio::process::{Child, Command};
@@ -255,8 +257,15 @@ fn die_with_parent(_cmd: &mut Command) {}
 #[allow(unsafe_code)]
 fn watch_in_fork(cmd: &mut Command) {
     // Computed here: sysconf/getrlimit are not async-signal-safe.
-    let fallback_limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
-        .map_or(1024, |(soft, _)| soft.min(1 << 16)) as libc::c_int;
+    let fallback_limit = {
+        let mut limit = libc::rlimit {
+            rlim_cur: 1024,
+            rlim_max: 1024,
+        };
+        // SAFETY: getrlimit writes into the struct it is given.
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+        libc::c_int::try_from(limit.rlim_cur.min(1 << 16)).unwrap_or(1024)
+    };
     // SAFETY: the closure runs between fork and exec in a copy of a
     // multi-threaded process, so it makes only async-signal-safe system
     // calls (sigprocmask, close_range, close, read, kill, _exit) and
