@@ -106,6 +106,15 @@ fn run(ctx: &Ctx, quick: bool, running: &[&str]) -> Result<String> {
 /// Versions of what runs, for the report's header.
 fn versions(running: &[&str]) -> Vec<(String, String)> {
     let mut versions = vec![];
+    // The commit measured, so the page says which code its figures are of.
+    if let Ok(output) = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        && output.status.success()
+    {
+        let commit = String::from_utf8_lossy(&output.stdout).trim().to_string();
+        versions.push(("commit".into(), commit));
+    }
     if let Ok(output) = Command::new("rustc").arg("--version").output() {
         versions.push(("rustc".into(), first_word_after(&output.stdout, "rustc")));
     }
