@@ -85,8 +85,9 @@ enum Turn {
     TicketLost,
 }
 
-/// The deadline and cancellation of one blocking acquisition.
-struct Budget {
+/// The deadline and cancellation of one blocking acquisition (shared with
+/// the read-write lock's waits).
+pub(super) struct Budget {
     clock: Arc<dyn Clock>,
     start: Duration,
     deadline: Option<Duration>,
@@ -94,7 +95,7 @@ struct Budget {
 }
 
 impl Budget {
-    fn new(clock: Arc<dyn Clock>, options: WaitOptions) -> Self {
+    pub(super) fn new(clock: Arc<dyn Clock>, options: WaitOptions) -> Self {
         Budget {
             start: clock.now(),
             clock,
@@ -104,7 +105,7 @@ impl Budget {
     }
 
     /// An error once cancelled or past the deadline.
-    fn check(&self) -> Result<(), LeaseError> {
+    pub(super) fn check(&self) -> Result<(), LeaseError> {
         if self.cancel.is_cancelled() {
             return Err(LeaseError::Cancelled);
         }
@@ -116,7 +117,7 @@ impl Budget {
     }
 
     /// Sleeps `wait`, cut short by the deadline or the cancellation.
-    async fn pause(&self, wait: Duration) -> Result<(), LeaseError> {
+    pub(super) async fn pause(&self, wait: Duration) -> Result<(), LeaseError> {
         self.check()?;
         let elapsed = self.clock.now().saturating_sub(self.start);
         let wait = match self.deadline {
@@ -132,7 +133,7 @@ impl Budget {
     }
 
     /// The options of what is left of this acquisition.
-    fn remaining(&self) -> WaitOptions {
+    pub(super) fn remaining(&self) -> WaitOptions {
         let elapsed = self.clock.now().saturating_sub(self.start);
         let options = WaitOptions::default().with_cancel(self.cancel.clone());
         match self.deadline {
@@ -162,7 +163,7 @@ fn ticket_number(queue: &str, key: &str) -> Option<u64> {
 }
 
 /// Store errors worth another try after a pause.
-fn is_transient(err: &LeaseError) -> bool {
+pub(super) fn is_transient(err: &LeaseError) -> bool {
     matches!(err, LeaseError::Store(e) if e.is_retryable())
 }
 

@@ -63,6 +63,7 @@ mod log;
 mod pending;
 mod record;
 mod retry;
+mod rwlock;
 mod session;
 mod swap_once;
 mod wait;
@@ -83,6 +84,7 @@ pub use group::{Applied, Cancelled, GroupCommitConfig, GroupLog, GroupResource, 
 pub use handle::{Health, LeaseGuard, LeaseStatus};
 pub use log::{FencedLog, LogEntry};
 pub use record::{LEASE_RECORD_KIND, LEASE_SCHEMA_VERSION, LeaseRecord, SessionRef};
+pub use rwlock::RwLock;
 pub use session::Session;
 pub use swap_once::{SwapOnce, Swapped};
 pub use wait::{RetryPolicy, WaitOptions};
