@@ -25,6 +25,9 @@
 //!   at a time, as `ci` runs them.
 //! - `cargo xtask package [--verify]` — every published crate packaged
 //!   together, as `cargo publish` would upload them.
+//! - `cargo xtask wheel [--dev]` — the Python package as an abi3 wheel in
+//!   `dist/` (`cargo xtask python` builds it, installs it into a fresh
+//!   virtualenv and tests that install).
 //! - `cargo xtask hakari [--write]` — the workspace hack as cargo-hakari
 //!   writes it (installed under `.casaas/tools/` when missing).
 
@@ -119,6 +122,13 @@ enum Task {
         /// Fail (not skip) the tests of servers that are not running.
         #[arg(long)]
         require_servers: bool,
+    },
+    /// The Python package as an abi3 wheel in `dist/` (maturin; release
+    /// unless `--dev`), installable with `pip install dist/casaas-*.whl`.
+    Wheel {
+        /// The dev profile: a quick build reusing `cargo test`'s tree.
+        #[arg(long)]
+        dev: bool,
     },
     /// Chaos against a real server: lease workers killed and frozen while a
     /// proxy injects transport faults, then an independent checker.
@@ -528,51 +538,92 @@ fn chaos_label(args: &[&str]) -> String {
     label
 }
 
+/// The time each of CI's steps took, printed as a table when CI ends
+/// (passed or failed), so that the cold cost of every step is on record.
+#[derive(Default)]
+struct StepTimes(Vec<(String, std::time::Duration)>);
+
+impl StepTimes {
+    /// Runs `step`, recording how long it took under `name`.
+    fn time<T>(&mut self, name: &str, step: impl FnOnce() -> Result<T>) -> Result<T> {
+        let started = std::time::Instant::now();
+        let result = step();
+        self.0.push((name.to_string(), started.elapsed()));
+        result
+    }
+
+    fn print(&self) {
+        eprintln!("xtask: ci step times");
+        for (name, took) in &self.0 {
+            eprintln!("xtask:   {:>7.1} s  {name}", took.as_secs_f64());
+        }
+    }
+}
+
 fn ci(root: &PathBuf, sim_ops: u64, keep_servers: bool) -> Result<()> {
     let started = std::time::Instant::now();
-    cargo(root, &["fmt", "--all", "--check"])?;
-    cargo(
-        root,
-        &[
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ],
-    )?;
-    // The docs without warnings, and no unrecorded change of a published
-    // crate's public API.
-    api::api(root, false)?;
-    // Every published crate packages together (the workspace hack resolves
-    // to crates.io's empty stub), and the hack is as cargo-hakari writes it.
-    package::package(root, false)?;
-    package::hakari(root, false)?;
-    // The library alone, as a user depends on it (default features, then
-    // one provider), and the command with every feature.
-    cargo(root, &["check", "-p", "casaas"])?;
-    cargo(root, &["check", "-p", "casaas", "--features", "s3"])?;
-    cargo(
-        root,
-        &["build", "-p", "casaas-cli", "--bins", "--all-features"],
-    )?;
-    let ctx = servers::Ctx::new(root.clone());
-    let result = servers::up(&ctx, &[]).and_then(|()| {
-        cargo(root, &["test", "--workspace", "--no-fail-fast"])?;
-        python::python(root, true)?;
-        sim(root, sim_ops, 1, &[], false)?;
-        // The same operations again, each client with a timing of its own.
-        sim(root, sim_ops, 1, &[], true)?;
-        chaos_runs_at_once(&ctx, root, &ci_chaos_runs(&ctx)?, CI_CHAOS_AT_ONCE)?;
-        Ok(())
-    });
-    if !keep_servers {
-        servers::down(&ctx, &[])?;
-    }
+    let mut times = StepTimes::default();
+    let result = ci_steps(root, sim_ops, keep_servers, &mut times);
+    times.print();
     result?;
     eprintln!("xtask: ci passed in {:.0?}", started.elapsed());
     Ok(())
+}
+
+fn ci_steps(root: &PathBuf, sim_ops: u64, keep_servers: bool, times: &mut StepTimes) -> Result<()> {
+    times.time("fmt", || cargo(root, &["fmt", "--all", "--check"]))?;
+    times.time("clippy", || {
+        cargo(
+            root,
+            &[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ],
+        )
+    })?;
+    // The docs without warnings, and no unrecorded change of a published
+    // crate's public API.
+    times.time("api", || api::api(root, false))?;
+    // Every published crate packages together (the workspace hack resolves
+    // to crates.io's empty stub), and the hack is as cargo-hakari writes it.
+    times.time("package", || package::package(root, false))?;
+    times.time("hakari", || package::hakari(root, false))?;
+    // The library alone, as a user depends on it (default features, then
+    // one provider), and the command with every feature.
+    times.time("library and command builds", || {
+        cargo(root, &["check", "-p", "casaas"])?;
+        cargo(root, &["check", "-p", "casaas", "--features", "s3"])?;
+        cargo(
+            root,
+            &["build", "-p", "casaas-cli", "--bins", "--all-features"],
+        )
+    })?;
+    let ctx = servers::Ctx::new(root.clone());
+    let result = times
+        .time("servers up", || servers::up(&ctx, &[]))
+        .and_then(|()| {
+            times.time("cargo test", || {
+                cargo(root, &["test", "--workspace", "--no-fail-fast"])
+            })?;
+            times.time("python", || python::python(root, true))?;
+            times.time("simulation", || sim(root, sim_ops, 1, &[], false))?;
+            // The same operations again, each client with a timing of its own.
+            times.time("simulation, explored timing", || {
+                sim(root, sim_ops, 1, &[], true)
+            })?;
+            times.time("chaos", || {
+                chaos_runs_at_once(&ctx, root, &ci_chaos_runs(&ctx)?, CI_CHAOS_AT_ONCE)
+            })?;
+            Ok(())
+        });
+    if !keep_servers {
+        times.time("servers down", || servers::down(&ctx, &[]))?;
+    }
+    result
 }
 
 fn main() -> Result<()> {
@@ -589,6 +640,7 @@ fn main() -> Result<()> {
         Task::Hakari { write } => package::hakari(&root, write),
         Task::Man => man::man(&root),
         Task::Python { require_servers } => python::python(&root, require_servers),
+        Task::Wheel { dev } => python::wheel(&root, dev).map(drop),
         Task::Servers { action } => match action {
             ServersAction::Up { names } => servers::up(&ctx, &names),
             ServersAction::Down { names } => servers::down(&ctx, &names),
