@@ -169,3 +169,17 @@ fn a_create_only_store_is_refused_with_what_to_use_instead() {
     let err = RwLock::new(lease).unwrap_err();
     assert!(err.to_string().contains("record layout"), "{err}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_deadline_of_zero_makes_one_attempt() {
+    let store: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
+    let now = WaitOptions::default().with_deadline(Duration::ZERO);
+    let reader = rwlock(&store, "r", 1).read(now.clone()).await.unwrap();
+    let err = rwlock(&store, "w", 2).write(now.clone()).await.unwrap_err();
+    assert!(err.to_string().contains("deadline"), "{err}");
+    reader.release().await.unwrap();
+    let writer = rwlock(&store, "w", 3).write(now.clone()).await.unwrap();
+    let err = rwlock(&store, "r", 4).read(now).await.unwrap_err();
+    assert!(err.to_string().contains("deadline"), "{err}");
+    writer.release().await.unwrap();
+}

@@ -148,7 +148,7 @@ impl RwLock {
     /// Holds the lock shared: waits until no writer holds or waits, takes a
     /// reader slot, and checks that no writer came meanwhile (else gives
     /// the slot back and waits again), until held, the deadline passes or
-    /// the token is cancelled.
+    /// the token is cancelled. A deadline of zero makes one attempt.
     ///
     /// The guard is the slot's lease: renewed, lost and released like any
     /// lease (check [`LeaseGuard::ensure_held_for`] before each read of the
@@ -200,8 +200,8 @@ impl RwLock {
     /// Holds the lock exclusively: acquires the lock object through
     /// [`Lease::acquire`] (new readers wait from then on), then waits for
     /// every reader slot to be released or to expire, until held, the
-    /// deadline passes or the token is cancelled. The guard's token is the
-    /// writer's fencing token.
+    /// deadline passes or the token is cancelled (a deadline of zero makes
+    /// one attempt). The guard's token is the writer's fencing token.
     ///
     /// Requests: [`Lease::acquire`]'s; then 1 LIST of the slots, 1 GET per
     /// slot listed and per [`poll_period`](super::LeaseConfig::poll_period)
@@ -242,7 +242,6 @@ impl RwLock {
         let clock = self.lease.clock();
         let mut first_seen: Option<(Version, Duration)> = None;
         loop {
-            budget.check()?;
             let pause = match self.lease.read().await {
                 Ok(None) => return Ok(SeenFree::Absent),
                 Ok(Some((record, version))) if record.released => {
@@ -305,7 +304,6 @@ impl RwLock {
     async fn take_slot(&self, budget: &Budget) -> Result<LeaseGuard, LeaseError> {
         let mut n = 0;
         while n < MAX_SLOTS_PER_OWNER {
-            budget.check()?;
             match self.slot_lease(n)?.attempt().await {
                 Ok(AcquireOutcome::Acquired(guard)) => return Ok(guard),
                 // Held by another reader of ours (or one that crashed and
@@ -342,8 +340,12 @@ impl RwLock {
         // When each version of each slot was first seen, over the whole
         // wait: k crashed readers cost one expiry, not k.
         let mut first_seen: HashMap<(String, Version), Duration> = HashMap::new();
+        // The slots of the round before: listed again unchanged (a listing
+        // that lags behind our deletes), they wait a poll. The deadline is
+        // checked by the pauses alone, so a deadline of zero still makes
+        // one attempt.
+        let mut previous: Vec<(String, Version)> = Vec::new();
         loop {
-            budget.check()?;
             ensure_held(guard)?;
             let listed = match timed(
                 self.lease.clock().as_ref(),
@@ -370,10 +372,14 @@ impl RwLock {
             if live.is_empty() {
                 return Ok(());
             }
+            if live == previous {
+                budget.pause(config.poll_period).await?;
+            }
+            previous.clone_from(&live);
             for slot in &live {
                 first_seen.entry(slot.clone()).or_insert(now);
             }
-            for (key, _) in live {
+            for (key, _) in live.iter().cloned() {
                 if let Some(version) = self
                     .watch_slot(&key, guard, budget, &mut first_seen)
                     .await?
