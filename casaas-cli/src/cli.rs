@@ -165,6 +165,20 @@ pub struct LockArgs {
     /// Owner id written into the lock (default: HOSTNAME/PID).
     #[arg(long, value_name = "ID", env = "CASAAS_OWNER")]
     pub owner: Option<String>,
+    /// Hold the lock shared with other --shared holders (a reader slot
+    /// under URL.readers/), as flock -s; holders that must exclude them
+    /// take it with --exclusive. Needs a store that lists keys.
+    #[arg(short = 's', long, conflicts_with_all = ["exclusive", "fair"])]
+    pub shared: bool,
+    /// Hold the lock exclusively against --shared holders too (as flock
+    /// -x): take the lock, then wait for every shared holder to finish.
+    /// Without it, `casaas lock` does not look at shared holders.
+    #[arg(short = 'x', long, conflicts_with = "fair")]
+    pub exclusive: bool,
+    /// Wait in turns: waiters are served in the order they arrived (a
+    /// ticket each under URL.queue/). Needs a store that lists keys.
+    #[arg(long)]
+    pub fair: bool,
     /// Run SHELL_COMMAND through `sh -c` (as flock -c) instead of CMD.
     #[arg(
         short = 'c',

@@ -4,8 +4,8 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use casaas_core::lease::{
-    AcquireOutcome, HeldBy, Lease, LeaseConfig, LeaseError, LeaseGuard, WaitOptions,
-    default_owner_id,
+    AcquireOutcome, FairLease, HeldBy, Lease, LeaseConfig, LeaseError, LeaseGuard, RwLock,
+    WaitOptions, default_owner_id,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -127,6 +127,9 @@ async fn acquire(
     display: &str,
     cancel: CancellationToken,
 ) -> Result<Acquired, Failure> {
+    if args.shared || args.exclusive || (args.fair && wait.is_some()) {
+        return acquire_in_mode(lease, args, wait, display, cancel).await;
+    }
     let explain = |e: LeaseError| Failure::lease(&e, format!("{display}: {e}"));
     // The first attempt tells who holds it (and costs no extra request:
     // a waiting acquisition would start with the same read).
@@ -174,6 +177,50 @@ async fn acquire(
             "{display} is still held after waiting {} (the wait ran out)",
             human(waited)
         ))),
+        Err(e) => Err(explain(e)),
+    }
+}
+
+/// `--shared`, `--exclusive` and `--fair`: the primitive's own waiting
+/// acquisition, within the wait (no wait makes one attempt; `-n --fair`
+/// is a plain attempt, there being no one to queue behind).
+async fn acquire_in_mode(
+    lease: &Lease,
+    args: &LockArgs,
+    wait: Option<Wait>,
+    display: &str,
+    cancel: CancellationToken,
+) -> Result<Acquired, Failure> {
+    let explain = |e: LeaseError| Failure::lease(&e, format!("{display}: {e}"));
+    let mut options = WaitOptions::default().with_cancel(cancel);
+    options.deadline = match wait {
+        None => Some(Duration::ZERO),
+        Some(Wait::AtMost(limit)) => Some(limit),
+        Some(Wait::Forever) => None,
+    };
+    let (result, held_by) = if args.fair {
+        let fair = FairLease::new(lease.clone()).map_err(explain)?;
+        (fair.acquire(options).await, "its holder")
+    } else {
+        let rwlock = RwLock::new(lease.clone()).map_err(explain)?;
+        if args.shared {
+            (rwlock.read(options).await, "a writer holds or waits for it")
+        } else {
+            (rwlock.write(options).await, "held, or shared holders are left")
+        }
+    };
+    match result {
+        Ok(guard) => Ok(Acquired::Guard(guard)),
+        Err(LeaseError::DeadlineExceeded(waited)) => Ok(Acquired::Conflict(match wait {
+            None => {
+                let how = if args.no_wait { "-n" } else { "a wait of 0" };
+                format!("{display} is not free ({held_by}); not waiting ({how})")
+            }
+            Some(_) => format!(
+                "{display} is still not free ({held_by}) after waiting {} (the wait ran out)",
+                human(waited)
+            ),
+        })),
         Err(e) => Err(explain(e)),
     }
 }
