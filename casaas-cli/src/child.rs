@@ -13,6 +13,15 @@
 //! lock`); elsewhere it is casaas re-executed as `casaas __watchdog`. On
 //! Linux the command is also started with `PR_SET_PDEATHSIG`, which covers
 //! the moment before the watchdog runs.
+//!
+//! The fork is a copy of casaas's memory, credentials included, so it is
+//! made not dumpable (no core file, no ptrace or /proc/PID/mem by other
+//! processes of the user). It blocks every signal that can be blocked: one
+//! sent to the command's group (SIGUSR1, SIGTSTP, ...) neither ends nor
+//! stops it. SIGSTOP cannot be blocked; casaas sends SIGCONT with the
+//! stop sequence's SIGTERM and, if the watchdog has still not left at the
+//! grace deadline, SIGKILLs it: a stopped watchdog never holds casaas past
+//! that deadline.
 
 use std::ffi::OsString;
 use std::future::Future;
@@ -169,6 +178,8 @@ async fn stop(
         human(grace)
     );
     send(group, Signal::SIGTERM);
+    // A stopped member would act on SIGTERM only once continued.
+    send(group, Signal::SIGCONT);
     let deadline = tokio::time::Instant::now() + grace;
     let mut status = None;
     // Until the deadline, wait for the command and for every process of its
@@ -176,8 +187,9 @@ async fn stop(
     loop {
         if status.is_some() {
             // The watchdog is a member of the group: once the command is
-            // gone it leaves, so that the group's end can be seen.
-            watchdog.dismiss().await;
+            // gone it leaves, so that the group's end can be seen (by the
+            // deadline, or it is killed).
+            watchdog.dismiss_by(deadline).await;
             if !group_alive(group) {
                 break;
             }
@@ -203,7 +215,9 @@ async fn stop(
             .await
             .map_err(|e| Failure::usage(format!("waiting for the command: {e}")))?,
     };
-    watchdog.dismiss().await;
+    watchdog
+        .dismiss_by(tokio::time::Instant::now() + Duration::from_secs(1))
+        .await;
     Ok(status_code(status))
 }
 
@@ -268,15 +282,18 @@ fn watch_in_fork(cmd: &mut Command) {
     };
     // SAFETY: the closure runs between fork and exec in a copy of a
     // multi-threaded process, so it makes only async-signal-safe system
-    // calls (sigprocmask, close_range, close, read, kill, _exit) and
+    // calls (prctl, sigprocmask, close_range, close, read, kill, _exit) and
     // allocates nothing; it never returns.
     unsafe {
         cmd.pre_exec(move || {
-            let mut blocked: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut blocked);
-            for signal in WATCHDOG_BLOCKED {
-                libc::sigaddset(&mut blocked, signal as libc::c_int);
+            // A copy of casaas's memory: no core file of it, and no other
+            // process of the user may read it through ptrace or /proc.
+            if libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 {
+                libc::kill(0, libc::SIGKILL);
+                libc::_exit(1);
             }
+            let mut blocked: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut blocked);
             libc::sigprocmask(libc::SIG_BLOCK, &blocked, std::ptr::null_mut());
             if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) != 0 {
                 for fd in 3..fallback_limit {
@@ -302,17 +319,6 @@ fn watch_in_fork(cmd: &mut Command) {
 
 #[cfg(not(target_os = "linux"))]
 fn watch_in_fork(_cmd: &mut Command) {}
-
-/// The signals the watchdog blocks: those casaas forwards to the group must
-/// not end it (SIGKILL cannot be blocked, so the stop sequence still
-/// removes it), nor may a write to a closed pipe.
-const WATCHDOG_BLOCKED: [Signal; 5] = [
-    Signal::SIGINT,
-    Signal::SIGTERM,
-    Signal::SIGHUP,
-    Signal::SIGQUIT,
-    Signal::SIGPIPE,
-];
 
 /// casaas's side of the watchdog: the child process and the pipe's write
 /// end, which nobody else holds (it is close-on-exec).
@@ -371,8 +377,10 @@ impl Watchdog {
         });
     }
 
-    /// Tells the watchdog to leave without killing anything, and reaps it.
-    async fn dismiss(&mut self) {
+    /// Tells the watchdog to leave without killing anything, and reaps it;
+    /// one that has not left by `deadline` (stopped with SIGSTOP) is
+    /// SIGKILLed, which ends a stopped process too.
+    async fn dismiss_by(&mut self, deadline: tokio::time::Instant) {
         let Some((mut child, mut writer)) = self.running.take() else {
             return;
         };
@@ -380,7 +388,15 @@ impl Watchdog {
         // either way it is reaped below.
         let _ = writer.write_all(b"q");
         drop(writer);
-        if let Err(e) = child.wait().await {
+        let waited = match tokio::time::timeout_at(deadline, child.wait()).await {
+            Ok(waited) => waited,
+            Err(_) => {
+                tracing::warn!("the watchdog did not leave by the grace deadline; sending SIGKILL");
+                let _ = child.start_kill();
+                child.wait().await
+            }
+        };
+        if let Err(e) = waited {
             tracing::debug!(error = %e, "reaping the watchdog");
         }
     }
@@ -389,11 +405,8 @@ impl Watchdog {
 /// `casaas __watchdog`: waits on stdin; one byte means "leave", end of
 /// file means casaas died, and the whole process group is SIGKILLed.
 pub fn watchdog_main() -> ExitCode {
-    let mut blocked = SigSet::empty();
-    for signal in WATCHDOG_BLOCKED {
-        blocked.add(signal);
-    }
-    let _ = blocked.thread_block();
+    // Signals sent to the command's group neither end nor stop it.
+    let _ = SigSet::all().thread_block();
     let mut stdin = std::io::stdin().lock();
     let mut byte = [0u8; 1];
     loop {
