@@ -206,7 +206,10 @@ async fn acquire_in_mode(
         if args.shared {
             (rwlock.read(options).await, "a writer holds or waits for it")
         } else {
-            (rwlock.write(options).await, "held, or shared holders are left")
+            (
+                rwlock.write(options).await,
+                "held, or shared holders are left",
+            )
         }
     };
     match result {
