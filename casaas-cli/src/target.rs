@@ -27,33 +27,28 @@ az://account/container/locks/NAME or file:///var/lib/app/locks/NAME";
 /// so that no message can show it.
 pub fn parse(url: &str) -> Result<LockTarget, Failure> {
     register_userinfo(url);
-    // `object_store+s3://…`, `opendal+gs://…`: the adapter's prefix is kept
-    // as is; the URL after it names the lock object like any other.
-    if let Some((adapter, inner)) = split_adapter(url) {
-        let inner = parse(inner)?;
-        return Ok(LockTarget {
-            store_url: format!("{adapter}+{}", inner.store_url),
-            key: inner.key,
-            display: format!("{adapter}+{}", inner.display),
-        });
-    }
     let shown = logging::redact(&strip_userinfo_text(url));
-    let invalid = || Failure::usage(format!("{shown:?} is not a valid lock URL; {EXAMPLES}"));
-    let parsed = StoreUrl::parse(url).map_err(|_| invalid())?;
-    let (store, key) = parsed
-        .parent_and_name()
-        .map_err(|_| Failure::usage(format!("the lock name in {shown:?} is not valid UTF-8")))?
-        .ok_or_else(invalid)?;
-    if key.is_empty() {
-        return Err(Failure::usage(format!(
-            "{shown:?} names a directory, not a lock object: add the lock's name to the path; {EXAMPLES}"
-        )));
-    }
+    // The split is the library's (the same for Python and Rust callers);
+    // its message never echoes the URL, so it is named here.
+    let (store_url, key) = StoreUrl::split_lock_url(url)
+        .map_err(|e| Failure::usage(format!("{shown:?}: {}; {EXAMPLES}", e.message())))?;
     Ok(LockTarget {
-        store_url: store.as_unredacted_str().to_string(),
+        store_url,
         key,
-        display: logging::redact(parsed.without_credentials().as_unredacted_str()),
+        display: display(url),
     })
+}
+
+/// `url` without user-info and with registered secrets redacted, for
+/// output (an adapter's prefix kept).
+fn display(url: &str) -> String {
+    if let Some((adapter, inner)) = split_adapter(url) {
+        return format!("{adapter}+{}", display(inner));
+    }
+    match StoreUrl::parse(url) {
+        Ok(parsed) => logging::redact(parsed.without_credentials().as_unredacted_str()),
+        Err(_) => logging::redact(&strip_userinfo_text(url)),
+    }
 }
 
 /// Parses a lock URL for a command that may write. Without `root`, as
@@ -296,6 +291,30 @@ mod tests {
             (t.store_url.as_str(), t.key.as_str()),
             ("s3://bucket/", "my lock")
         );
+    }
+
+    /// The table the library's and the Python package's tests read too.
+    #[test]
+    fn every_lock_url_of_the_shared_table_names_the_same_object() {
+        let table = include_str!("../../casaas/tests/lock_urls.tsv");
+        for line in table
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        {
+            let fields: Vec<&str> = line.split('\t').collect();
+            let (url, store, key) = (fields[0], fields[1], fields[2]);
+            match parse(url) {
+                Ok(t) if store != "!refused" => {
+                    assert_eq!(
+                        (t.store_url.as_str(), t.key.as_str()),
+                        (store, key),
+                        "{url}"
+                    );
+                }
+                Ok(t) => panic!("{url}: {key}, yet split into {t:?}"),
+                Err(e) => assert_eq!(store, "!refused", "{url}: {}", e.message()),
+            }
+        }
     }
 
     #[test]

@@ -175,6 +175,54 @@ impl StoreUrl {
         Ok(Some((parent, name)))
     }
 
+    /// Splits a lock URL into the store URL of the lock's directory and the
+    /// lock's key: (`s3://b/locks?o=1`, `my lock`) of
+    /// `s3://b/locks/my%20lock?o=1`. The one split every interface uses (the
+    /// `casaas` command, the library, the Python package), so that one URL
+    /// names one lock object everywhere. The key is the last path segment,
+    /// decoded once; an adapter prefix (`object_store+`, `opendal+`) stays
+    /// on the store URL. Refused (as `Misconfigured`, never echoing the
+    /// URL): text that is not a URL, a URL without a path hierarchy, a path
+    /// that ends in `/` (a directory, not a lock) and a `#fragment` (a `#`
+    /// in a lock's name is written `%23`).
+    ///
+    /// ```
+    /// use casaas_core::StoreUrl;
+    /// let (store, key) = StoreUrl::split_lock_url("opendal+s3://b/locks/a%20b?x=1").unwrap();
+    /// assert_eq!((store.as_str(), key.as_str()), ("opendal+s3://b/locks?x=1", "a b"));
+    /// assert!(StoreUrl::split_lock_url("s3://b/locks/a/").is_err());
+    /// assert!(StoreUrl::split_lock_url("s3://b/locks/a#b").is_err());
+    /// ```
+    pub fn split_lock_url(text: &str) -> Result<(String, String), CasError> {
+        if let Some((adapter, inner)) = crate::registry::split_adapter(text) {
+            let (store, key) = Self::split_lock_url(inner)?;
+            return Ok((format!("{adapter}+{store}"), key));
+        }
+        let url = Url::parse(text).map_err(|e| {
+            CasError::misconfigured(format!(
+                "not a valid lock URL ({e}); expected e.g. s3://bucket/locks/NAME"
+            ))
+        })?;
+        if url.fragment().is_some() {
+            return Err(CasError::misconfigured(
+                "a lock URL takes no #fragment: write a '#' in the lock's name as %23",
+            ));
+        }
+        let parsed = Self::from_url(url)?;
+        let (store, key) = parsed.parent_and_name()?.ok_or_else(|| {
+            CasError::misconfigured(
+                "not a valid lock URL: it has no path; expected e.g. s3://bucket/locks/NAME",
+            )
+        })?;
+        if key.is_empty() {
+            return Err(CasError::misconfigured(
+                "the URL names a directory, not a lock object: add the lock's name to the \
+                 path (and no trailing '/')",
+            ));
+        }
+        Ok((store.as_unredacted_str().to_string(), key))
+    }
+
     /// The same URL without user name and password (where the scheme can
     /// carry them), for showing it whole: unlike `Display`, which marks
     /// where they were, this leaves no trace of them.

@@ -92,36 +92,22 @@ fn open_start(url: String, options: HashMap<String, String>) -> Result<Task, Fai
     start(None, open_store(url, options))
 }
 
-/// Splits `scheme://authority/path/key?query` into the store URL
-/// (`scheme://authority/path?query`) and the key (its last path segment).
+/// Splits a lock URL into the store URL of its directory and the lock's
+/// key: the library's split, the one the `casaas` command uses (the key
+/// decoded once; a trailing `/` or a `#fragment` refused).
 #[pyfunction]
 fn split_key(url: &str) -> Result<(String, String), Fail> {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (url, None),
-    };
-    let after_scheme = base.find("://").map_or(0, |i| i + 3);
-    let rest = &base[after_scheme..];
-    let (store, key) = match rest.trim_end_matches('/').rsplit_once('/') {
-        Some((store, key)) if !key.is_empty() && (!store.is_empty() || after_scheme > 0) => {
-            (store, key)
-        }
-        _ => {
-            return Err(Fail::Named(
-                "InvalidUrl",
-                "the URL names no lock: add the lock's name as the last path segment \
-                 (for example s3://bucket/locks/NAME), or pass key="
-                    .to_string(),
-                Vec::new(),
-            ));
-        }
-    };
-    let store = format!("{}{}", &base[..after_scheme], store);
-    let store = match query {
-        Some(q) => format!("{store}?{q}"),
-        None => store,
-    };
-    Ok((store, key.to_string()))
+    casaas::StoreUrl::split_lock_url(url).map_err(|e| {
+        Fail::Named(
+            "InvalidUrl",
+            format!(
+                "{}; or pass the store URL and key= (for example \
+                 casaas.lock(\"s3://bucket/locks\", key=\"NAME\"))",
+                e.message()
+            ),
+            Vec::new(),
+        )
+    })
 }
 
 /// A lease (lock) on one key of a store.
