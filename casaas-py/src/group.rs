@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::errors::{Fail, invalid_argument};
 use crate::locked;
-use crate::runtime::{Birth, wait};
+use crate::runtime::{Birth, call_python, wait};
 use crate::values::PyFencedResource;
 
 /// `(json, token, offset, batch_len)`: the value right after this update,
@@ -43,7 +43,7 @@ fn update_fn(
 ) -> impl FnMut(Option<&Value>) -> Value + Send + 'static {
     move |old: Option<&Value>| {
         let old_json = old.map(Value::to_string);
-        let got = Python::attach(|py| -> PyResult<Value> {
+        let got = call_python(|py| -> PyResult<Value> {
             let out = callable.call1(py, (old_json,))?;
             let text: String = out.extract(py)?;
             serde_json::from_str(&text).map_err(|e| {

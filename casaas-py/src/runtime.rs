@@ -240,6 +240,22 @@ where
     })
 }
 
+/// Calls into Python from a task of the runtime (a group-commit update, a
+/// `create_once` or `SwapOnce` callback, the Iceberg catalog's lineage
+/// check). The core calls these synchronously, so they cannot be awaited on
+/// a blocking pool; instead the worker hands its other tasks (every lease's
+/// renewal among them) to a fresh thread for the length of the call, so a
+/// slow callback, or one waiting for the GIL, never stalls a renewal.
+pub(crate) fn call_python<T>(f: impl for<'py> FnOnce(Python<'py>) -> T) -> T {
+    let on_worker = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if on_worker {
+        tokio::task::block_in_place(|| Python::attach(f))
+    } else {
+        Python::attach(f)
+    }
+}
+
 /// Drops `value` inside the runtime (a lease guard's drop releases through
 /// it), or forgets it in a forked child, where it belongs to the parent.
 pub(crate) fn drop_in_runtime<T: Send + 'static>(birth: Birth, value: T) {

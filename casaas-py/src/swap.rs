@@ -13,7 +13,7 @@ use pyo3::types::PyBytes;
 
 use crate::Store;
 use crate::errors::Fail;
-use crate::runtime::{Birth, wait};
+use crate::runtime::{Birth, call_python, wait};
 
 /// The version of a pointer as read: pass it back to `swap` as `expected`.
 #[pyclass(module = "casaas._casaas", frozen, eq)]
@@ -169,7 +169,7 @@ impl PySwapOnce {
         let (body, nonce_in, descends) = (Arc::new(body), Arc::new(nonce_in), Arc::new(descends));
         let outcome = wait(py, None, async move {
             let make = |nonce: &str| -> Result<bytes::Bytes, SwapFail> {
-                Python::attach(|py| {
+                call_python(|py| {
                     let out = body.call1(py, (nonce,))?;
                     let bytes: Vec<u8> = out.extract(py)?;
                     Ok(bytes::Bytes::from(bytes))
@@ -177,7 +177,7 @@ impl PySwapOnce {
                 .map_err(|e| SwapFail::Callback("body", e))
             };
             let find = |stored: &[u8]| -> Option<String> {
-                Python::attach(|py| {
+                call_python(|py| {
                     nonce_in
                         .call1(py, (PyBytes::new(py, stored),))
                         .and_then(|n| n.extract::<Option<String>>(py))
@@ -186,7 +186,7 @@ impl PySwapOnce {
                 })
             };
             let lineage = |stored: &[u8], nonce: &str| -> Result<bool, SwapFail> {
-                Python::attach(|py| {
+                call_python(|py| {
                     descends
                         .call1(py, (PyBytes::new(py, stored), nonce))
                         .and_then(|d| d.extract::<bool>(py))

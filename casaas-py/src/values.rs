@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::Store;
 use crate::errors::{Fail, invalid_argument};
-use crate::runtime::{Birth, wait};
+use crate::runtime::{Birth, call_python, wait};
 
 fn parse(json: &str) -> Result<Value, Fail> {
     serde_json::from_str(json).map_err(|e| invalid_argument(format!("the value is not JSON: {e}")))
@@ -151,7 +151,7 @@ pub fn create_once(
     let nonce_in = Arc::new(nonce_in);
     let created = wait(py, None, async move {
         let body = |nonce: &str| -> Result<bytes::Bytes, LeaseError> {
-            Python::attach(|py| {
+            call_python(|py| {
                 let out = make_body.call1(py, (nonce,))?;
                 let bytes: Vec<u8> = out.extract(py)?;
                 Ok::<_, PyErr>(bytes::Bytes::from(bytes))
@@ -162,7 +162,7 @@ pub fn create_once(
             })
         };
         let find = |stored: &[u8]| -> Option<String> {
-            Python::attach(|py| {
+            call_python(|py| {
                 nonce_in
                     .call1(py, (PyBytes::new(py, stored),))
                     .and_then(|n| n.extract::<Option<String>>(py))
