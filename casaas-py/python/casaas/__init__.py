@@ -30,6 +30,7 @@ import atexit
 import contextlib
 import datetime
 import json
+import logging
 import threading
 import weakref
 from types import TracebackType
@@ -67,6 +68,8 @@ from ._errors import (
     Unsupported,
     UnsupportedSchema,
 )
+
+_log = logging.getLogger("casaas")
 
 Seconds = Union[int, float, datetime.timedelta]
 """A duration: seconds as a number, or a :class:`datetime.timedelta`."""
@@ -886,7 +889,16 @@ def lance_commit_lock(
     ``min_validity`` left (the time a manifest write may take; default a
     third of ``ttl``, and it must stay well below ``ttl``); a lock not
     acquired within ``wait`` raises Lance's ``CommitConflictError``, which
-    Lance answers by reloading and retrying.
+    Lance answers by reloading and retrying. So does any failure to acquire
+    that a retry may cure (throttled, unreachable, contended): nothing of
+    the commit is written yet. Refused credentials and an unsafe store
+    raise as they are.
+
+    A landed commit is never reported as failed: once Lance's body ran, an
+    error of the lock's release is logged (logger ``casaas``) and not
+    raised; the lock then expires after its TTL. The first commit of a new
+    dataset is not retried by Lance: create the dataset once before
+    concurrent writers append to it.
 
     What stays unfenced: Lance writes the manifest itself, so a holder that
     pauses past its TTL *during* that write can still land it after a
@@ -910,10 +922,14 @@ def lance_commit_lock(
 
         try:
             held = lease.acquire(wait)
-        except LockHeld as e:
+        except (Unauthorized, UnsafeStore, Unsupported):
+            raise  # no retry can help: Lance's retries would only repeat it
+        except (LockHeld, StoreError, Contended, Timeout) as e:
+            # Nothing of this commit is written yet: Lance reloads and retries.
             raise CommitConflictError(
-                f"version {version}: the commit lock was not acquired in time: {e}"
+                f"version {version}: the commit lock was not acquired: {e}"
             ) from e
+        body_ran = False
         try:
             try:
                 held.ensure_held_for(need)
@@ -921,14 +937,24 @@ def lance_commit_lock(
                 raise CommitConflictError(
                     f"version {version}: the commit lock may not last the commit: {e}"
                 ) from e
+            body_ran = True
             yield
         finally:
             try:
                 held.release()
-            except LeaseLost:
-                # The commit is done either way; the next holder's token is
+            except Error as e:
+                # Never raised: once Lance's body ran, its manifest may be
+                # written, and an error here would make Lance report a landed
+                # commit as failed (a caller that retries appends twice). The
+                # lock expires after its TTL; the next holder's token is
                 # higher and Lance's existence check sees this manifest.
-                pass
+                _log.warning(
+                    "lance commit of version %d: the commit lock's release failed (%s); "
+                    "it expires after its TTL%s",
+                    version,
+                    e,
+                    "" if body_ran else " (nothing was committed)",
+                )
 
     return commit_lock
 
