@@ -1,11 +1,16 @@
-//! `cargo xtask python`: the Python package (`casaas-py`) built into a
-//! virtualenv under `.casaas/tools/`, then its tests (pytest, on the
-//! embedded stores and the real servers), its type check (mypy --strict on
-//! the package, the examples and the tests) and its examples run.
+//! `cargo xtask python`: the Python package (`casaas-py`) built once as a
+//! wheel into `dist/`, installed with `pip install dist/casaas-*.whl` into
+//! a fresh virtualenv, then its tests (pytest, on the embedded stores and
+//! the real servers), its type check (mypy --strict on the package, the
+//! examples and the tests) and its examples run against that install: what
+//! CI proves is the wheel a user keeps.
 //!
-//! The extension is built by `maturin develop` with the dev profile in the
-//! workspace's target directory, so it reuses the dependency tree `cargo
-//! test` compiled instead of compiling it again in release.
+//! `cargo xtask wheel` builds that wheel alone (release by default): one
+//! abi3 wheel, installable on any CPython >= 3.9 of the platform.
+//!
+//! In CI the wheel is built with the dev profile in the workspace's target
+//! directory, so it reuses the dependency tree `cargo test` compiled
+//! instead of compiling it again in release.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,14 +21,24 @@ use casaas_core::testkit::server_env;
 
 use crate::servers::{self, Ctx};
 
-/// The virtualenv's name under `.casaas/tools/`.
+/// The tools' virtualenv's name under `.casaas/tools/`.
 const VENV: &str = "casaas-py";
 
-/// What the virtualenv holds besides casaas (pinned): the build backend,
-/// the test and type-check tools, Lance for the commit-lock test and
-/// PyIceberg for the Iceberg catalog's tests.
+/// The fresh virtualenv the wheel is installed into, made again each run.
+const TEST_VENV: &str = "casaas-py-test";
+
+/// The virtualenv of `cargo xtask wheel` alone: the build backend only.
+const BUILD_VENV: &str = "casaas-py-build";
+
+/// The build backend, pinned.
+const MATURIN: &str = "maturin==1.16.0";
+
+/// What the tools' virtualenv holds (pinned): the build backend, the test
+/// and type-check tools, Lance for the commit-lock test and PyIceberg for
+/// the Iceberg catalog's tests. The fresh virtualenv sees them through a
+/// `.pth` file, so that only casaas is installed anew each run.
 const PACKAGES: &[&str] = &[
-    "maturin==1.16.0",
+    MATURIN,
     "pytest==9.2.0",
     "mypy==2.4.1",
     "pylance==14.0.2",
@@ -31,33 +46,140 @@ const PACKAGES: &[&str] = &[
     "pyiceberg[sql-sqlite]==0.12.0",
 ];
 
-/// Builds and installs the package, then runs pytest, mypy and the
-/// examples. With `require_servers`, a test whose server is not running
-/// fails instead of being skipped (CI, where every server is up).
-pub fn python(root: &Path, require_servers: bool) -> Result<()> {
-    let started = Instant::now();
+/// `cargo xtask wheel`: builds the abi3 wheel into `dist/` (release unless
+/// `dev`) and returns its path.
+pub fn wheel(root: &Path, dev: bool) -> Result<PathBuf> {
     let ctx = Ctx::new(root.to_path_buf());
-    let bin = servers::python_venv(&ctx, VENV, PACKAGES)?;
+    let bin = servers::python_venv(&ctx, BUILD_VENV, &[MATURIN])?;
+    let (wheel, seconds) = build_wheel(root, &bin, dev)?;
+    eprintln!(
+        "xtask: {} built in {seconds:.1} s; install it with: pip install {}",
+        wheel.display(),
+        wheel.display()
+    );
+    Ok(wheel)
+}
+
+/// Builds the wheel into `dist/` with the maturin of the virtualenv `bin`
+/// (any earlier casaas wheel there removed first, so that `dist/*.whl` is
+/// this one): its path and the seconds the build took.
+fn build_wheel(root: &Path, bin: &Path, dev: bool) -> Result<(PathBuf, f64)> {
     let venv = bin
         .parent()
         .context("the virtualenv's bin directory has no parent")?
         .to_path_buf();
+    let dist = root.join("dist");
+    std::fs::create_dir_all(&dist)?;
+    for old in casaas_wheels(&dist)? {
+        std::fs::remove_file(&old).with_context(|| format!("removing {}", old.display()))?;
+    }
+    let build = Instant::now();
+    step(
+        venv_command(&venv, bin, "maturin")
+            .args(["build", "--profile", if dev { "dev" } else { "release" }])
+            .arg("--manifest-path")
+            .arg(root.join("casaas-py").join("Cargo.toml"))
+            .arg("--out")
+            .arg(&dist)
+            .current_dir(root),
+        "maturin build (the casaas wheel into dist/)",
+    )?;
+    let seconds = build.elapsed().as_secs_f64();
+    let mut built = casaas_wheels(&dist)?;
+    match (built.pop(), built.is_empty()) {
+        (Some(wheel), true) => Ok((wheel, seconds)),
+        (None, _) => bail!("maturin built no wheel into {}", dist.display()),
+        (Some(_), false) => bail!("more than one casaas wheel in {}", dist.display()),
+    }
+}
+
+/// The casaas wheels in `dir`.
+fn casaas_wheels(dir: &Path) -> Result<Vec<PathBuf>> {
+    Ok(std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.extension().is_some_and(|x| x == "whl")
+                && p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("casaas-"))
+        })
+        .collect())
+}
+
+/// A virtualenv made anew at `.casaas/tools/NAME` that sees the packages
+/// of the virtualenv `tools` (a `.pth` file naming its site-packages) and
+/// has nothing installed of its own; returns its bin directory.
+fn fresh_venv(ctx: &Ctx, name: &str, tools: &Path) -> Result<PathBuf> {
+    let venv = ctx.tools.join(name);
+    if venv.exists() {
+        std::fs::remove_dir_all(&venv)
+            .with_context(|| format!("removing the old {}", venv.display()))?;
+    }
+    servers::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    let bin = venv.join("bin");
+    let purelib = |python: &Path| -> Result<PathBuf> {
+        let out = Command::new(python)
+            .args([
+                "-c",
+                "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+            ])
+            .output()
+            .with_context(|| format!("running {}", python.display()))?;
+        if !out.status.success() {
+            bail!("{} could not name its site-packages", python.display());
+        }
+        Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+    };
+    let own = purelib(&bin.join("python"))?;
+    let shared = purelib(&tools.join("python"))?;
+    std::fs::write(
+        own.join("casaas-test-tools.pth"),
+        format!("{}\n", shared.display()),
+    )?;
+    Ok(bin)
+}
+
+/// Builds the wheel once, installs it into a fresh virtualenv, then runs
+/// pytest, mypy and the examples against that install. With
+/// `require_servers`, a test whose server is not running fails instead of
+/// being skipped (CI, where every server is up).
+pub fn python(root: &Path, require_servers: bool) -> Result<()> {
+    let started = Instant::now();
+    let ctx = Ctx::new(root.to_path_buf());
+    let tools = servers::python_venv(&ctx, VENV, PACKAGES)?;
     eprintln!(
         "xtask: python virtualenv ready ({:.1} s)",
         started.elapsed().as_secs_f64()
     );
 
-    let build = Instant::now();
+    let (wheel, build_seconds) = build_wheel(root, &tools, true)?;
+    eprintln!(
+        "xtask: casaas wheel built ({build_seconds:.1} s): {}",
+        wheel.display()
+    );
+
+    let install = Instant::now();
+    let bin = fresh_venv(&ctx, TEST_VENV, &tools)?;
+    let venv = bin
+        .parent()
+        .context("the virtualenv's bin directory has no parent")?
+        .to_path_buf();
     step(
-        venv_command(&venv, &bin, "maturin")
-            .args(["develop", "--manifest-path"])
-            .arg(root.join("casaas-py").join("Cargo.toml"))
-            .current_dir(root),
-        "maturin develop (build and install the casaas package)",
+        venv_command(&venv, &bin, "python")
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .arg(&wheel),
+        "pip install dist/casaas-*.whl (into a fresh virtualenv)",
     )?;
     eprintln!(
-        "xtask: casaas-py built and installed ({:.1} s)",
-        build.elapsed().as_secs_f64()
+        "xtask: casaas wheel installed into {} ({:.1} s)",
+        venv.display(),
+        install.elapsed().as_secs_f64()
     );
 
     let package = root.join("casaas-py");
@@ -80,8 +202,10 @@ pub fn python(root: &Path, require_servers: bool) -> Result<()> {
     );
 
     step(
-        venv_command(&venv, &bin, "mypy")
+        venv_command(&venv, &bin, "python")
             .args([
+                "-m",
+                "mypy",
                 "--strict",
                 "--no-incremental",
                 "python/casaas",
