@@ -449,6 +449,9 @@ pub mod swap_once;
 /// `first_use` (in a file of its own).
 pub mod first_use;
 
+/// `semaphore` (in a file of its own).
+pub mod semaphore;
+
 /// `fenced_log`: what the store really holds at the end, read directly.
 pub mod fenced_log {
     use std::collections::BTreeMap;

@@ -56,11 +56,17 @@ pub enum Primitive {
     /// Clients racing for locks that do not exist yet, in both layouts:
     /// losing the first write is never an error, one holder at a time.
     FirstUse,
+    /// `Semaphore`: clients take one of three slots in turns, hold it amid
+    /// stalls and freezes, and release, crash or drop; one client counts
+    /// four slots: never more believed holders than slots, each slot's
+    /// lease safe with its tokens increasing, the miscounting client
+    /// refused.
+    Semaphore,
 }
 
 impl Primitive {
     /// Every primitive, in the order they run and report.
-    pub const ALL: [Primitive; 13] = [
+    pub const ALL: [Primitive; 14] = [
         Primitive::Lease,
         Primitive::SharedLease,
         Primitive::Election,
@@ -74,6 +80,7 @@ impl Primitive {
         Primitive::CreateOnce,
         Primitive::SwapOnce,
         Primitive::FirstUse,
+        Primitive::Semaphore,
     ];
 
     /// The name printed in `primitive=NAME`.
@@ -92,6 +99,7 @@ impl Primitive {
             Primitive::CreateOnce => "create_once",
             Primitive::SwapOnce => "swap_once",
             Primitive::FirstUse => "first_use",
+            Primitive::Semaphore => "semaphore",
         }
     }
 
@@ -117,6 +125,7 @@ impl Primitive {
             Primitive::CreateOnce => 12,
             Primitive::SwapOnce => 12,
             Primitive::FirstUse => 6,
+            Primitive::Semaphore => 12,
         }
     }
 }

@@ -170,6 +170,9 @@ pub mod swap_once;
 /// `first_use` (in a file of its own).
 pub mod first_use;
 
+/// `semaphore` (in a file of its own).
+pub mod semaphore;
+
 /// `fenced_log`: each append and what it was told; and the entries the
 /// store holds at the end, read directly.
 pub mod fenced_log {

@@ -226,8 +226,8 @@ const MUTANTS: &[Mutant] = &[
     Mutant {
         name: "fair turns: the head of the queue takes its ticket for the lock",
         file: "casaas-core/src/lease/fair.rs",
-        find: "let acquired = self.lease.acquire(budget.remaining()).await;",
-        replace: "if true {\n                            return Ok(ticket.guard);\n                        }\n                        let acquired = self.lease.acquire(budget.remaining()).await;",
+        find: "let acquired = at_head(budget.remaining()).await;",
+        replace: "if true {\n                            return Ok(ticket.guard);\n                        }\n                        let acquired = at_head(budget.remaining()).await;",
     },
     Mutant {
         name: "fair turns: a ticket kept at the lock's own key",
@@ -270,6 +270,18 @@ const MUTANTS: &[Mutant] = &[
         file: "casaas-core/src/lease/swap_once.rs",
         find: "Some(version) => self.store.replace(key, version, bytes).await,",
         replace: "Some(version) => match self.store.get(key).await {\n                        Ok(Some(now)) => self.store.replace(key, &now.version, bytes).await,\n                        _ => self.store.replace(key, version, bytes).await,\n                    },",
+    },
+    Mutant {
+        name: "semaphore: one slot more than the count",
+        file: "casaas-core/src/lease/semaphore.rs",
+        find: "let slot_leases = (0..slots)",
+        replace: "let slot_leases = (0..=slots)",
+    },
+    Mutant {
+        name: "semaphore: a caller's count never checked against the recorded one",
+        file: "casaas-core/src/lease/semaphore.rs",
+        find: "if capacity.slots != self.slots() {",
+        replace: "if false && capacity.slots != self.slots() {",
     },
 ];
 

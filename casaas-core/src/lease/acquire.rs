@@ -308,6 +308,23 @@ impl Lease {
         }
     }
 
+    /// A lease on `key` with everything else of this one (store, owner,
+    /// configuration, clock, session), its own memory of what it observed,
+    /// and `entropy`: a semaphore's slots.
+    pub(crate) fn sibling(&self, key: String, entropy: Entropy) -> Result<Lease, LeaseError> {
+        validate_key(&key)?;
+        Ok(Lease {
+            store: self.store.clone(),
+            key,
+            owner: self.owner.clone(),
+            config: self.config.clone(),
+            clock: self.clock.clone(),
+            entropy,
+            state: Arc::default(),
+            session: self.session.clone(),
+        })
+    }
+
     /// The session this lease's holdings hang from, if any, as the lock's
     /// record names it.
     pub fn session(&self) -> Option<SessionRef> {

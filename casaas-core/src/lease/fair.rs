@@ -235,6 +235,23 @@ impl FairLease {
     /// drop is [`Lease::acquire`]'s case.
     #[must_use = "the lease is given up as soon as the returned guard is dropped; hold it while you work"]
     pub async fn acquire(&self, options: WaitOptions) -> Result<LeaseGuard, LeaseError> {
+        self.acquire_in_turn(options, |remaining| self.lease.acquire(remaining))
+            .await
+    }
+
+    /// [`acquire`](FairLease::acquire) with `at_head` in place of
+    /// [`Lease::acquire`] once at the head of the queue (the semaphore
+    /// takes a free slot there): the queue decides who asks, `at_head`
+    /// what is taken.
+    pub(super) async fn acquire_in_turn<F, Fut>(
+        &self,
+        options: WaitOptions,
+        at_head: F,
+    ) -> Result<LeaseGuard, LeaseError>
+    where
+        F: Fn(WaitOptions) -> Fut,
+        Fut: std::future::Future<Output = Result<LeaseGuard, LeaseError>>,
+    {
         let span = tracing::info_span!("lease.fair_acquire", key = %self.lease.key(), owner = %self.lease.owner());
         async {
             let budget = Budget::new(self.lease.clock().clone(), options);
@@ -244,7 +261,7 @@ impl FairLease {
                 match turn {
                     Ok(Turn::Head) => {
                         tracing::debug!(ticket = ticket.number, "at the head of the queue");
-                        let acquired = self.lease.acquire(budget.remaining()).await;
+                        let acquired = at_head(budget.remaining()).await;
                         // The guard goes back at once: ending the ticket (a
                         // delete, maybe a read and more tries) runs on its
                         // own, not out of the new holder's validity.
@@ -280,6 +297,12 @@ impl FairLease {
         }
         .instrument(span)
         .await
+    }
+
+    /// Whether no ticket is listed in the queue (one LIST): an arrival
+    /// then has nobody to wait behind.
+    pub(super) async fn queue_is_empty(&self) -> Result<bool, LeaseError> {
+        Ok(self.list_tickets().await?.is_empty())
     }
 
     /// The tickets listed in the queue, by number.

@@ -13,5 +13,6 @@ pub mod fenced_resource;
 pub mod first_use;
 pub mod group_commit;
 pub mod lease;
+pub mod semaphore;
 pub mod session;
 pub mod swap_once;
