@@ -897,8 +897,9 @@ def lance_commit_lock(
     A landed commit is never reported as failed: once Lance's body ran, an
     error of the lock's release is logged (logger ``casaas``) and not
     raised; the lock then expires after its TTL. The first commit of a new
-    dataset is not retried by Lance: create the dataset once before
-    concurrent writers append to it.
+    dataset is not retried by Lance: writers creating it at once get
+    Lance's ``OSError`` "Dataset already exists" but one; create the
+    dataset once first, or append again on that error (docs/python.md).
 
     What stays unfenced: Lance writes the manifest itself, so a holder that
     pauses past its TTL *during* that write can still land it after a
