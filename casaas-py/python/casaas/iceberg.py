@@ -36,9 +36,12 @@ that PyIceberg's own retry rebases and commits again. Never both. See
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import urllib.parse
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
+from importlib import metadata as _metadata
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 from pyiceberg.catalog import MetastoreCatalog, PropertiesUpdateSummary
 from pyiceberg.exceptions import (
@@ -48,7 +51,9 @@ from pyiceberg.exceptions import (
     NamespaceNotEmptyError,
     NoSuchNamespaceError,
     NoSuchTableError,
+    ServiceUnavailableError,
     TableAlreadyExistsError,
+    UnauthorizedError,
 )
 from pyiceberg.io import load_file_io
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
@@ -59,9 +64,54 @@ from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 
 from . import _casaas
-from ._errors import MayHaveTakenEffect
+from ._errors import Contended, MayHaveTakenEffect, StoreError, Unauthorized
 
 __all__ = ["Catalog"]
+
+# PyIceberg's own commit retry (`commit.retry.num-retries`), which turns
+# this catalog's CommitFailedException into a rebase and a new commit, is
+# in PyIceberg from this release on.
+MIN_PYICEBERG = (0, 12, 0)
+
+
+def _require_pyiceberg(version: str) -> None:
+    """Raises ImportError when PyIceberg `version` is older than
+    :data:`MIN_PYICEBERG`: without its commit retry, every concurrent
+    commit this catalog reports as a conflict would fail the caller."""
+    parts: List[int] = []
+    for part in version.split(".")[:3]:
+        digits = re.match(r"\d*", part)
+        parts.append(int(digits.group()) if digits and digits.group() else 0)
+    if tuple(parts) < MIN_PYICEBERG:
+        need = ".".join(map(str, MIN_PYICEBERG))
+        raise ImportError(
+            f"casaas.iceberg needs PyIceberg {need} or later (its commit retry); "
+            f"PyIceberg {version} is installed: pip install 'casaas[iceberg]'"
+        )
+
+
+_require_pyiceberg(_metadata.version("pyiceberg"))
+
+
+@contextlib.contextmanager
+def _pyiceberg_errors(what: str) -> Iterator[None]:
+    """casaas's exceptions as PyIceberg's, for PyIceberg's callers: a write
+    that may or may not have landed is ``CommitStateUnknownException``,
+    refused credentials ``UnauthorizedError``, too many writers
+    ``CommitFailedException``, any other store failure
+    ``ServiceUnavailableError`` (the casaas exception is the cause)."""
+    try:
+        yield
+    except MayHaveTakenEffect as e:
+        raise CommitStateUnknownException(
+            f"{what} may or may not have taken effect ({e}): read it back before trying again"
+        ) from e
+    except Unauthorized as e:
+        raise UnauthorizedError(f"{what}: the store refused the credentials ({e})") from e
+    except Contended as e:
+        raise CommitFailedException(f"{what}: too many concurrent writers ({e})") from e
+    except StoreError as e:
+        raise ServiceUnavailableError(f"{what}: the catalog's store failed ({e})") from e
 
 POINTER_KIND = "casaas.iceberg.table"
 NAMESPACE_KIND = "casaas.iceberg.namespace"
@@ -147,7 +197,8 @@ class Catalog(MetastoreCatalog):
     def _read(self, key: str, kind: str) -> Tuple[Optional[Body], Any]:
         """The object at `key` and its version; `(None, version)` for a
         dropped one, `(None, None)` when absent."""
-        found = self._swap.read(key)
+        with _pyiceberg_errors(f"reading the catalog object {key}"):
+            found = self._swap.read(key)
         if found is None:
             return None, None
         stored, version = found
@@ -161,10 +212,16 @@ class Catalog(MetastoreCatalog):
         body: Body,
         descends: Callable[[bytes, str], bool] = _never,
     ) -> Tuple[str, Optional[bytes], Any]:
-        kind, current, version, _replaced = self._swap.swap(
-            key, expected, _encode(body), _nonce_in, descends
-        )
+        with _pyiceberg_errors(f"the write of the catalog object {key}"):
+            kind, current, version, _replaced = self._swap.swap(
+                key, expected, _encode(body), _nonce_in, descends
+            )
         return kind, current, version
+
+    def _list(self, prefix: str) -> List[str]:
+        with _pyiceberg_errors(f"listing the catalog objects under {prefix}"):
+            keys: List[str] = self._swap.list(prefix)
+        return keys
 
     # -- namespaces ------------------------------------------------------
 
@@ -223,7 +280,7 @@ class Catalog(MetastoreCatalog):
         if parent and not self.namespace_exists(parent):
             raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
         found: List[Identifier] = []
-        for key in self._swap.list("namespaces/"):
+        for key in self._list("namespaces/"):
             name = urllib.parse.unquote(key[len("namespaces/") :])
             ident = Catalog.identifier_to_tuple(name)
             if len(ident) != len(parent) + 1 or ident[: len(parent)] != parent:
@@ -372,11 +429,11 @@ class Catalog(MetastoreCatalog):
                 self._pointer(identifier, staged.metadata_location),
                 self._descends_from(staged.metadata_location),
             )
-        except MayHaveTakenEffect as e:
+        except CommitStateUnknownException as e:
             raise CommitStateUnknownException(
-                f"the commit to {identifier} may or may not have landed ({e}); "
+                f"the commit to {identifier} may or may not have landed ({e.__cause__ or e}); "
                 f"look for {staged.metadata_location} in the table's metadata log before committing again"
-            ) from e
+            ) from (e.__cause__ or e)
         if kind != "ours":
             # None of our writes can land any more: the file is nobody's.
             self._forget(staged.io, staged.metadata_location)
@@ -462,7 +519,7 @@ class Catalog(MetastoreCatalog):
             raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
         prefix = f"tables/{_quote(Catalog.namespace_to_string(ns))}/"
         found: List[Identifier] = []
-        for key in self._swap.list(prefix):
+        for key in self._list(prefix):
             rest = key[len(prefix) :]
             if "/" in rest:
                 continue
