@@ -195,6 +195,8 @@ pub fn python(root: &Path, require_servers: bool) -> Result<()> {
     if require_servers {
         pytest.env("CASAAS_REQUIRE_SERVERS", "1");
     }
+    // tests/test_wheel.py: what is under test is the installed wheel.
+    pytest.env("CASAAS_TEST_WHEEL", "1");
     step(&mut pytest, "pytest")?;
     eprintln!(
         "xtask: pytest passed ({:.1} s)",
