@@ -56,6 +56,11 @@ pub enum Primitive {
     /// Clients racing for locks that do not exist yet, in both layouts:
     /// losing the first write is never an error, one holder at a time.
     FirstUse,
+    /// `RwLock`: readers share a slot lease each, writers hold the lock
+    /// object and wait for the readers; some freeze while they wait: never
+    /// a writer believing beside any other believer, writers' tokens
+    /// increasing, and readers really sharing.
+    RwLock,
     /// `Semaphore`: clients take one of three slots in turns, hold it amid
     /// stalls and freezes, and release, crash or drop; one client counts
     /// four slots: never more believed holders than slots, each slot's
@@ -66,7 +71,7 @@ pub enum Primitive {
 
 impl Primitive {
     /// Every primitive, in the order they run and report.
-    pub const ALL: [Primitive; 14] = [
+    pub const ALL: [Primitive; 15] = [
         Primitive::Lease,
         Primitive::SharedLease,
         Primitive::Election,
@@ -80,6 +85,7 @@ impl Primitive {
         Primitive::CreateOnce,
         Primitive::SwapOnce,
         Primitive::FirstUse,
+        Primitive::RwLock,
         Primitive::Semaphore,
     ];
 
@@ -99,6 +105,7 @@ impl Primitive {
             Primitive::CreateOnce => "create_once",
             Primitive::SwapOnce => "swap_once",
             Primitive::FirstUse => "first_use",
+            Primitive::RwLock => "rwlock",
             Primitive::Semaphore => "semaphore",
         }
     }
@@ -125,6 +132,7 @@ impl Primitive {
             Primitive::CreateOnce => 12,
             Primitive::SwapOnce => 12,
             Primitive::FirstUse => 6,
+            Primitive::RwLock => 12,
             Primitive::Semaphore => 12,
         }
     }

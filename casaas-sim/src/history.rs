@@ -170,6 +170,9 @@ pub mod swap_once;
 /// `first_use` (in a file of its own).
 pub mod first_use;
 
+/// `rwlock` (in a file of its own).
+pub mod rwlock;
+
 /// `semaphore` (in a file of its own).
 pub mod semaphore;
 

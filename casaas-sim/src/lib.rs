@@ -121,6 +121,10 @@ async fn simulate(
             let r = client::first_use::simulate(config, ops, seed).await?;
             report::first_use::report(config, seed, &r.world, &r.history)
         }
+        Primitive::RwLock => {
+            let r = client::rwlock::simulate(config, ops, seed).await?;
+            report::rwlock::report(config, seed, &r.world, &r.history)
+        }
         Primitive::Semaphore => {
             let r = client::semaphore::simulate(config, ops, seed).await?;
             report::semaphore::report(config, seed, &r.world, &r.history)

@@ -284,6 +284,7 @@ pub mod create_once;
 pub mod fair;
 pub mod first_use;
 pub mod group_commit;
+pub mod rwlock;
 pub mod semaphore;
 pub mod swap_once;
 

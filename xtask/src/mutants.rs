@@ -272,6 +272,24 @@ const MUTANTS: &[Mutant] = &[
         replace: "Some(version) => match self.store.get(key).await {\n                        Ok(Some(now)) => self.store.replace(key, &now.version, bytes).await,\n                        _ => self.store.replace(key, version, bytes).await,\n                    },",
     },
     Mutant {
+        name: "rwlock: a reader does not check for a writer after taking its slot",
+        file: "casaas-core/src/lease/rwlock.rs",
+        find: "match self.writer_came(&seen).await {",
+        replace: "match Ok::<bool, LeaseError>(false) {",
+    },
+    Mutant {
+        name: "rwlock: a writer holds without waiting for the readers",
+        file: "casaas-core/src/lease/rwlock.rs",
+        find: "            if live.is_empty() {\n                return Ok(());",
+        replace: "            if true {\n                return Ok(());",
+    },
+    Mutant {
+        name: "rwlock: a reader takes a held writer's lease for expired at once",
+        file: "casaas-core/src/lease/rwlock.rs",
+        find: "if left.is_zero() {\n                        tracing::info!(writer",
+        replace: "if true {\n                        tracing::info!(writer",
+    },
+    Mutant {
         name: "semaphore: one slot more than the count",
         file: "casaas-core/src/lease/semaphore.rs",
         find: "let slot_leases = (0..slots)",

@@ -13,6 +13,7 @@ pub mod fenced_resource;
 pub mod first_use;
 pub mod group_commit;
 pub mod lease;
+pub mod rwlock;
 pub mod semaphore;
 pub mod session;
 pub mod swap_once;
