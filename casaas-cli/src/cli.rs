@@ -90,6 +90,9 @@ pub enum Command {
     /// exit 0 safe, 1 not safe, 3 inconclusive, 69 unreachable (retry).
     #[command(after_help = casaas_conformance::cli::DOCTOR_AFTER_HELP)]
     Doctor(casaas_conformance::cli::DoctorArgs),
+    /// Manage the store guard's verdicts kept between runs.
+    #[command(subcommand)]
+    Cache(CacheCommand),
     /// Print a shell completion script.
     #[command(
         after_long_help = "Example:\n  casaas completions bash > /etc/bash_completion.d/casaas"
@@ -98,6 +101,15 @@ pub enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+}
+
+/// `casaas cache`.
+#[derive(Subcommand, Debug)]
+pub enum CacheCommand {
+    /// Remove every recorded store-guard verdict ($XDG_CACHE_HOME/casaas/guard
+    /// or ~/.cache/casaas/guard): the next run on every store checks it again.
+    /// Run it after changing what answers behind a store URL.
+    Clear,
 }
 
 /// Options shared by the commands that hold a lease.

@@ -81,6 +81,7 @@ fn main() -> ExitCode {
             return casaas_conformance::cli::run_conformance(args, log_format);
         }
         Command::Doctor(args) => return casaas_conformance::cli::run_doctor(args, log_format),
+        Command::Cache(cli::CacheCommand::Clear) => clear_cache(),
         command => run_async(command),
     };
     match outcome {
@@ -90,6 +91,30 @@ fn main() -> ExitCode {
             ExitCode::from(failure.code())
         }
     }
+}
+
+/// `casaas cache clear`: removes every recorded store-guard verdict.
+fn clear_cache() -> Result<u8, Failure> {
+    use casaas_core::guard::cache::GuardCache;
+    let Some(dir) = GuardCache::default_dir() else {
+        return Err(Failure::with_code(
+            exit::CONFIG,
+            "no cache directory: set XDG_CACHE_HOME or HOME",
+        ));
+    };
+    if !dir.exists() {
+        println!("no store-guard verdicts recorded ({} does not exist)", dir.display());
+        return Ok(0);
+    }
+    let removed = GuardCache::open(&dir)
+        .and_then(|cache| cache.clear())
+        .map_err(|e| Failure::with_code(exit::CONFIG, e.to_string()))?;
+    println!(
+        "removed {removed} store-guard verdict{} from {}",
+        if removed == 1 { "" } else { "s" },
+        dir.display()
+    );
+    Ok(0)
 }
 
 /// The hidden argument that prints the manual page.
@@ -172,7 +197,10 @@ fn run_async(command: Command) -> Result<u8, Failure> {
             Command::Ls(args) => ls::run(args).await,
             Command::Elect(args) => elect::run(args).await,
             Command::Release(args) => release::run(args).await,
-            Command::Completions { .. } | Command::Conformance(_) | Command::Doctor(_) => Err(
+            Command::Completions { .. }
+            | Command::Conformance(_)
+            | Command::Doctor(_)
+            | Command::Cache(_) => Err(
                 Failure::usage("this command runs outside the async runtime"),
             ),
         }

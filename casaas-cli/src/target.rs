@@ -153,21 +153,24 @@ pub fn parse_prefix(url: &str) -> Result<LockTarget, Failure> {
 pub async fn open(target: &LockTarget) -> Result<Arc<dyn CasStore>, Failure> {
     refuse_missing_adapter_directory(target, "; create it first")?;
     let store = open_url(&target.store_url, &target.display).await?;
-    if !NO_GUARD_CACHE.load(std::sync::atomic::Ordering::Relaxed) {
-        // A cron line of `casaas lock` pays the store guard once an hour,
-        // not once a run; a cache it cannot use only costs that saving.
-        match casaas_core::guard::cache::GuardCache::open_default() {
-            Ok(cache) => {
-                cache.attach(store.as_ref());
-            }
-            Err(e) => tracing::warn!("{e}; the store guard runs without its cache"),
+    let no_cache = NO_GUARD_CACHE.load(std::sync::atomic::Ordering::Relaxed);
+    // A cron line of `casaas lock` pays the store guard once an hour, not
+    // once a run; a cache it cannot use only costs that saving. With
+    // `--no-cache` the guard runs whatever is recorded, and a failure
+    // still withdraws the recorded pass.
+    match casaas_core::guard::cache::GuardCache::open_default() {
+        Ok(cache) if no_cache => cache.attach_without_lookup(store.as_ref()),
+        Ok(cache) => {
+            cache.attach(store.as_ref());
         }
+        Err(e) if no_cache => tracing::debug!("{e}"),
+        Err(e) => tracing::warn!("{e}; the store guard runs without its cache"),
     }
     Ok(store)
 }
 
 /// Set by `--no-cache` (or `CASAAS_NO_CACHE`): the store guard runs and
-/// records nothing.
+/// records nothing (a failure still withdraws a recorded pass).
 static NO_GUARD_CACHE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Turns the store-guard cache off for this process.

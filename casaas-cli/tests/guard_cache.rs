@@ -154,3 +154,139 @@ fn a_cache_others_may_write_is_not_used() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn cache_clear_removes_every_recorded_pass() {
+    let s = Setup::new();
+    s.lock(&[], &[]);
+    assert_eq!(entries(&s.cache_dir()).len(), 1);
+    let out = casaas()
+        .env("XDG_CACHE_HOME", &s.cache_home)
+        .args(["cache", "clear"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("removed 1 store-guard verdict from"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(entries(&s.cache_dir()).is_empty());
+    assert!(s.lock(&[], &[]).1, "the next run checks the store");
+}
+
+/// A TCP forwarder on loopback whose target a test switches: the "gateway
+/// replaced behind the same URL" of the cache's residual risk.
+struct Gateway {
+    port: u16,
+    target: std::sync::Arc<std::sync::atomic::AtomicU16>,
+}
+
+impl Gateway {
+    fn start(target: u16) -> Self {
+        use std::net::{TcpListener, TcpStream};
+        use std::sync::atomic::{AtomicU16, Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let target = std::sync::Arc::new(AtomicU16::new(target));
+        let current = target.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = TcpStream::connect(("127.0.0.1", current.load(Ordering::SeqCst)))
+                else {
+                    continue;
+                };
+                let pipe = |mut from: TcpStream, mut to: TcpStream| {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Write);
+                    });
+                };
+                pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+                pipe(server, client);
+            }
+        });
+        Gateway { port, target }
+    }
+
+    fn switch_to(&self, port: u16) {
+        self.target.store(port, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn server_port(name: &str) -> u16 {
+    let server = casaas_core::testkit::test_server(name);
+    let url = url::Url::parse(&server.url).unwrap();
+    let endpoint = url
+        .query_pairs()
+        .find(|(k, _)| k == "endpoint")
+        .unwrap()
+        .1
+        .into_owned();
+    url::Url::parse(&endpoint).unwrap().port().unwrap()
+}
+
+/// A store that passed is replaced, behind the same URL, by one that
+/// ignores conditional writes (moto, then s3rver: `cargo xtask servers up
+/// moto s3rver`). A run that checks it (`--no-cache`, or `doctor`) and
+/// finds it unsafe withdraws the recorded pass, so the next plain run is
+/// refused instead of skipping the guard on the cached pass.
+#[test]
+fn a_failing_check_withdraws_the_pass_of_a_replaced_gateway() {
+    let (moto, s3rver) = (server_port("moto"), server_port("s3rver"));
+    let gateway = Gateway::start(moto);
+    let cache_home = tempfile::tempdir().unwrap();
+    let cache_dir = cache_home.path().join("casaas/guard");
+    let prefix = casaas_core::testkit::unique_prefix("cache-gateway");
+    let store = format!(
+        "s3://casaas-test/{prefix}?endpoint=http://127.0.0.1:{}&path_style=true&region=us-east-1",
+        gateway.port
+    );
+    let lock = store.replacen(&prefix, &format!("{prefix}/job"), 1);
+    let run = |args: &[&str]| {
+        casaas()
+            .env_remove("AWS_ENDPOINT_URL")
+            .env_remove("AWS_PROFILE")
+            .env("AWS_ACCESS_KEY_ID", "S3RVER")
+            .env("AWS_SECRET_ACCESS_KEY", "S3RVER")
+            .env("XDG_CACHE_HOME", cache_home.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["lock", "-n", &lock, "true"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(entries(&cache_dir).len(), 1, "the pass is recorded");
+
+    gateway.switch_to(s3rver);
+    let out = run(&["--no-cache", "lock", "-n", &lock, "true"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        entries(&cache_dir).is_empty(),
+        "a failing --no-cache run left the pass in place"
+    );
+    let out = run(&["lock", "-n", &lock, "true"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the next run used a withdrawn pass: {}",
+        text(&out.stderr)
+    );
+
+    // The doctor on the same store: a pass is recorded afresh, a failure
+    // withdraws it.
+    gateway.switch_to(moto);
+    assert!(run(&["lock", "-n", &lock, "true"]).status.success());
+    assert_eq!(entries(&cache_dir).len(), 1);
+    gateway.switch_to(s3rver);
+    let out = run(&["doctor", &store]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(
+        entries(&cache_dir).is_empty(),
+        "a failing doctor left the pass in place"
+    );
+    gateway.switch_to(moto);
+    let out = run(&["doctor", &store]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert_eq!(entries(&cache_dir).len(), 1, "a passing doctor records");
+}

@@ -1009,6 +1009,11 @@ async fn doctor_checks(doctor: &DoctorArgs, cli: &Cli) -> Result<u8, Usage> {
     } else {
         crate::RunVerdict::NotSafe.exit_code()
     };
+    refresh_guard_cache(
+        view.as_ref(),
+        guard.passed(),
+        code == crate::RunVerdict::NotSafe.exit_code(),
+    );
     let verdict = if guard.passed() {
         report.summary.clone()
     } else {
@@ -1022,6 +1027,32 @@ async fn doctor_checks(doctor: &DoctorArgs, cli: &Cli) -> Result<u8, Usage> {
         DoctorFormat::Json => print_doctor_json(&guard, &report, &verdict, code, start),
     }
     Ok(code)
+}
+
+/// The doctor's verdict refreshes the store-guard cache of the user who
+/// ran it, where there is one (`casaas lock` made it): a store that passed
+/// the guard has its pass recorded afresh; one found not safe has every
+/// pass recorded for it withdrawn, however it was opened. The cache only
+/// saves requests: a cache it cannot use is reported at warn.
+fn refresh_guard_cache(view: &dyn casaas_core::CasStore, passed: bool, not_safe: bool) {
+    use casaas_core::guard::cache::GuardCache;
+    let Some(dir) = GuardCache::default_dir().filter(|dir| dir.is_dir()) else {
+        return;
+    };
+    let cache = match GuardCache::open(&dir) {
+        Ok(cache) => cache,
+        Err(e) => {
+            tracing::warn!("{e}; the store-guard cache is not refreshed");
+            return;
+        }
+    };
+    if not_safe {
+        if let Err(e) = cache.withdraw(view) {
+            tracing::warn!("{e}; run `casaas cache clear`");
+        }
+    } else if passed {
+        cache.record_pass(view);
+    }
 }
 
 /// Prints the doctor's checks one line each, then the verdict.

@@ -23,7 +23,8 @@
 //! concurrent writers and rare faults; `casaas conformance` probes those.
 //!
 //! A process that opts in with [`cache::GuardCache`] keeps a passing
-//! verdict on disk for the next process (an hour by default).
+//! verdict on disk for the next process (an hour by default); a failing
+//! verdict withdraws what was kept for the store.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -269,7 +270,10 @@ impl StoreGuard {
                         cache::passed(store);
                         Verdict::Passed
                     }
-                    Some(failed) => Verdict::Unsafe(unsafe_store_message(store, failed)),
+                    Some(failed) => {
+                        cache::failed(store);
+                        Verdict::Unsafe(unsafe_store_message(store, failed))
+                    }
                 })
             })
             .await?;

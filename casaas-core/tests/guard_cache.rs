@@ -271,3 +271,185 @@ async fn an_entry_holds_no_credential() {
     assert!(!text.contains("Sup3rS3cretValue"), "{text}");
     assert!(text.contains("\"verdict\": \"passed\""), "{text}");
 }
+
+/// A store that refuses If-Match, holding leases in the record layout
+/// (which needs it): the guard fails it.
+fn failing_store(
+    name: &str,
+) -> (
+    Arc<CountingStore<CreateOnlyStore<MemoryStore>>>,
+    Arc<dyn CasStore>,
+) {
+    let counting = Arc::new(CountingStore::new(CreateOnlyStore(MemoryStore::named(
+        name,
+    ))));
+    let store = with_layout(counting.clone(), LeaseLayout::Record);
+    (counting, store)
+}
+
+#[tokio::test]
+async fn a_failing_verdict_withdraws_the_recorded_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ShiftedClock::default());
+    let cache = GuardCache::open(dir.path())
+        .unwrap()
+        .with_clock(clock.clone());
+    let (_, store) = failing_store("cache-withdrawn");
+    // A pass recorded when the endpoint still behaved.
+    cache.record_pass(store.as_ref());
+    assert_eq!(entries(&cache).len(), 1);
+    // An hour later the guard runs again, and fails: the pass goes.
+    clock.advance(DEFAULT_MAX_AGE + Duration::from_secs(1));
+    forget_process_verdict(store.as_ref());
+    assert!(!cache.attach(store.as_ref()));
+    let err = StoreGuard::new().ensure(store.as_ref()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::UnsafeStore);
+    assert!(
+        entries(&cache).is_empty(),
+        "a failing run left the recorded pass in place"
+    );
+}
+
+#[tokio::test]
+async fn a_check_without_the_cache_withdraws_but_records_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = GuardCache::open(dir.path()).unwrap();
+    let (counting, store) = failing_store("cache-no-cache");
+    cache.record_pass(store.as_ref());
+    assert!(cache.lookup(store.as_ref()));
+    // `--no-cache`: the recorded pass is not used, the guard runs and
+    // fails, and the pass is withdrawn.
+    forget_process_verdict(store.as_ref());
+    counting.reset();
+    cache.attach_without_lookup(store.as_ref());
+    let err = StoreGuard::new().ensure(store.as_ref()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::UnsafeStore);
+    assert!(counting.counts().total() > 0);
+    assert!(entries(&cache).is_empty());
+
+    // A store that passes records nothing that way.
+    let good = CountingStore::new(MemoryStore::named("cache-no-cache-good"));
+    forget_process_verdict(&good);
+    cache.attach_without_lookup(&good);
+    StoreGuard::new().ensure(&good).await.unwrap();
+    assert!(entries(&cache).is_empty());
+}
+
+#[tokio::test]
+async fn withdrawing_removes_every_opening_of_the_store_and_clear_removes_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = GuardCache::open(dir.path()).unwrap();
+    let url = "memory://cache-withdraw-all/app";
+    let plain = casaas_core::open_store(url).await.unwrap();
+    let other = casaas_core::open_store("memory://cache-withdraw-other/app")
+        .await
+        .unwrap();
+    cache.record_pass(plain.as_ref());
+    // The same store opened another way (a capability profile's options,
+    // say): an entry under another key, naming the same store.
+    let [entry] = entries(&cache).try_into().unwrap();
+    let text = std::fs::read_to_string(&entry).unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    json["key"] = format!("{}?profile=x", json["key"].as_str().unwrap()).into();
+    let opening = dir.path().join("00000000000000aa.json");
+    std::fs::write(&opening, json.to_string()).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&opening, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    cache.record_pass(other.as_ref());
+    assert_eq!(entries(&cache).len(), 3);
+    assert_eq!(
+        cache.withdraw(plain.as_ref()).unwrap(),
+        1,
+        "the other opening"
+    );
+    assert!(!cache.lookup(plain.as_ref()));
+    assert_eq!(
+        entries(&cache).len(),
+        1,
+        "only the other store's pass is left"
+    );
+    assert!(!opening.exists());
+    assert!(cache.lookup(other.as_ref()));
+    // A leftover temporary file goes with `clear` too.
+    std::fs::write(dir.path().join(".x.json.1.tmp"), "").unwrap();
+    assert_eq!(cache.clear().unwrap(), 1);
+    assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_fifo_at_the_entry_path_does_not_hang_the_lookup() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = GuardCache::open(dir.path()).unwrap();
+    let store = Arc::new(CountingStore::new(MemoryStore::named("cache-fifo")));
+    run_once(&cache, &store).await;
+    let [entry] = entries(&cache).try_into().unwrap();
+    std::fs::remove_file(&entry).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&entry)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (looking, cache2) = (store.clone(), cache.clone());
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let looked = runtime.block_on(casaas_core::testkit::logged(async {
+            cache2.lookup(looking.as_ref())
+        }));
+        let _ = tx.send(looked);
+    });
+    let (hit, logs) = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the lookup hung on a FIFO at the entry path");
+    assert!(!hit);
+    assert!(logs.contains("not a plain entry"), "{logs}");
+    // The guard runs, and its pass cannot replace a FIFO it did not make:
+    // the FIFO is renamed over, as any entry is.
+    forget_process_verdict(store.as_ref());
+    assert!(!cache.attach(store.as_ref()));
+    StoreGuard::new().ensure(store.as_ref()).await.unwrap();
+    assert!(cache.lookup(store.as_ref()));
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_cache_below_a_directory_others_may_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let open = dir.path().join("shared");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let err = GuardCache::open(&open.join("mine")).unwrap_err();
+    assert!(
+        err.to_string().contains("another user could change"),
+        "{err}"
+    );
+    // Sticky, as /tmp is: no one may rename what is not theirs.
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    GuardCache::open(&open.join("mine")).unwrap();
+}
+
+#[tokio::test]
+async fn an_entry_dated_in_the_future_is_ignored_and_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let ahead = Arc::new(ShiftedClock::default());
+    ahead.advance(Duration::from_secs(600));
+    let store = CountingStore::new(MemoryStore::named("cache-future"));
+    GuardCache::open(dir.path())
+        .unwrap()
+        .with_clock(ahead)
+        .record_pass(&store);
+    let cache = GuardCache::open(dir.path()).unwrap();
+    let (hit, logs) = casaas_core::testkit::logged(async { cache.lookup(&store) }).await;
+    assert!(!hit);
+    assert!(logs.contains("dated in the future"), "{logs}");
+    let (hit, requests) = run_once(&cache, &store).await;
+    assert!(!hit && requests >= 8);
+    assert!(cache.lookup(&store), "replaced by the new pass");
+}

@@ -7,7 +7,10 @@
 //! opened the same way, stands in for the guard in this process; otherwise
 //! the guard runs at first use as always and, when the store passes, the
 //! verdict is written for the next process. Only a passing verdict is kept:
-//! a store that failed is checked again every time.
+//! a store that failed is checked again every time, and a failing verdict
+//! withdraws every pass recorded for that store, however it was opened
+//! ([`withdraw`](GuardCache::withdraw)); [`clear`](GuardCache::clear)
+//! removes them all.
 //!
 //! An entry is keyed by the store's [`identity`](crate::CasStore::identity)
 //! (its type, its description with bucket, prefix and endpoint, and its
@@ -20,7 +23,11 @@
 //! `$HOME/.cache/casaas/guard`, created with mode 0700, entries 0600. A
 //! directory or entry owned by another user, or that others may write, is
 //! refused: a verdict someone else could write would let them turn the
-//! guard off. A corrupt entry is reported at warn and replaced; the cache
+//! guard off. So is a cache directory below a directory others may write
+//! (unless it is sticky, as `/tmp` is), and an entry that is not a plain
+//! file (a FIFO there must not hang the caller: entries are opened without
+//! blocking and without following links, and checked before they are
+//! read). A corrupt entry is reported at warn and replaced; the cache
 //! never stops the caller, it only saves requests.
 //!
 //! Why the expiry is safe: see "The store guard" in the protocol document.
@@ -56,7 +63,10 @@ use crate::{CasError, CasStore};
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(3600);
 
 /// The schema of the entries this version writes.
-pub const CACHE_SCHEMA_VERSION: u32 = 1;
+pub const CACHE_SCHEMA_VERSION: u32 = 2;
+
+/// The largest entry read: entries are a few hundred bytes.
+const MAX_ENTRY_BYTES: u64 = 64 * 1024;
 
 /// The version of casaas that writes and reads entries; an entry written by
 /// another version is not used.
@@ -77,6 +87,10 @@ struct Entry {
     schema_version: u32,
     /// What the entry is about: identity and redacted URL, no secret.
     key: String,
+    /// The store's description (endpoint, bucket, prefix): what a failing
+    /// verdict on any opening of the store withdraws.
+    #[serde(default)]
+    store: String,
     /// Always `passed`: a failing verdict is never written.
     verdict: String,
     /// When the guard passed, RFC 3339 UTC on the cache's clock.
@@ -115,6 +129,7 @@ impl GuardCache {
     pub fn open(dir: &Path) -> Result<Self, CasError> {
         create_private_dir(dir)?;
         check_private(dir, true)?;
+        check_ancestors(dir)?;
         Ok(GuardCache {
             dir: dir.to_path_buf(),
             max_age: DEFAULT_MAX_AGE,
@@ -168,11 +183,30 @@ impl GuardCache {
             );
             return true;
         }
-        attached()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(identity, self.clone());
+        attached().lock().unwrap_or_else(|p| p.into_inner()).insert(
+            identity,
+            Attached {
+                cache: self.clone(),
+                record: true,
+            },
+        );
         false
+    }
+
+    /// Checks `store` whatever is recorded (`--no-cache`): the guard runs
+    /// at first use, a failing verdict [withdraws](Self::withdraw) the
+    /// passes recorded for the store, and a pass is not recorded.
+    pub fn attach_without_lookup(&self, store: &dyn CasStore) {
+        if super::is_trusted(store) {
+            return;
+        }
+        attached().lock().unwrap_or_else(|p| p.into_inner()).insert(
+            guarded_identity(store),
+            Attached {
+                cache: self.clone(),
+                record: false,
+            },
+        );
     }
 
     /// Is a pass recorded for `store`, opened as it was, within the maximum
@@ -180,29 +214,12 @@ impl GuardCache {
     pub fn lookup(&self, store: &dyn CasStore) -> bool {
         let key = key_of(store);
         let path = self.path_of(&key);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return false,
-            Err(e) => {
-                tracing::warn!(entry = %path.display(), error = %e, "cannot read the store-guard cache; the guard runs");
-                return false;
-            }
-        };
-        if let Err(e) = check_private(&path, false) {
-            tracing::warn!(error = %e, "the store-guard cache entry is not used; the guard runs");
+        if let Err(e) = check_private(&self.dir, true) {
+            tracing::warn!(error = %e, "the store-guard cache is not used; the guard runs");
             return false;
         }
-        let entry: Entry = match serde_json::from_str(&text) {
-            Ok(entry) => entry,
-            Err(e) => {
-                tracing::warn!(
-                    entry = %path.display(),
-                    error = %e,
-                    "a corrupt store-guard cache entry is ignored and will be replaced"
-                );
-                let _ = std::fs::remove_file(&path);
-                return false;
-            }
+        let Some(entry) = self.read_entry(&path) else {
+            return false;
         };
         // Another store whose key hashes alike, another schema or version:
         // not this verdict.
@@ -217,10 +234,39 @@ impl GuardCache {
             tracing::warn!(entry = %path.display(), "a store-guard cache entry with an unreadable date is ignored");
             return false;
         };
-        // A date in the future (the clock was set back) is not trusted.
+        // A date in the future (the clock was set back since, or the entry
+        // was not written by this cache) is not trusted.
         match self.clock.wall().duration_since(checked_at) {
             Ok(age) => age <= self.max_age,
-            Err(_) => false,
+            Err(_) => {
+                tracing::warn!(entry = %path.display(), "a store-guard cache entry dated in the future is ignored");
+                false
+            }
+        }
+    }
+
+    /// The entry at `path`, if it is a private plain file that parses; a
+    /// corrupt one is reported at warn and removed.
+    fn read_entry(&self, path: &Path) -> Option<Entry> {
+        let text = match read_private(path) {
+            Ok(Some(text)) => text,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(error = %e, "the store-guard cache entry is not used; the guard runs");
+                return None;
+            }
+        };
+        match serde_json::from_str(&text) {
+            Ok(entry) => Some(entry),
+            Err(e) => {
+                tracing::warn!(
+                    entry = %path.display(),
+                    error = %e,
+                    "a corrupt store-guard cache entry is ignored and will be replaced"
+                );
+                let _ = std::fs::remove_file(path);
+                None
+            }
         }
     }
 
@@ -231,6 +277,7 @@ impl GuardCache {
         let entry = Entry {
             schema_version: CACHE_SCHEMA_VERSION,
             key: key.clone(),
+            store: store.describe(),
             verdict: PASSED.to_string(),
             checked_at: humantime::format_rfc3339_seconds(self.clock.wall()).to_string(),
             tool_version: TOOL_VERSION.to_string(),
@@ -245,15 +292,65 @@ impl GuardCache {
         }
     }
 
-    /// Forgets what is recorded for `store`.
+    /// Forgets what is recorded for `store` opened as it was.
     pub fn forget(&self, store: &dyn CasStore) -> Result<(), CasError> {
-        let path = self.path_of(&key_of(store));
-        match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(io_error(&path, "remove", &e))
+        remove_entry(&self.path_of(&key_of(store)))
+    }
+
+    /// Removes every pass recorded for `store`, however it was opened (the
+    /// entries whose store description is `store`'s): what a failing
+    /// verdict does. Returns how many entries were removed.
+    pub fn withdraw(&self, store: &dyn CasStore) -> Result<usize, CasError> {
+        self.forget(store)?;
+        let describe = store.describe();
+        let mut removed = 0;
+        for path in self.entry_files()? {
+            // An entry that cannot be read is not used either.
+            if self
+                .read_entry(&path)
+                .is_some_and(|entry| entry.store == describe)
+            {
+                remove_entry(&path)?;
+                removed += 1;
             }
-            _ => Ok(()),
         }
+        Ok(removed)
+    }
+
+    /// Removes every entry (and any temporary file a crashed writer left):
+    /// the next process on every store runs the guard. Returns how many
+    /// entries were removed.
+    pub fn clear(&self) -> Result<usize, CasError> {
+        let mut removed = 0;
+        for path in self.entry_files()? {
+            remove_entry(&path)?;
+            removed += 1;
+        }
+        let leftovers = std::fs::read_dir(&self.dir)
+            .map_err(|e| io_error(&self.dir, "list", &e))?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "tmp"));
+        for path in leftovers {
+            remove_entry(&path)?;
+        }
+        Ok(removed)
+    }
+
+    /// The entry files in the cache directory.
+    fn entry_files(&self) -> Result<Vec<PathBuf>, CasError> {
+        let listed = std::fs::read_dir(&self.dir).map_err(|e| io_error(&self.dir, "list", &e))?;
+        Ok(listed
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.extension().is_some_and(|x| x == "json")
+                    && !p
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with('.'))
+            })
+            .collect())
     }
 
     /// The entry file for `key`: a stable hash of it (the entry holds the
@@ -289,21 +386,54 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-fn attached() -> &'static Mutex<HashMap<String, GuardCache>> {
-    static ATTACHED: OnceLock<Mutex<HashMap<String, GuardCache>>> = OnceLock::new();
+/// A cache attached to a store in this process.
+#[derive(Debug, Clone)]
+struct Attached {
+    cache: GuardCache,
+    /// Record a pass (`false`: only withdraw on a failure).
+    record: bool,
+}
+
+fn attached() -> &'static Mutex<HashMap<String, Attached>> {
+    static ATTACHED: OnceLock<Mutex<HashMap<String, Attached>>> = OnceLock::new();
     ATTACHED.get_or_init(Default::default)
+}
+
+fn attached_to(store: &dyn CasStore) -> Option<Attached> {
+    attached()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&guarded_identity(store))
+        .cloned()
 }
 
 /// Called by the guard when `store` passed in this process: records the
 /// pass where a cache was attached to it.
 pub(super) fn passed(store: &dyn CasStore) {
-    let cache = attached()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&guarded_identity(store))
-        .cloned();
-    if let Some(cache) = cache {
+    if let Some(Attached {
+        cache,
+        record: true,
+    }) = attached_to(store)
+    {
         cache.record_pass(store);
+    }
+}
+
+/// Called by the guard when `store` failed a check in this process: the
+/// passes recorded for it are withdrawn where a cache was attached to it.
+pub(super) fn failed(store: &dyn CasStore) {
+    if let Some(Attached { cache, .. }) = attached_to(store) {
+        match cache.withdraw(store) {
+            Ok(removed) => tracing::debug!(
+                store = %store.describe(),
+                removed,
+                "the store failed the guard: its recorded passes are withdrawn"
+            ),
+            Err(e) => tracing::warn!(
+                error = %e,
+                "cannot withdraw the store's recorded pass; run `casaas cache clear`"
+            ),
+        }
     }
 }
 
@@ -321,6 +451,13 @@ pub fn forget_process_verdict(store: &dyn CasStore) {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&identity);
+    }
+}
+
+fn remove_entry(path: &Path) -> Result<(), CasError> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_error(path, "remove", &e)),
+        _ => Ok(()),
     }
 }
 
@@ -349,10 +486,21 @@ fn create_private_dir(dir: &Path) -> Result<(), CasError> {
 /// Refuses `path` unless this user owns it and no one else may write it.
 #[cfg(unix)]
 fn check_private(path: &Path, is_dir: bool) -> Result<(), CasError> {
-    use std::os::unix::fs::MetadataExt;
     let meta = std::fs::symlink_metadata(path).map_err(|e| io_error(path, "inspect", &e))?;
+    check_private_meta(path, &meta, is_dir)
+}
+
+/// [`check_private`] on metadata already read (of an open entry).
+#[cfg(unix)]
+fn check_private_meta(path: &Path, meta: &std::fs::Metadata, is_dir: bool) -> Result<(), CasError> {
+    use std::os::unix::fs::MetadataExt;
     let what = if is_dir { "directory" } else { "entry" };
-    if meta.is_dir() != is_dir || meta.file_type().is_symlink() {
+    let plain = if is_dir {
+        meta.is_dir()
+    } else {
+        meta.is_file()
+    };
+    if !plain || meta.file_type().is_symlink() {
         return Err(CasError::misconfigured(format!(
             "the store-guard cache {what} {} is not a plain {what}; remove it",
             path.display()
@@ -383,6 +531,77 @@ fn check_private(path: &Path, is_dir: bool) -> Result<(), CasError> {
 #[cfg(not(unix))]
 fn check_private(_path: &Path, _is_dir: bool) -> Result<(), CasError> {
     Ok(())
+}
+
+/// Refuses a cache directory below one that someone else could use to
+/// swap it: every directory above must belong to this user or to root,
+/// and one that group or others may write must be sticky (as `/tmp` is,
+/// where no one may rename what is not theirs).
+#[cfg(unix)]
+fn check_ancestors(dir: &Path) -> Result<(), CasError> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    let absolute = std::path::absolute(dir).map_err(|e| io_error(dir, "inspect", &e))?;
+    for ancestor in absolute.ancestors().skip(1) {
+        // Through symbolic links as the system resolves them.
+        let meta = std::fs::metadata(ancestor).map_err(|e| io_error(ancestor, "inspect", &e))?;
+        let owner_ok = meta.uid() == me || meta.uid() == 0;
+        let sticky = meta.mode() & 0o1000 != 0;
+        if !owner_ok || (meta.mode() & 0o022 != 0 && !sticky) {
+            return Err(CasError::misconfigured(format!(
+                "the store-guard cache {} is below {}, which another user could change                  (owner {}, mode {:o}): set XDG_CACHE_HOME to a directory of your own                  (or pass --no-cache)",
+                dir.display(),
+                ancestor.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn check_ancestors(_dir: &Path) -> Result<(), CasError> {
+    Ok(())
+}
+
+/// Reads the entry at `path` (`None` when there is none): opened without
+/// following a link and without blocking (a FIFO answers at once), then
+/// checked on the open file (a plain file of this user's that no one else
+/// may write, of an entry's size) before a byte is read.
+#[cfg(unix)]
+fn read_private(path: &Path) -> Result<Option<String>, CasError> {
+    use rustix::fs::{Mode, OFlags};
+    use std::io::Read;
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let file = match rustix::fs::open(path, flags, Mode::empty()) {
+        Ok(fd) => std::fs::File::from(fd),
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(io_error(path, "read", &std::io::Error::from(e))),
+    };
+    let meta = file.metadata().map_err(|e| io_error(path, "inspect", &e))?;
+    check_private_meta(path, &meta, false)?;
+    if meta.len() > MAX_ENTRY_BYTES {
+        return Err(CasError::misconfigured(format!(
+            "the store-guard cache entry {} is {} bytes, not an entry; remove it",
+            path.display(),
+            meta.len()
+        )));
+    }
+    let mut text = String::new();
+    file.take(MAX_ENTRY_BYTES)
+        .read_to_string(&mut text)
+        .map_err(|e| io_error(path, "read", &e))?;
+    Ok(Some(text))
+}
+
+#[cfg(not(unix))]
+fn read_private(path: &Path) -> Result<Option<String>, CasError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_error(path, "read", &e)),
+    }
 }
 
 /// Writes `entry` to `path` through a fresh file of mode 0600 renamed into
