@@ -180,17 +180,23 @@ pub struct LockArgs {
     /// Hold the lock shared with other --shared holders (a reader slot
     /// under URL.readers/), as flock -s; holders that must exclude them
     /// take it with --exclusive. Needs a store that lists keys.
-    #[arg(short = 's', long, conflicts_with_all = ["exclusive", "fair"])]
+    #[arg(short = 's', long, conflicts_with_all = ["exclusive", "fair", "slots"])]
     pub shared: bool,
     /// Hold the lock exclusively against --shared holders too (as flock
     /// -x): take the lock, then wait for every shared holder to finish.
     /// Without it, `casaas lock` does not look at shared holders.
-    #[arg(short = 'x', long, conflicts_with = "fair")]
+    #[arg(short = 'x', long, conflicts_with_all = ["fair", "slots"])]
     pub exclusive: bool,
     /// Wait in turns: waiters are served in the order they arrived (a
     /// ticket each under URL.queue/). Needs a store that lists keys.
     #[arg(long)]
     pub fair: bool,
+    /// Let up to N holders in at once (a counting semaphore): each holder
+    /// takes one of N slots under URL.slots/, a lease with its own fencing
+    /// token (CASAAS_FENCING_TOKEN is its slot's, CASAAS_SLOT its number).
+    /// Waiters take turns. Every holder of URL must pass the same N.
+    #[arg(long, value_name = "N", conflicts_with = "fair", value_parser = clap::value_parser!(u32).range(1..=i64::from(casaas_core::lease::MAX_SLOTS)))]
+    pub slots: Option<u32>,
     /// Run SHELL_COMMAND through `sh -c` (as flock -c) instead of CMD.
     #[arg(
         short = 'c',

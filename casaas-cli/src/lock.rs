@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use casaas_core::lease::{
     AcquireOutcome, FairLease, HeldBy, Lease, LeaseConfig, LeaseError, LeaseGuard, RwLock,
-    WaitOptions, default_owner_id,
+    Semaphore, WaitOptions, default_owner_id,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -68,7 +68,13 @@ pub async fn run(args: LockArgs) -> Result<u8, Failure> {
     };
     tracing::info!(url = %target.display, token = guard.token(), owner = %owner, "lock acquired");
 
-    let env = holding::child_env(&guard, &target);
+    let mut env = holding::child_env(&guard, &target);
+    if let Some(slots) = args.slots {
+        // The slot is the last part of the guard's key (URL.slots/I).
+        let slot = guard.key().rsplit('/').next().unwrap_or_default();
+        env.push(("CASAAS_SLOT", slot.to_string()));
+        env.push(("CASAAS_SLOTS", slots.to_string()));
+    }
     let lease_end = holding::lease_end(&guard, lease.clock().clone());
     let end = child::supervise(&args.argv(), &env, lease_end, grace, &mut signals).await;
     finish(guard, end, &target.display).await
@@ -127,7 +133,7 @@ async fn acquire(
     display: &str,
     cancel: CancellationToken,
 ) -> Result<Acquired, Failure> {
-    if args.shared || args.exclusive || (args.fair && wait.is_some()) {
+    if args.shared || args.exclusive || args.slots.is_some() || (args.fair && wait.is_some()) {
         return acquire_in_mode(lease, args, wait, display, cancel).await;
     }
     let explain = |e: LeaseError| Failure::lease(&e, format!("{display}: {e}"));
@@ -181,9 +187,9 @@ async fn acquire(
     }
 }
 
-/// `--shared`, `--exclusive` and `--fair`: the primitive's own waiting
-/// acquisition, within the wait (no wait makes one attempt; `-n --fair`
-/// is a plain attempt, there being no one to queue behind).
+/// `--shared`, `--exclusive`, `--slots` and `--fair`: the primitive's own
+/// waiting acquisition, within the wait (no wait makes one attempt; `-n
+/// --fair` is a plain attempt, there being no one to queue behind).
 async fn acquire_in_mode(
     lease: &Lease,
     args: &LockArgs,
@@ -198,7 +204,10 @@ async fn acquire_in_mode(
         Some(Wait::AtMost(limit)) => Some(limit),
         Some(Wait::Forever) => None,
     };
-    let (result, held_by) = if args.fair {
+    let (result, held_by) = if let Some(slots) = args.slots {
+        let semaphore = Semaphore::new(lease.clone(), slots).map_err(explain)?;
+        (semaphore.acquire(options).await, "all its slots are held")
+    } else if args.fair {
         let fair = FairLease::new(lease.clone()).map_err(explain)?;
         (fair.acquire(options).await, "its holder")
     } else {

@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::ErrorKind;
@@ -110,6 +111,21 @@ fn lost_race(err: &LeaseError) -> bool {
         err.store_kind(),
         Some(ErrorKind::PreconditionFailed | ErrorKind::NotFound)
     )
+}
+
+/// Gives back a slot taken after the caller cancelled (the write was in
+/// flight when the cancellation came).
+async fn keep_unless_cancelled(
+    guard: LeaseGuard,
+    cancel: Option<&CancellationToken>,
+) -> Result<LeaseGuard, LeaseError> {
+    if cancel.is_some_and(CancellationToken::is_cancelled) {
+        if let Err(err) = guard.release().await {
+            tracing::debug!(error = %err, "releasing a slot taken after cancellation failed; it will expire");
+        }
+        return Err(LeaseError::Cancelled);
+    }
+    Ok(guard)
 }
 
 impl Semaphore {
@@ -253,13 +269,14 @@ impl Semaphore {
                 return self.wait_for_slot(options).await;
             };
             // Nobody waiting: a free slot is ours without a ticket.
+            let cancel = options.cancel.clone();
             let budget = Budget::new(self.lease.clock().clone(), options);
             loop {
                 match queue.queue_is_empty().await {
                     Ok(false) => break,
                     Ok(true) => match self.pass().await {
                         Ok(AcquireOutcome::Acquired(guard)) => {
-                            return self.keep_unless_cancelled(guard, &budget).await;
+                            return keep_unless_cancelled(guard, cancel.as_ref()).await;
                         }
                         Ok(AcquireOutcome::Held(_)) => break,
                         Err(err) if is_transient(&err) => {
@@ -286,30 +303,20 @@ impl Semaphore {
         .await
     }
 
-    /// Gives back a slot taken after the caller cancelled.
-    async fn keep_unless_cancelled(
-        &self,
-        guard: LeaseGuard,
-        budget: &Budget,
-    ) -> Result<LeaseGuard, LeaseError> {
-        if let Err(stop) = budget.check() {
-            if let Err(err) = guard.release().await {
-                tracing::debug!(error = %err, "releasing a slot taken after cancellation failed; it will expire");
-            }
-            return Err(stop);
-        }
-        Ok(guard)
-    }
-
     /// Polls the slots until one is taken.
     async fn wait_for_slot(&self, options: WaitOptions) -> Result<LeaseGuard, LeaseError> {
+        let cancel = options.cancel.clone();
         let budget = Budget::new(self.lease.clock().clone(), options);
         let config = self.lease.config();
+        // The deadline is checked by the pauses: a deadline of zero makes
+        // one pass.
         loop {
-            budget.check()?;
+            if cancel.as_ref().is_some_and(CancellationToken::is_cancelled) {
+                return Err(LeaseError::Cancelled);
+            }
             let wait = match self.pass().await {
                 Ok(AcquireOutcome::Acquired(guard)) => {
-                    return self.keep_unless_cancelled(guard, &budget).await;
+                    return keep_unless_cancelled(guard, cancel.as_ref()).await;
                 }
                 Ok(AcquireOutcome::Held(held)) => held
                     .takeover_in
