@@ -86,7 +86,8 @@ def _require_pyiceberg(version: str) -> None:
         need = ".".join(map(str, MIN_PYICEBERG))
         raise ImportError(
             f"casaas.iceberg needs PyIceberg {need} or later (its commit retry); "
-            f"PyIceberg {version} is installed: pip install 'casaas[iceberg]'"
+            f"PyIceberg {version} is installed: install casaas with its iceberg extra "
+            f"(casaas[iceberg]) or pip install 'pyiceberg>={need}'"
         )
 
 
