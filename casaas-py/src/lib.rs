@@ -199,6 +199,19 @@ impl Lease {
                 .map(|(record, _)| (record.owner, record.token)))
         })
     }
+
+    /// `holder` for asyncio.
+    fn holder_start(&self) -> Result<Task, Fail> {
+        self.birth.check("lease")?;
+        let lease = self.lease.clone();
+        start(None, async move {
+            Ok(lease
+                .read()
+                .await?
+                .filter(|(record, _)| !record.released)
+                .map(|(record, _)| (record.owner, record.token)))
+        })
+    }
 }
 
 fn lock_held(holder: &casaas::HeldBy, waited: Option<Duration>) -> Fail {
@@ -216,8 +229,13 @@ fn lock_held(holder: &casaas::HeldBy, waited: Option<Duration>) -> Fail {
             holder.takeover_in.as_secs_f64()
         ),
     };
+    // A bounded wait that ran out is also a `TimeoutError` (`LockTimeout`).
+    let class = match waited {
+        Some(waited) if !waited.is_zero() => "LockTimeout",
+        _ => "LockHeld",
+    };
     Fail::Named(
-        "LockHeld",
+        class,
         message,
         vec![
             ("owner", Attr::Str(holder.owner.clone())),
@@ -250,7 +268,7 @@ async fn acquire(
                     return Err(match holder {
                         Some(holder) => lock_held(&holder, Some(waited)),
                         None => Fail::Named(
-                            "LockHeld",
+                            "LockTimeout",
                             format!(
                                 "the lock was not acquired within {:.3} s",
                                 waited.as_secs_f64()
@@ -435,7 +453,66 @@ impl Drop for Session {
     }
 }
 
+/// Opens a session on `heartbeat`: once (`Some(0)`), until a deadline, or
+/// for ever. A session opened at the moment `cancel` fires is closed before
+/// answering.
+async fn open_session(
+    heartbeat: casaas::Lease,
+    wait: Option<Duration>,
+    cancel: CancellationToken,
+) -> Result<casaas::lease::Session, Fail> {
+    let opened = match wait {
+        Some(w) if w.is_zero() => {
+            match casaas::lease::Session::try_open(heartbeat)
+                .await?
+                .into_result()
+            {
+                Ok(s) => s,
+                Err(holder) => return Err(lock_held(&holder, None)),
+            }
+        }
+        Some(w) => casaas::lease::Session::open(
+            heartbeat,
+            WaitOptions::default()
+                .with_deadline(w)
+                .with_cancel(cancel.clone()),
+        )
+        .await
+        .map_err(|e| match e {
+            casaas::LeaseError::DeadlineExceeded(waited) => Fail::Named(
+                "LockTimeout",
+                format!(
+                    "the session was not opened within {:.3} s: another process holds it",
+                    waited.as_secs_f64()
+                ),
+                Vec::new(),
+            ),
+            other => other.into(),
+        })?,
+        None => {
+            casaas::lease::Session::open(
+                heartbeat,
+                WaitOptions::default().with_cancel(cancel.clone()),
+            )
+            .await?
+        }
+    };
+    if cancel.is_cancelled() {
+        let _ = opened.close().await;
+        return Err(casaas::LeaseError::Cancelled.into());
+    }
+    Ok(opened)
+}
+
 impl Session {
+    fn new(session: casaas::lease::Session, key: String) -> Self {
+        Session {
+            session: Mutex::new(Some(session)),
+            key,
+            birth: Birth::now(),
+        }
+    }
+
     fn with<T>(
         &self,
         f: impl FnOnce(&casaas::lease::Session) -> Result<T, Fail>,
@@ -446,7 +523,7 @@ impl Session {
             None => Err(Fail::Named(
                 "LeaseLost",
                 format!("the session '{}' was closed", self.key),
-                Vec::new(),
+                vec![("reason", Attr::Str("closed".to_string()))],
             )),
         }
     }
@@ -469,52 +546,31 @@ impl Session {
         let heartbeat = Lease::new(store, key.clone(), owner, ttl)?.lease;
         let wait_for = wait.map(|w| seconds(w, "wait")).transpose()?;
         let cancel = CancellationToken::new();
-        let c = cancel.clone();
-        let session = runtime::wait(py, Some(cancel.clone()), async move {
-            let opened = match wait_for {
-                Some(w) if w.is_zero() => match casaas::lease::Session::try_open(heartbeat)
-                    .await?
-                    .into_result()
-                {
-                    Ok(s) => s,
-                    Err(holder) => return Err(lock_held(&holder, None)),
-                },
-                Some(w) => casaas::lease::Session::open(
-                    heartbeat,
-                    WaitOptions::default()
-                        .with_deadline(w)
-                        .with_cancel(c.clone()),
-                )
+        let session = runtime::wait(
+            py,
+            Some(cancel.clone()),
+            open_session(heartbeat, wait_for, cancel),
+        )?;
+        Ok(Session::new(session, key))
+    }
+
+    /// `open` for asyncio.
+    #[staticmethod]
+    #[pyo3(signature = (store, key, owner=None, ttl=None, wait=None))]
+    fn open_start(
+        store: &Store,
+        key: String,
+        owner: Option<String>,
+        ttl: Option<f64>,
+        wait: Option<f64>,
+    ) -> Result<Task, Fail> {
+        let heartbeat = Lease::new(store, key.clone(), owner, ttl)?.lease;
+        let wait_for = wait.map(|w| seconds(w, "wait")).transpose()?;
+        let cancel = CancellationToken::new();
+        start(Some(cancel.clone()), async move {
+            open_session(heartbeat, wait_for, cancel)
                 .await
-                .map_err(|e| match e {
-                    casaas::LeaseError::DeadlineExceeded(waited) => Fail::Named(
-                        "LockHeld",
-                        format!(
-                            "the session was not opened within {:.3} s: another process holds it",
-                            waited.as_secs_f64()
-                        ),
-                        Vec::new(),
-                    ),
-                    other => other.into(),
-                })?,
-                None => {
-                    casaas::lease::Session::open(
-                        heartbeat,
-                        WaitOptions::default().with_cancel(c.clone()),
-                    )
-                    .await?
-                }
-            };
-            if c.is_cancelled() {
-                let _ = opened.close().await;
-                return Err(casaas::LeaseError::Cancelled.into());
-            }
-            Ok(opened)
-        })?;
-        Ok(Session {
-            session: Mutex::new(Some(session)),
-            key,
-            birth: Birth::now(),
+                .map(|s| Session::new(s, key))
         })
     }
 
@@ -578,6 +634,18 @@ impl Session {
             session.close().await.map_err(Fail::from)
         })
     }
+
+    /// `close` for asyncio.
+    fn close_start(&self) -> Result<Task, Fail> {
+        self.birth.check("session")?;
+        let session = locked(&self.session).take();
+        start(None, async move {
+            match session {
+                Some(session) => session.close().await.map_err(Fail::from),
+                None => Ok(()),
+            }
+        })
+    }
 }
 
 /// Leader election on one lease (see `casaas.Election`).
@@ -605,25 +673,24 @@ impl Election {
     fn campaign(&self, py: Python<'_>, wait: Option<f64>) -> Result<Leadership, Fail> {
         self.birth.check("election")?;
         let limit = wait.map(|w| seconds(w, "wait")).transpose()?;
-        let election = self.election.clone();
         let cancel = CancellationToken::new();
-        let c = cancel.clone();
-        let leadership = runtime::wait(py, Some(cancel), async move {
-            let mut options = WaitOptions::default().with_cancel(c.clone());
-            if let Some(limit) = limit {
-                options = options.with_deadline(limit);
-            }
-            let won = election.campaign(options).await?;
-            if c.is_cancelled() {
-                let _ = won.resign().await;
-                return Err(casaas::LeaseError::Cancelled.into());
-            }
-            Ok(won)
-        })?;
-        Ok(Leadership {
-            token: leadership.token(),
-            leadership: Mutex::new(Some(leadership)),
-            birth: Birth::now(),
+        let won = runtime::wait(
+            py,
+            Some(cancel.clone()),
+            campaign(self.election.clone(), limit, cancel),
+        )?;
+        Ok(Leadership::new(won))
+    }
+
+    /// `campaign` for asyncio.
+    #[pyo3(signature = (wait=None))]
+    fn campaign_start(&self, wait: Option<f64>) -> Result<Task, Fail> {
+        self.birth.check("election")?;
+        let limit = wait.map(|w| seconds(w, "wait")).transpose()?;
+        let cancel = CancellationToken::new();
+        let election = self.election.clone();
+        start(Some(cancel.clone()), async move {
+            campaign(election, limit, cancel).await.map(Leadership::new)
         })
     }
 
@@ -632,8 +699,13 @@ impl Election {
         self.birth.check("election")?;
         let runtime = runtime::runtime()?;
         let _entered = runtime.enter();
+        let rx = self.election.observe();
+        // A leader in the watch came from a read (the polling task's or a
+        // campaign's); its first value, `None`, may be no read's answer yet.
+        let primed = rx.borrow().is_some();
         Ok(Observer {
-            rx: Arc::new(tokio::sync::Mutex::new(self.election.observe())),
+            watch: Arc::new(tokio::sync::Mutex::new(Watch { rx, primed })),
+            election: self.election.clone(),
             birth: Birth::now(),
         })
     }
@@ -646,24 +718,142 @@ impl Election {
             Ok(election.leader().await?.map(|l| (l.owner, l.token)))
         })
     }
+
+    /// `leader` for asyncio.
+    fn leader_start(&self) -> Result<Task, Fail> {
+        self.birth.check("election")?;
+        let election = self.election.clone();
+        start(None, async move {
+            Ok(election.leader().await?.map(|l| (l.owner, l.token)))
+        })
+    }
+}
+
+/// Campaigns on `election` until elected, for at most `limit`; a term won
+/// at the moment `cancel` fires is resigned before answering.
+async fn campaign(
+    election: casaas::Election,
+    limit: Option<Duration>,
+    cancel: CancellationToken,
+) -> Result<casaas::Leadership, Fail> {
+    let mut options = WaitOptions::default().with_cancel(cancel.clone());
+    if let Some(limit) = limit {
+        options = options.with_deadline(limit);
+    }
+    let won = election.campaign(options).await?;
+    if cancel.is_cancelled() {
+        let _ = won.resign().await;
+        return Err(casaas::LeaseError::Cancelled.into());
+    }
+    Ok(won)
+}
+
+/// An observer's receiver, and whether its value is a read's answer yet.
+struct Watch {
+    rx: tokio::sync::watch::Receiver<Option<casaas::Leader>>,
+    primed: bool,
+}
+
+/// `(owner, token)` of a leader.
+type LeaderTuple = Option<(String, u64)>;
+
+fn leader_tuple(leader: Option<&casaas::Leader>) -> LeaderTuple {
+    leader.map(|l| (l.owner.clone(), l.token))
 }
 
 /// A watch of who leads an election (see `Election.observe`).
 #[pyclass(module = "casaas._casaas", frozen)]
 pub struct Observer {
-    rx: Arc<tokio::sync::Mutex<tokio::sync::watch::Receiver<Option<casaas::Leader>>>>,
+    watch: Arc<tokio::sync::Mutex<Watch>>,
+    election: casaas::Election,
     birth: Birth,
 }
 
 impl Drop for Observer {
     fn drop(&mut self) {
         // The receiver's drop lets the election's polling task stop.
-        drop_in_runtime(self.birth, self.rx.clone());
+        drop_in_runtime(self.birth, self.watch.clone());
+    }
+}
+
+/// The leader the watch reports first: its value once a read put it
+/// there, otherwise one read of the record (what the first poll reads).
+async fn first_leader(
+    watch: Arc<tokio::sync::Mutex<Watch>>,
+    election: casaas::Election,
+) -> Result<LeaderTuple, Fail> {
+    let mut watch = watch.lock().await;
+    if !watch.primed && watch.rx.has_changed().unwrap_or(false) {
+        watch.primed = true;
+    }
+    if watch.primed {
+        return Ok(leader_tuple(watch.rx.borrow_and_update().as_ref()));
+    }
+    let now = election.leader().await?;
+    if now.is_none() {
+        // The watch's `None` agrees with the record.
+        watch.primed = true;
+    }
+    Ok(leader_tuple(now.as_ref()))
+}
+
+/// Waits until the watch reports a leader other than `seen`; the watch's
+/// first value counts only once a read has put it there.
+async fn next_leader(
+    watch: Arc<tokio::sync::Mutex<Watch>>,
+    seen: LeaderTuple,
+    limit: Option<Duration>,
+    cancel: CancellationToken,
+) -> Result<(bool, LeaderTuple), Fail> {
+    let mut watch = watch.lock().await;
+    let change = async {
+        loop {
+            if !watch.primed && watch.rx.has_changed().unwrap_or(false) {
+                watch.primed = true;
+            }
+            if watch.primed {
+                let now = leader_tuple(watch.rx.borrow_and_update().as_ref());
+                if now != seen {
+                    return Ok((true, now));
+                }
+            }
+            if watch.rx.changed().await.is_err() {
+                return Err(errors::runtime_error(
+                    "the election's observer stopped".to_string(),
+                ));
+            }
+            watch.primed = true;
+        }
+    };
+    let limit = limit.unwrap_or(Duration::MAX);
+    tokio::select! {
+        got = change => got,
+        () = cancel.cancelled() => Err(casaas::LeaseError::Cancelled.into()),
+        () = tokio::time::sleep(limit.min(Duration::from_secs(u32::MAX.into()))) => Ok((false, seen.clone())),
     }
 }
 
 #[pymethods]
 impl Observer {
+    /// The leader to report first: `(owner, token)` or `None`.
+    fn first(&self, py: Python<'_>) -> Result<LeaderTuple, Fail> {
+        self.birth.check("election observer")?;
+        wait(
+            py,
+            None,
+            first_leader(self.watch.clone(), self.election.clone()),
+        )
+    }
+
+    /// `first` for asyncio.
+    fn first_start(&self) -> Result<Task, Fail> {
+        self.birth.check("election observer")?;
+        start(
+            None,
+            first_leader(self.watch.clone(), self.election.clone()),
+        )
+    }
+
     /// Waits until the leader differs from `seen` (`(owner, token)` or
     /// `None`) and returns `(True, leader)`; after `timeout` seconds without
     /// a change, `(False, seen)`. Ctrl-C cancels the wait.
@@ -671,39 +861,29 @@ impl Observer {
     fn next(
         &self,
         py: Python<'_>,
-        seen: Option<(String, u64)>,
+        seen: LeaderTuple,
         timeout: Option<f64>,
-    ) -> Result<(bool, Option<(String, u64)>), Fail> {
+    ) -> Result<(bool, LeaderTuple), Fail> {
         self.birth.check("election observer")?;
         let limit = timeout.map(|t| seconds(t, "timeout")).transpose()?;
-        let rx = self.rx.clone();
         let cancel = CancellationToken::new();
-        let c = cancel.clone();
-        wait(py, Some(cancel), async move {
-            let mut rx = rx.lock().await;
-            let change = async {
-                loop {
-                    let now = rx
-                        .borrow_and_update()
-                        .as_ref()
-                        .map(|l| (l.owner.clone(), l.token));
-                    if now != seen {
-                        return Ok((true, now));
-                    }
-                    if rx.changed().await.is_err() {
-                        return Err(errors::runtime_error(
-                            "the election's observer stopped".to_string(),
-                        ));
-                    }
-                }
-            };
-            let limit = limit.unwrap_or(Duration::MAX);
-            tokio::select! {
-                got = change => got,
-                () = c.cancelled() => Err(casaas::LeaseError::Cancelled.into()),
-                () = tokio::time::sleep(limit.min(Duration::from_secs(u32::MAX.into()))) => Ok((false, seen.clone())),
-            }
-        })
+        wait(
+            py,
+            Some(cancel.clone()),
+            next_leader(self.watch.clone(), seen, limit, cancel),
+        )
+    }
+
+    /// `next` for asyncio.
+    #[pyo3(signature = (seen, timeout=None))]
+    fn next_start(&self, seen: LeaderTuple, timeout: Option<f64>) -> Result<Task, Fail> {
+        self.birth.check("election observer")?;
+        let limit = timeout.map(|t| seconds(t, "timeout")).transpose()?;
+        let cancel = CancellationToken::new();
+        start(
+            Some(cancel.clone()),
+            next_leader(self.watch.clone(), seen, limit, cancel),
+        )
     }
 }
 
@@ -713,6 +893,16 @@ pub struct Leadership {
     leadership: Mutex<Option<casaas::Leadership>>,
     token: u64,
     birth: Birth,
+}
+
+impl Leadership {
+    fn new(won: casaas::Leadership) -> Self {
+        Leadership {
+            token: won.token(),
+            leadership: Mutex::new(Some(won)),
+            birth: Birth::now(),
+        }
+    }
 }
 
 impl Drop for Leadership {
@@ -768,6 +958,18 @@ impl Leadership {
             None,
             async move { l.resign().await.map_err(Fail::from) },
         )
+    }
+
+    /// `resign` for asyncio.
+    fn resign_start(&self) -> Result<Task, Fail> {
+        self.birth.check("leadership")?;
+        let l = locked(&self.leadership).take();
+        start(None, async move {
+            match l {
+                Some(l) => l.resign().await.map_err(Fail::from),
+                None => Ok(()),
+            }
+        })
     }
 }
 

@@ -28,14 +28,21 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import contextvars
 import datetime
 import json
 import logging
+import os
+import select
 import threading
+import time
+import warnings
 import weakref
 from types import TracebackType
 from typing import (
     Any,
+    AsyncIterator,
+    Awaitable,
     Callable,
     Dict,
     Iterator,
@@ -59,6 +66,7 @@ from ._errors import (
     InvalidUrl,
     LeaseLost,
     LockHeld,
+    LockTimeout,
     MayHaveTakenEffect,
     RuntimeFailure,
     StoreError,
@@ -100,6 +108,7 @@ __all__ = [
     "LeaseLost",
     "Lock",
     "LockHeld",
+    "LockTimeout",
     "LogEntry",
     "MayHaveTakenEffect",
     "Probe",
@@ -133,7 +142,10 @@ def _seconds(value: Optional[Seconds], name: str) -> Optional[float]:
         raise InvalidConfig(
             f"{name} must be seconds (int or float) or a datetime.timedelta, not {type(value).__name__}"
         )
-    return float(value)
+    seconds = float(value)
+    if not (seconds >= 0 and seconds != float("inf")):
+        raise InvalidConfig(f"{name} must be a finite, non-negative number of seconds (got {seconds})")
+    return seconds
 
 
 def _required(value: Seconds, name: str) -> float:
@@ -143,7 +155,45 @@ def _required(value: Seconds, name: str) -> float:
     return got
 
 
+# Keyword names that are a call's own parameters (here or in other lock
+# libraries), never a store's option: given where a call takes none, they
+# are a typo of the call (a TypeError), not an unknown store option.
+_CALL_WORDS = {
+    "timeout": "wait=",
+    "blocking": "wait=None (block) or wait=0 (try once)",
+    "blocking_timeout": "wait=",
+    "acquire_timeout": "wait=",
+    "wait_timeout": "wait=",
+    "wait": "wait= of the call that waits (lock(), acquire(), campaign())",
+    "ttl": "ttl= of lock(), Lease(), Session() or Election()",
+    "expire": "ttl=",
+    "expires": "ttl=",
+    "lease_time": "ttl=",
+    "lease_duration": "ttl=",
+    "owner": "owner= of lock(), Lease(), Session() or Election()",
+    "identifier": "owner=",
+    "id": "owner=",
+    "name": "the key (the URL's last segment, or key=)",
+    "key": "key=",
+    "lock_name": "the key (the URL's last segment, or key=)",
+    "min_validity": "min_validity= of lance_commit_lock()",
+    "auto_renewal": "nothing: renewal always runs in the background",
+    "thread_local": "nothing: a Lock shared by threads keeps each thread's hold apart",
+    "poll_interval": "nothing: casaas paces its own retries",
+}
+
+
+def _check_call_options(options: Dict[str, Any]) -> None:
+    for name in options:
+        if name in _CALL_WORDS:
+            raise TypeError(
+                f"got an unexpected keyword argument {name!r} (use {_CALL_WORDS[name]}); "
+                "the other keyword arguments are the store's options"
+            )
+
+
 def _options(options: Dict[str, Any]) -> Dict[str, str]:
+    _check_call_options(options)
     out: Dict[str, str] = {}
     for name, value in options.items():
         if value is None:
@@ -222,29 +272,136 @@ def _store_and_key(
 def _resolve(target: Union[str, Store], options: Dict[str, Any]) -> Store:
     if isinstance(target, str):
         return open(target, **options)
+    _check_call_options(options)
     if options:
         raise InvalidConfig("options go with a URL; this store is open already")
     return target
 
 
-_HELD: "weakref.WeakSet[Held]" = weakref.WeakSet()
-_HELD_LOCK = threading.Lock()
+async def _resolve_async(target: Union[str, Store], options: Dict[str, Any]) -> Store:
+    if isinstance(target, str):
+        return await open_async(target, **options)
+    return _resolve(target, options)
+
+
+# Holdings (locks, sessions, terms) not yet ended, by their native objects.
+# A holding lasts until it is released (or the interpreter exits), not until
+# Python drops its last reference: `if lease.try_acquire(): work()` keeps
+# the lock while `work()` runs. What Python drops unreleased is reported
+# with a ResourceWarning and released at exit.
+_LIVE: Dict[int, "tuple[str, Any]"] = {}
+_LIVE_LOCK = threading.Lock()
+
+# How long interpreter exit waits, in all, for the releases it starts.
+_EXIT_BOUND = 5.0
+
+
+def _keep(native: Any, kind: str) -> None:
+    with _LIVE_LOCK:
+        _LIVE[id(native)] = (kind, native)
+
+
+def _forget(native: Any) -> None:
+    with _LIVE_LOCK:
+        kept = _LIVE.get(id(native))
+        if kept is not None and kept[1] is native:
+            del _LIVE[id(native)]
+
+
+def _kept(native: Any) -> bool:
+    with _LIVE_LOCK:
+        kept = _LIVE.get(id(native))
+        return kept is not None and kept[1] is native
+
+
+def _dropped(native: Any, what: str) -> None:
+    """A holder's Python object was collected: the holding stays (until
+    interpreter exit), and the program hears of it."""
+    try:
+        if _kept(native) and native.is_held():
+            warnings.warn(
+                f"{what} was dropped without being released: it stays held until "
+                "interpreter exit; call release() (close(), resign()) or use `with`",
+                ResourceWarning,
+                stacklevel=2,
+            )
+    except Exception:  # noqa: BLE001 - a finalizer must not raise
+        pass
+
+
+def _watch(holder: object, native: Any, what: str) -> None:
+    _keep(native, what.split(" ", 1)[0])
+    finalizer = weakref.finalize(holder, _dropped, native, what)
+    # Exit has its own release (below), without a warning per holding.
+    finalizer.atexit = False
+
+
+def _end_start(kind: str, native: Any) -> Any:
+    if kind == "session":
+        return native.close_start()
+    if kind == "term":
+        return native.resign_start()
+    return native.release_start()
+
+
+def _settle(tasks: List[Any], deadline: float) -> None:
+    """Waits for native tasks until `deadline` (monotonic); those still
+    running then are abandoned (their locks expire after their TTL)."""
+    pending = {task.fileno(): task for task in tasks}
+    while pending:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready, _, _ = select.select(list(pending), [], [], left)
+        for fd in ready:
+            task = pending.pop(fd)
+            try:
+                task.result()
+            except Error:
+                pass  # lost or unreachable: it expires after its TTL
+    for task in pending.values():
+        task.cancel()
 
 
 @atexit.register
 def _release_at_exit() -> None:
-    with _HELD_LOCK:
-        held = list(_HELD)
-    for h in held:
-        try:
-            h.release()
-        except Error:
-            pass  # lost or unreachable: it expires after its TTL
+    """At interpreter exit, ends every holding of this process still live:
+    locks and terms first, then sessions, concurrently, all within
+    ``_EXIT_BOUND`` seconds."""
+    with _LIVE_LOCK:
+        live = list(_LIVE.values())
+        _LIVE.clear()
+    deadline = time.monotonic() + _EXIT_BOUND
+    for phase in (("lock", "term"), ("session",)):
+        tasks = []
+        for kind, native in live:
+            if kind in phase:
+                try:
+                    tasks.append(_end_start(kind, native))
+                except Error:
+                    pass
+        _settle(tasks, deadline)
+
+
+def _forget_parents_holdings() -> None:
+    # A forked child holds none of its parent's locks: nothing of them is
+    # released (nor warned about) from the child.
+    with _LIVE_LOCK:
+        _LIVE.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_parents_holdings)
 
 
 class Held:
     """A held lock (lease). Renewal runs in the background until
     :meth:`release`; a context manager releases it on exit.
+
+    The lock stays held until :meth:`release` (or :meth:`abandon`, or the
+    end of its ``with`` block), or until the interpreter exits: not merely
+    until Python drops this object. Dropping it unreleased warns with a
+    :class:`ResourceWarning`; the lock is then released at exit.
 
     Pass :attr:`token` with every write the lock protects, and call
     :meth:`ensure_held_for` before each side effect that must happen only
@@ -253,8 +410,7 @@ class Held:
 
     def __init__(self, native: Any) -> None:
         self._native = native
-        with _HELD_LOCK:
-            _HELD.add(self)
+        _watch(self, native, f"lock {native.key!r} (token {native.token})")
 
     @property
     def token(self) -> int:
@@ -305,21 +461,18 @@ class Held:
     def release(self) -> None:
         """Releases the lock (the next holder gets token + 1). Raises
         :class:`LeaseLost` if it was lost before; releasing twice is a no-op."""
-        with _HELD_LOCK:
-            _HELD.discard(self)
+        _forget(self._native)
         self._native.release()
 
     async def release_async(self) -> None:
         """:meth:`release` for asyncio."""
-        with _HELD_LOCK:
-            _HELD.discard(self)
+        _forget(self._native)
         await _run(self._native.release_start)
 
     def abandon(self) -> None:
         """Stops renewing without releasing, as a crashed holder would: the
         lock expires after its TTL."""
-        with _HELD_LOCK:
-            _HELD.discard(self)
+        _forget(self._native)
         self._native.abandon()
 
     def __enter__(self) -> "Held":
@@ -333,6 +486,17 @@ class Held:
     ) -> None:
         _finish(self.release, exc)
 
+    async def __aenter__(self) -> "Held":
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        await _finish_async(self.release_async, exc)
+
     def __repr__(self) -> str:
         state = "held" if not self.lost else f"lost: {self.lost_reason}"
         return f"<casaas.Held key={self.key!r} token={self.token} {state}>"
@@ -341,12 +505,47 @@ class Held:
 def _finish(release: Callable[[], None], exc: Optional[BaseException]) -> None:
     """Releases on leaving a block. A lock lost while the block ran raises
     :class:`LeaseLost` (the block ran partly unprotected), unless the block
-    already raised."""
+    already raised: then the block's own exception goes on, and what the
+    release said is added to it as a note."""
     try:
         release()
-    except LeaseLost:
+    except Error as e:
         if exc is None:
             raise
+        _note(exc, e)
+
+
+def _note(exc: BaseException, e: BaseException) -> None:
+    add_note = getattr(exc, "add_note", None)  # Python 3.11+
+    if add_note is not None:
+        add_note(f"casaas, on leaving the block: {type(e).__name__}: {e}")
+    _log.warning("on leaving a block that raised, casaas: %s: %s", type(e).__name__, e)
+
+
+async def _finish_async(
+    release: Callable[[], Awaitable[None]], exc: Optional[BaseException]
+) -> None:
+    """:func:`_finish` for asyncio. The release is shielded: a task
+    cancelled while it releases still releases (the release runs on; its
+    outcome is logged), rather than leaving the lock to expire."""
+    task = asyncio.ensure_future(release())
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(_log_outcome)
+        raise
+    except Error as e:
+        if exc is None:
+            raise
+        _note(exc, e)
+
+
+def _log_outcome(task: "asyncio.Future[None]") -> None:
+    if task.cancelled():
+        return
+    e = task.exception()
+    if e is not None:
+        _log.warning("a release shielded from cancellation failed: %s: %s", type(e).__name__, e)
 
 
 class Lease:
@@ -381,13 +580,19 @@ class Lease:
 
     def acquire(self, wait: Optional[Seconds] = None) -> Held:
         """Acquires the lock. ``wait=None`` waits for ever, ``wait=0`` tries
-        once, otherwise waits at most ``wait``; raises :class:`LockHeld` when
-        not acquired in time. Ctrl-C while waiting cancels the wait cleanly
-        (nothing is held afterwards)."""
+        once (:class:`LockHeld` when held), otherwise waits at most ``wait``
+        (:class:`LockTimeout`, a :class:`LockHeld` and a
+        :class:`TimeoutError`, when it runs out). Ctrl-C while waiting
+        cancels the wait cleanly (nothing is held afterwards).
+
+        The lock stays held until :meth:`Held.release` or interpreter exit,
+        whether or not the returned :class:`Held` is kept."""
         return Held(self._native.acquire(_seconds(wait, "wait")))
 
     def try_acquire(self) -> Optional[Held]:
-        """One attempt: the held lock, or ``None`` when someone holds it."""
+        """One attempt: the held lock, or ``None`` when someone holds it.
+        ``if lease.try_acquire(): ...`` holds the lock until released or
+        interpreter exit (keep the result to release it)."""
         try:
             return self.acquire(0)
         except LockHeld:
@@ -400,24 +605,104 @@ class Lease:
         return Held(native)
 
     def holder(self) -> Optional["Leader"]:
-        """Who holds the lock now (``owner``, ``token``), or ``None`` when it
-        is free."""
+        """Who holds the lock by its record (``owner``, ``token``), or
+        ``None`` when it is free (never held, or released). One read: a
+        holder that stopped renewing is still named until someone takes the
+        lock over after its TTL."""
         got = self._native.holder()
         return None if got is None else Leader(*got)
+
+    async def holder_async(self) -> Optional["Leader"]:
+        """:meth:`holder` for asyncio."""
+        got = await _run(self._native.holder_start)
+        return None if got is None else Leader(*got)
+
+
+# The holds a `Lock` made in the current thread or asyncio task, per
+# `Lock`: a `Lock` shared by threads or tasks releases only the hold of the
+# one leaving the block. Mappings are replaced, never changed in place
+# (tasks copy their context, and so share its values).
+_HOLDS: "contextvars.ContextVar[Dict[int, tuple[Held, ...]]]" = contextvars.ContextVar(
+    "casaas_holds", default={}
+)
 
 
 class Lock:
     """``with casaas.lock(...) as held:`` and ``async with``: acquires on
-    entry, releases on exit (see :func:`lock`)."""
+    entry, releases on exit (see :func:`lock`).
 
-    def __init__(self, lease: Lease, wait: Optional[Seconds]) -> None:
-        self.lease = lease
+    One ``Lock`` may be shared by threads and asyncio tasks: each entry is
+    its own hold, and leaving a block releases the hold of the thread (or
+    task) leaving it, never another's. Enter and leave a block in the same
+    thread or task.
+    """
+
+    def __init__(self, lease: Optional[Lease], wait: Optional[Seconds]) -> None:
+        self._lease = lease
         self._wait = wait
-        self._held: Optional[Held] = None
+        self._opener: "Optional[tuple[str, str, Dict[str, Any], Optional[Seconds], Optional[str]]]" = None
+        self._opening = threading.Lock()
+
+    @classmethod
+    def _deferred(
+        cls,
+        url: str,
+        key: str,
+        options: Dict[str, Any],
+        ttl: Optional[Seconds],
+        owner: Optional[str],
+        wait: Optional[Seconds],
+    ) -> "Lock":
+        """A lock whose store is opened on first use: by ``open`` in
+        ``with``, by ``open_async`` in ``async with`` (never blocking the
+        event loop)."""
+        _seconds(ttl, "ttl")
+        _seconds(wait, "wait")
+        lock = cls(None, wait)
+        lock._opener = (url, key, options, ttl, owner)
+        return lock
+
+    @property
+    def lease(self) -> Lease:
+        """The lease this lock takes (its store opened on first use)."""
+        if self._lease is None:
+            with self._opening:
+                if self._lease is None:
+                    assert self._opener is not None
+                    url, key, options, ttl, owner = self._opener
+                    self._lease = Lease(open(url, **options), key, ttl=ttl, owner=owner)
+        return self._lease
+
+    async def _lease_async(self) -> Lease:
+        if self._lease is None:
+            assert self._opener is not None
+            url, key, options, ttl, owner = self._opener
+            store = await open_async(url, **options)
+            if self._lease is None:
+                self._lease = Lease(store, key, ttl=ttl, owner=owner)
+        return self._lease
+
+    def _push(self, held: Held) -> None:
+        holds = dict(_HOLDS.get())
+        holds[id(self)] = holds.get(id(self), ()) + (held,)
+        _HOLDS.set(holds)
+
+    def _pop(self) -> Optional[Held]:
+        holds = dict(_HOLDS.get())
+        mine = holds.get(id(self), ())
+        if not mine:
+            return None
+        if len(mine) > 1:
+            holds[id(self)] = mine[:-1]
+        else:
+            del holds[id(self)]
+        _HOLDS.set(holds)
+        return mine[-1]
 
     def __enter__(self) -> Held:
-        self._held = self.lease.acquire(self._wait)
-        return self._held
+        held = self.lease.acquire(self._wait)
+        self._push(held)
+        return held
 
     def __exit__(
         self,
@@ -425,13 +710,15 @@ class Lock:
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
-        held, self._held = self._held, None
+        held = self._pop()
         if held is not None:
             _finish(held.release, exc)
 
     async def __aenter__(self) -> Held:
-        self._held = await self.lease.acquire_async(self._wait)
-        return self._held
+        lease = await self._lease_async()
+        held = await lease.acquire_async(self._wait)
+        self._push(held)
+        return held
 
     async def __aexit__(
         self,
@@ -439,14 +726,9 @@ class Lock:
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
-        held, self._held = self._held, None
-        if held is None:
-            return
-        try:
-            await held.release_async()
-        except LeaseLost:
-            if exc is None:
-                raise
+        held = self._pop()
+        if held is not None:
+            await _finish_async(held.release_async, exc)
 
 
 def lock(
@@ -476,6 +758,10 @@ def lock(
     raises :class:`LeaseLost` on exit.
     """
     target, name = _store_and_key(url, key, options)
+    if isinstance(target, str):
+        # Opened on entry: `async with` opens it without blocking the loop.
+        _check_call_options(options)
+        return Lock._deferred(target, name, options, ttl, owner, wait)
     return Lock(Lease(_resolve(target, options), name, ttl=ttl, owner=owner), wait)
 
 
@@ -492,8 +778,15 @@ class Session:
 
     ``with casaas.Session(store, "sessions/worker-1") as session:`` opens it
     (waiting like :meth:`Lease.acquire`) and closes it on exit;
-    ``session.lock("locks/a")`` is a lock held under it.
+    ``session.lock("locks/a")`` is a lock held under it. For asyncio,
+    ``async with await casaas.Session.open_async(store, key) as session:``.
+
+    Like a held lock, a session stays open until :meth:`close` (or the end
+    of its block) or interpreter exit, not merely until Python drops it;
+    dropping it open warns with a :class:`ResourceWarning`.
     """
+
+    _native: Any
 
     def __init__(
         self,
@@ -505,9 +798,35 @@ class Session:
         owner: Optional[str] = None,
         **options: Any,
     ) -> None:
-        self._native = _casaas.Session.open(
-            _resolve(store, options), key, owner, _seconds(ttl, "ttl"), _seconds(wait, "wait")
+        self._adopt(
+            _casaas.Session.open(
+                _resolve(store, options), key, owner, _seconds(ttl, "ttl"), _seconds(wait, "wait")
+            )
         )
+
+    def _adopt(self, native: Any) -> None:
+        self._native = native
+        _watch(self, native, f"session {native.key!r} (term {native.term})")
+
+    @classmethod
+    async def open_async(
+        cls,
+        store: Union[str, Store],
+        key: str,
+        *,
+        ttl: Optional[Seconds] = None,
+        wait: Optional[Seconds] = None,
+        owner: Optional[str] = None,
+        **options: Any,
+    ) -> "Session":
+        """Opens the session for asyncio (the store too, when ``store`` is a
+        URL); cancelling the task cancels the wait."""
+        t, w = _seconds(ttl, "ttl"), _seconds(wait, "wait")
+        opened = await _resolve_async(store, options)
+        native = await _run(lambda: _casaas.Session.open_start(opened, key, owner, t, w))
+        session = cls.__new__(cls)
+        session._adopt(native)
+        return session
 
     @property
     def term(self) -> int:
@@ -541,7 +860,13 @@ class Session:
 
     def close(self) -> None:
         """Closes the session: every lock under it ends."""
+        _forget(self._native)
         self._native.close()
+
+    async def close_async(self) -> None:
+        """:meth:`close` for asyncio."""
+        _forget(self._native)
+        await _run(self._native.close_start)
 
     def __enter__(self) -> "Session":
         return self
@@ -552,14 +877,29 @@ class Session:
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
-        self.close()
+        _finish(self.close, exc)
+
+    async def __aenter__(self) -> "Session":
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        await _finish_async(self.close_async, exc)
 
 
 class Leadership:
-    """A won election (a term). Resigns on leaving a ``with`` block."""
+    """A won election (a term). Resigns on leaving a ``with`` (or ``async
+    with``) block. Like a held lock, the term lasts until :meth:`resign` or
+    interpreter exit, not merely until Python drops this object (which
+    warns with a :class:`ResourceWarning`)."""
 
     def __init__(self, native: Any) -> None:
         self._native = native
+        _watch(self, native, f"term (token {native.token})")
 
     @property
     def token(self) -> int:
@@ -582,7 +922,13 @@ class Leadership:
 
     def resign(self) -> None:
         """Ends the term (the next leader's token is greater)."""
+        _forget(self._native)
         self._native.resign()
+
+    async def resign_async(self) -> None:
+        """:meth:`resign` for asyncio."""
+        _forget(self._native)
+        await _run(self._native.resign_start)
 
     def __enter__(self) -> "Leadership":
         return self
@@ -594,6 +940,21 @@ class Leadership:
         tb: Optional[TracebackType],
     ) -> None:
         _finish(self.resign, exc)
+
+    async def __aenter__(self) -> "Leadership":
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        await _finish_async(self.resign_async, exc)
+
+
+def _leader(got: Optional["tuple[str, int]"]) -> Optional[Leader]:
+    return None if got is None else Leader(*got)
 
 
 class Election:
@@ -616,25 +977,53 @@ class Election:
         (then :class:`Timeout`). Ctrl-C cancels the campaign cleanly."""
         return Leadership(self._native.campaign(_seconds(wait, "wait")))
 
+    async def campaign_async(self, wait: Optional[Seconds] = None) -> Leadership:
+        """:meth:`campaign` for asyncio; cancelling the task cancels the
+        campaign (a term won at that moment is resigned)."""
+        w = _seconds(wait, "wait")
+        return Leadership(await _run(lambda: self._native.campaign_start(w)))
+
     def leader(self) -> Optional[Leader]:
-        """The current leader, or ``None`` when nobody leads."""
-        got = self._native.leader()
-        return None if got is None else Leader(*got)
+        """The leader by the record, one read: ``None`` when nobody leads
+        (never elected, or resigned). A leader that stopped renewing is
+        still named until another takes over after its TTL;
+        :meth:`observe` reports it gone once it has seen the record
+        unchanged for the TTL."""
+        return _leader(self._native.leader())
+
+    async def leader_async(self) -> Optional[Leader]:
+        """:meth:`leader` for asyncio."""
+        return _leader(await _run(self._native.leader_start))
 
     def observe(self, timeout: Optional[Seconds] = None) -> Iterator[Optional[Leader]]:
         """Yields the current leader, then every change (``None`` when
-        nobody leads: released, or expired after its TTL). Stops after
-        ``timeout`` without a change (``None``: never). Reading only; the
-        record is polled while the iterator lives."""
+        nobody leads: resigned, or seen unchanged for its TTL, so an
+        expired holder is reported gone a TTL after observing starts at
+        the latest). The first value is a read of the record, never a
+        placeholder. Stops after ``timeout`` without a change (``None``:
+        never). Reading only; the record is polled while the iterator
+        lives."""
         limit = _seconds(timeout, "timeout")
         observer = self._native.observe()
-        seen = self._native.leader()
-        yield None if seen is None else Leader(*seen)
+        seen = observer.first()
+        yield _leader(seen)
         while True:
             changed, seen = observer.next(seen, limit)
             if not changed:
                 return
-            yield None if seen is None else Leader(*seen)
+            yield _leader(seen)
+
+    async def observe_async(self, timeout: Optional[Seconds] = None) -> AsyncIterator[Optional[Leader]]:
+        """:meth:`observe` for asyncio (``async for leader in ...``)."""
+        limit = _seconds(timeout, "timeout")
+        observer = self._native.observe()
+        seen = await _run(observer.first_start)
+        yield _leader(seen)
+        while True:
+            changed, seen = await _run(lambda: observer.next_start(seen, limit))
+            if not changed:
+                return
+            yield _leader(seen)
 
 
 class Fenced(NamedTuple):
@@ -653,6 +1042,36 @@ class LogEntry(NamedTuple):
     offset: int
     token: int
     value: Any
+
+
+# Integers the native side keeps exactly (serde_json's i64 and u64).
+_INT_RANGE = (-(2**63), 2**64 - 1)
+
+
+def _dumps(value: Any) -> str:
+    """``value`` as JSON text, refusing what would not come back as it went:
+    integers beyond 64 bits (stored as floats otherwise). Objects come back
+    with their keys sorted: the native side holds values as serde_json's,
+    whose objects are ordered by key."""
+    _check_ints(value)
+    return json.dumps(value)
+
+
+def _check_ints(value: Any) -> None:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
+            raise InvalidConfig(
+                f"the integer {value} does not fit 64 bits and would not be kept exactly: "
+                "store it as a string"
+            )
+    elif isinstance(value, dict):
+        for v in value.values():
+            _check_ints(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _check_ints(v)
 
 
 def _entry(raw: "tuple[int, int, int, str]") -> LogEntry:
@@ -674,7 +1093,19 @@ class FencedResource:
 
     def write(self, token: int, value: Any) -> Fenced:
         """Writes ``value`` (JSON-encodable) under ``token``."""
-        got = self._native.write(token, json.dumps(value))
+        got = self._native.write(token, _dumps(value))
+        return Fenced(json.loads(got[0]), got[1])
+
+    async def read_async(self) -> Optional[Fenced]:
+        """:meth:`read` for asyncio."""
+        got = await _run(self._native.read_start)
+        return None if got is None else Fenced(json.loads(got[0]), got[1])
+
+    async def write_async(self, token: int, value: Any) -> Fenced:
+        """:meth:`write` for asyncio. Cancelling the task abandons the write
+        where it is: it may or may not land (read before writing again)."""
+        data = _dumps(value)
+        got = await _run(lambda: self._native.write_start(token, data))
         return Fenced(json.loads(got[0]), got[1])
 
     def grouped(
@@ -826,7 +1257,7 @@ class FencedLog:
     def append(self, token: int, value: Any, *, grouped: bool = False) -> LogEntry:
         """Appends ``value``. With ``grouped=True``, concurrent appends from
         several threads share one conditional write (group commit)."""
-        data = json.dumps(value)
+        data = _dumps(value)
         raw = (
             self._native.append_grouped(token, data)
             if grouped
@@ -845,6 +1276,26 @@ class FencedLog:
     def latest_seq(self) -> Optional[int]:
         """The latest entry's number, or ``None`` when the log is empty."""
         seq: Optional[int] = self._native.latest_seq()
+        return seq
+
+    async def append_async(self, token: int, value: Any, *, grouped: bool = False) -> LogEntry:
+        """:meth:`append` for asyncio. Cancelling the task abandons the
+        append where it is: it may or may not land."""
+        data = _dumps(value)
+        begin = self._native.append_grouped_start if grouped else self._native.append_start
+        return _entry(await _run(lambda: begin(token, data)))
+
+    async def read_async(self, seq: int) -> List[LogEntry]:
+        """:meth:`read` for asyncio."""
+        return [_entry(r) for r in await _run(lambda: self._native.read_start(seq))]
+
+    async def entries_async(self, start: int = 1) -> List[LogEntry]:
+        """:meth:`entries` for asyncio."""
+        return [_entry(r) for r in await _run(lambda: self._native.entries_start(start))]
+
+    async def latest_seq_async(self) -> Optional[int]:
+        """:meth:`latest_seq` for asyncio."""
+        seq: Optional[int] = await _run(self._native.latest_seq_start)
         return seq
 
 

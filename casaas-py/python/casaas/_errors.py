@@ -85,6 +85,14 @@ class Timeout(Error, TimeoutError):
     """An operation's deadline passed."""
 
 
+class LockTimeout(LockHeld, Timeout):
+    """A bounded wait for a lock (or a session) ran out: a :class:`LockHeld`
+    that is also a :class:`TimeoutError`, as filelock's ``Timeout`` is.
+
+    ``owner`` and ``token`` name the holder when known.
+    """
+
+
 class Cancelled(Error):
     """The operation was cancelled."""
 
@@ -119,6 +127,7 @@ __all__ = [
     "Unauthorized",
     "Unsupported",
     "LockHeld",
+    "LockTimeout",
     "LeaseLost",
     "InsufficientValidity",
     "FencedOut",
