@@ -442,3 +442,23 @@ async fn fenced_log_append_costs_one_create_on_a_warm_handle() {
     assert_eq!(c.list, 0, "{c:?}");
     assert!(c.get <= 16, "{c:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_published_value_costs_no_request_of_its_own_and_proclaim_is_one_replace() {
+    let s = setup().await;
+    let a = lease(&s.store, "a", 1).with_value("10.0.0.7:5432").unwrap();
+    let (outcome, c) = s.cost(a.try_acquire()).await;
+    let guard = acquired(outcome.unwrap());
+    assert_eq!(c, counts(1, 1, 0, 0, 0), "acquire with a value");
+    let interval = a.config().renew_interval;
+    let before = s.counting.counts();
+    tokio::time::sleep(interval * 10 + interval / 2).await;
+    assert_eq!(since(before, s.counting.counts()), counts(0, 0, 10, 0, 0));
+    let (proclaimed, c) = s.cost(guard.proclaim("10.0.0.8:5432")).await;
+    proclaimed.unwrap();
+    assert_eq!(c, counts(0, 0, 1, 0, 0), "proclaim");
+    let (record, _) = a.read().await.unwrap().unwrap();
+    assert_eq!(record.value.as_deref(), Some("10.0.0.8:5432"));
+    assert_eq!(record.token, 1, "proclaim is not a new election");
+    guard.release().await.unwrap();
+}

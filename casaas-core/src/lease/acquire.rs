@@ -66,6 +66,8 @@ pub struct Lease {
     state: Arc<Mutex<ContenderState>>,
     /// The session our holdings hang from (see [`Session`](super::Session)).
     session: Option<SessionLink>,
+    /// The value every holding starts with (see [`Lease::with_value`]).
+    value: Option<String>,
 }
 
 /// What a contender remembers between attempts.
@@ -290,6 +292,7 @@ impl Lease {
             entropy: Entropy::from_os(),
             state: Arc::default(),
             session: None,
+            value: None,
         })
     }
 
@@ -305,6 +308,7 @@ impl Lease {
             entropy: self.entropy.clone(),
             state: Arc::default(),
             session: Some(session),
+            value: self.value.clone(),
         }
     }
 
@@ -322,6 +326,7 @@ impl Lease {
             entropy,
             state: Arc::default(),
             session: self.session.clone(),
+            value: self.value.clone(),
         })
     }
 
@@ -344,6 +349,43 @@ impl Lease {
     pub fn with_entropy(mut self, entropy: Entropy) -> Self {
         self.entropy = entropy;
         self
+    }
+
+    /// Publishes `value` with every holding of this lease: written in the
+    /// lock's record by the acquisition and kept by each renewal (no
+    /// request of its own), read by anyone with [`Lease::read`] or
+    /// [`Election::leader`](super::Election::leader); a holder changes it
+    /// with [`LeaseGuard::proclaim`](super::LeaseGuard::proclaim). Refused
+    /// over [`MAX_VALUE_BYTES`](super::MAX_VALUE_BYTES).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), casaas_core::lease::LeaseError> {
+    /// use std::sync::Arc;
+    /// use casaas_core::MemoryStore;
+    /// use casaas_core::lease::{Lease, LeaseConfig};
+    ///
+    /// let store = Arc::new(MemoryStore::new());
+    /// let lease = Lease::new(store, "locks/db", "node-1", LeaseConfig::default())?
+    ///     .with_value("10.0.0.7:5432")?;
+    /// let guard = lease.acquire(Default::default()).await?;
+    /// let (record, _) = lease.read().await?.expect("held");
+    /// assert_eq!(record.value.as_deref(), Some("10.0.0.7:5432"));
+    /// guard.proclaim("10.0.0.8:5432").await?; // no new election, same token
+    /// # guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_value(mut self, value: impl Into<String>) -> Result<Self, LeaseError> {
+        let value = value.into();
+        super::record::check_value(&self.key, &value)?;
+        self.value = Some(value);
+        Ok(self)
+    }
+
+    /// The value published with each holding, if any.
+    pub fn value(&self) -> Option<&str> {
+        self.value.as_deref()
     }
 
     /// The lock object's key.
@@ -644,6 +686,7 @@ impl Lease {
         if let Some(link) = &self.session {
             record = record.under_session(link.named_from(&self.key));
         }
+        record.value.clone_from(&self.value);
         let body = record.encode();
         let sent_at = self.clock.now();
         let mut mine = AttemptWrites {

@@ -26,16 +26,27 @@ pub struct Leader {
     pub owner: String,
     /// The leader's fencing token.
     pub token: u64,
+    /// What the leader publishes (its address, say): see
+    /// [`Lease::with_value`] and [`Leadership::proclaim`].
+    pub value: Option<String>,
 }
 
 impl Leader {
-    /// A leader `owner` holding fencing token `token` (to compare with what
-    /// [`Election::leader`] reports).
+    /// A leader `owner` holding fencing token `token`, publishing no value
+    /// (to compare with what [`Election::leader`] reports).
     pub fn new(owner: impl Into<String>, token: u64) -> Self {
         Leader {
             owner: owner.into(),
             token,
+            value: None,
         }
+    }
+
+    /// The same leader, publishing `value`.
+    #[must_use = "the setter returns the changed leader"]
+    pub fn with_value(mut self, value: impl Into<String>) -> Self {
+        self.value = Some(value.into());
+        self
     }
 }
 
@@ -99,6 +110,27 @@ impl Leadership {
     /// A token cancelled when leadership is lost.
     pub fn cancellation(&self) -> CancellationToken {
         self.guard.cancellation()
+    }
+
+    /// Publishes `value` with this term, without a new election (etcd's
+    /// `Proclaim`): see [`LeaseGuard::proclaim`]. Observers in this process
+    /// see it at once, others at their next read.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LeaseGuard::proclaim`]'s.
+    pub async fn proclaim(&self, value: impl Into<String>) -> Result<(), LeaseError> {
+        let value = value.into();
+        self.guard.proclaim(value.clone()).await?;
+        let token = self.guard.token();
+        self.leader.send_if_modified(|l| match l {
+            Some(leader) if leader.token == token && leader.value.as_ref() != Some(&value) => {
+                leader.value = Some(value);
+                true
+            }
+            _ => false,
+        });
+        Ok(())
     }
 
     /// Gives up leadership: releases the lease (keeping the token, so the
@@ -175,6 +207,7 @@ impl Election {
         let me = Leader {
             owner: guard.owner().to_string(),
             token: guard.token(),
+            value: guard.value(),
         };
         self.leader
             .send_if_modified(|l| replace_if_changed(l, Some(me)));
@@ -304,6 +337,7 @@ fn leader_of(record: &LeaseRecord) -> Option<Leader> {
     (!record.released).then(|| Leader {
         owner: record.owner.clone(),
         token: record.token,
+        value: record.value.clone(),
     })
 }
 

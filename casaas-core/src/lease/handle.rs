@@ -121,6 +121,8 @@ struct HolderState {
     pending: PendingWrites<()>,
     lost: Option<LostReason>,
     renewal_alive: bool,
+    /// The value our next write carries (see [`LeaseGuard::proclaim`]).
+    value: Option<String>,
 }
 
 #[derive(Debug)]
@@ -145,6 +147,10 @@ pub(crate) struct Shared {
     /// For a session's heartbeat: the locks held under it, which end when it
     /// ends. Weak, so a dropped lock guard is not kept alive by its session.
     dependents: Mutex<Vec<Weak<Shared>>>,
+    /// Held by each renewal and proclamation for its whole write: one
+    /// write of ours in flight at a time, so a proclamation knows whether
+    /// the write that landed carries its value.
+    writing: tokio::sync::Mutex<()>,
 }
 
 /// A held lease. Renews itself in the background every `renew_interval`
@@ -289,6 +295,7 @@ impl Shared {
         let mut record = LeaseRecord::new(self.owner.clone(), nonce, self.token, self.ttl_ms, wall);
         record.acquired_at_ms = self.acquired_at_ms;
         record.released = released;
+        record.value.clone_from(&self.lock().value);
         match &self.session {
             Some(link) => record.under_session(link.named_from(&self.key)),
             None => record,
@@ -297,7 +304,41 @@ impl Shared {
 
     /// One renewal attempt, with the step-down `deadline` (on our clock).
     async fn renew_once(&self, deadline: Duration) -> Step {
-        let nonce = self.entropy.nonce();
+        let _writing = self.writing.lock().await;
+        self.write_once(deadline, self.entropy.nonce()).await
+    }
+
+    /// Writes our record again with the value now in the state, until the
+    /// write that carries it is the one that landed (a write of ours sent
+    /// earlier may land first), or the lease is lost.
+    async fn proclaim(&self, value: String) -> Result<(), LeaseError> {
+        let _writing = self.writing.lock().await;
+        self.lock().value = Some(value);
+        loop {
+            if let Some(reason) = self.lost_reason() {
+                return Err(LeaseError::Lost(reason));
+            }
+            let deadline = self.lock().last_send + self.config.renew_deadline;
+            let now = self.clock.now();
+            if now >= deadline {
+                self.lose(LostReason::RenewDeadlineExceeded);
+                continue;
+            }
+            let nonce = self.entropy.nonce();
+            match self.write_once(deadline, nonce.clone()).await {
+                Step::Renewed if self.lock().nonce == nonce => return Ok(()),
+                Step::Renewed => {}
+                Step::Retry(delay) => {
+                    let wait = delay.min(deadline.saturating_sub(self.clock.now()));
+                    self.clock.sleep(wait).await;
+                }
+                Step::Lost(reason) => self.lose(reason),
+            }
+        }
+    }
+
+    /// One write of our record with `nonce`, with the step-down `deadline`.
+    async fn write_once(&self, deadline: Duration, nonce: String) -> Step {
         let body = self.record(&nonce, false).encode();
         let sent_at = self.clock.now();
         let version = self.remember(&nonce, sent_at);
@@ -614,12 +655,14 @@ impl LeaseGuard {
                 pending: PendingWrites::default(),
                 lost: None,
                 renewal_alive: session.is_none(),
+                value: record.value,
             }),
             status,
             lost_token: CancellationToken::new(),
             release_note,
             session,
             dependents: Mutex::default(),
+            writing: tokio::sync::Mutex::new(()),
         });
         let stop = CancellationToken::new();
         if let Some(link) = &shared.session {
@@ -700,6 +743,35 @@ impl LeaseGuard {
     /// Why the lease was lost, if it was.
     pub fn lost_reason(&self) -> Option<LostReason> {
         self.shared.lock().lost.clone()
+    }
+
+    /// The value published with this holding (see [`Lease::with_value`]).
+    ///
+    /// [`Lease::with_value`]: super::Lease::with_value
+    pub fn value(&self) -> Option<String> {
+        self.shared.lock().value.clone()
+    }
+
+    /// Publishes `value` with this holding, without giving it up or taking
+    /// it again (etcd's `Proclaim`): one conditional write of our record on
+    /// our own version, the token unchanged, and every renewal after it
+    /// keeps the value. Refused over [`MAX_VALUE_BYTES`](super::MAX_VALUE_BYTES)
+    /// and for a lock held under a session (its holder never rewrites it).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the new value written or not; the
+    /// renewals after it carry the new value either way.
+    pub async fn proclaim(&self, value: impl Into<String>) -> Result<(), LeaseError> {
+        let value = value.into();
+        super::record::check_value(&self.shared.key, &value)?;
+        if self.shared.session.is_some() {
+            return Err(LeaseError::InvalidConfig(format!(
+                "the lock '{}' is held under a session, whose holder never rewrites it: publish the value with Lease::with_value before acquiring",
+                self.shared.key
+            )));
+        }
+        self.shared.proclaim(value).await
     }
 
     /// Is the lease still held with validity left?

@@ -84,7 +84,9 @@ pub use fenced::{Fenced, FencedResource};
 pub use group::{Applied, Cancelled, GroupCommitConfig, GroupLog, GroupResource, Ticket};
 pub use handle::{Health, LeaseGuard, LeaseStatus};
 pub use log::{FencedLog, LogEntry};
-pub use record::{LEASE_RECORD_KIND, LEASE_SCHEMA_VERSION, LeaseRecord, SessionRef};
+pub use record::{
+    LEASE_RECORD_KIND, LEASE_SCHEMA_VERSION, LeaseRecord, MAX_VALUE_BYTES, SessionRef,
+};
 pub use rwlock::RwLock;
 pub use semaphore::{MAX_SLOTS, Semaphore};
 pub use session::Session;

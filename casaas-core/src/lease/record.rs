@@ -63,6 +63,28 @@ pub struct LeaseRecord {
     /// that session's term ends (see [`Session`](super::Session)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<SessionRef>,
+    /// What the holder publishes with its holding (a leader's address, say:
+    /// [`Lease::with_value`](super::Lease::with_value),
+    /// [`LeaseGuard::proclaim`](super::LeaseGuard::proclaim)), at most
+    /// [`MAX_VALUE_BYTES`]. Absent from records that carry none, so every
+    /// reader, old or new, reads them as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+/// The largest value a lease record carries, in bytes (UTF-8): it is
+/// written again with every renewal.
+pub const MAX_VALUE_BYTES: usize = 4096;
+
+/// Refuses a value over [`MAX_VALUE_BYTES`], saying by how much.
+pub(crate) fn check_value(key: &str, value: &str) -> Result<(), LeaseError> {
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(LeaseError::InvalidConfig(format!(
+            "the value for the lock '{key}' is {} bytes, more than the {MAX_VALUE_BYTES} a lease record carries: publish a short value (an address, an id) and keep the rest elsewhere",
+            value.len()
+        )));
+    }
+    Ok(())
 }
 
 /// The session (its heartbeat and term) a lock is held under.
@@ -165,6 +187,7 @@ impl LeaseRecord {
             renewed_at_ms: now_ms,
             released: false,
             session: None,
+            value: None,
         }
     }
 
