@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -410,3 +411,97 @@ def test_a_closed_sessions_error_says_why(file_url: str) -> None:
     with pytest.raises(casaas.LeaseLost) as info:
         session.ensure_held_for(0)
     assert info.value.reason == "closed"
+
+
+WAITERS = {
+    "lock": "casaas.lock(url + '/locks/job', owner='waiter').__enter__()",
+    "session": "casaas.Session(url, 'locks/job', owner='waiter')",
+    "campaign": "casaas.Election(url, 'locks/job', owner='waiter').campaign()",
+}
+
+
+@pytest.mark.parametrize("what", list(WAITERS))
+def test_ctrl_c_cancels_a_wait_promptly_and_holds_nothing(file_url: str, what: str) -> None:
+    first = casaas.Lease(f"{file_url}/locks", "job", ttl=30, owner="first").acquire(0)
+    code = f"""
+        import sys, time, casaas
+        url = sys.argv[1]
+        print("waiting", flush=True)
+        try:
+            {WAITERS[what]}
+        except KeyboardInterrupt:
+            print("interrupted", time.monotonic(), flush=True)
+        """
+    waiter = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), file_url], stdout=subprocess.PIPE, text=True
+    )
+    assert waiter.stdout is not None
+    assert waiter.stdout.readline().strip() == "waiting"
+    time.sleep(0.5)
+    sent = time.monotonic()
+    waiter.send_signal(signal.SIGINT)
+    out, _ = waiter.communicate(timeout=15)
+    word, at = out.split()
+    assert word == "interrupted"
+    assert float(at) - sent < 0.5
+    first.release()
+    # Nothing of the waiter's is left: the lock is free at once.
+    with casaas.lock(f"{file_url}/locks/job", wait=0) as held:
+        assert held.token == 2
+
+
+def test_ctrl_c_in_a_block_releases_on_the_way_out(file_url: str) -> None:
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                """
+                import sys, time, casaas
+                with casaas.lock(sys.argv[1], ttl=60):
+                    print("inside", flush=True)
+                    time.sleep(60)
+                """
+            ),
+            f"{file_url}/locks/job",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None
+    assert holder.stdout.readline().strip() == "inside"
+    holder.send_signal(signal.SIGINT)
+    _, err = holder.communicate(timeout=15)
+    assert "KeyboardInterrupt" in err
+    with casaas.lock(f"{file_url}/locks/job", wait=0) as held:
+        assert held.token == 2
+
+
+def test_sigterm_runs_no_exit_handler_and_the_lock_expires(file_url: str) -> None:
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                """
+                import sys, time, casaas
+                held = casaas.lock(sys.argv[1], ttl=2).__enter__()
+                print("held", flush=True)
+                time.sleep(60)
+                """
+            ),
+            f"{file_url}/locks/job",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None
+    assert holder.stdout.readline().strip() == "held"
+    holder.send_signal(signal.SIGTERM)
+    holder.wait(15)
+    with pytest.raises(casaas.LockHeld):
+        casaas.lock(f"{file_url}/locks/job", wait=0).__enter__()
+    # Taken over once its TTL has passed on our clock.
+    with casaas.lock(f"{file_url}/locks/job", wait=10) as held:
+        assert held.token == 2

@@ -14,13 +14,21 @@ Durations are seconds (``int`` / ``float``) or :class:`datetime.timedelta`.
 Credentials go beside the URL as keyword options (``aws_access_key_id=...``)
 or come from the SDKs' environment, never in the URL.
 
+Lifetime: a lock (session, term) stays held until it is released, its
+``with`` block ends, or the interpreter exits, whatever Python does with the
+object; one dropped unreleased warns with :class:`ResourceWarning`. At
+interpreter exit every holding still live is released, within 5 s in all; a
+process killed outright (or ended by ``os._exit`` or an unhandled SIGTERM)
+leaves its locks to expire after their TTL.
+
 Threads, asyncio and fork: every call releases the GIL while it waits;
 renewal runs on a runtime of the module's own threads, so a held lock stays
-held while Python is busy. A forked child gets a fresh runtime, but objects
-made before the fork refuse to work in it (:class:`RuntimeFailure`): open the
-store again in the child. At interpreter exit, held locks are released (each
-given a short bound); a process killed outright leaves its locks to expire
-after their TTL.
+held while Python is busy. A :class:`Lock` shared by threads or tasks keeps
+each one's hold apart. The ``_async`` forms never block the event loop. A
+forked child gets a fresh runtime, but objects made before the fork refuse to
+work in it (:class:`RuntimeFailure`): open the store again in the child; the
+child never releases its parent's locks. See docs/python.md, "Lifetime,
+threads, asyncio, fork, Ctrl-C and exit".
 """
 
 from __future__ import annotations
