@@ -74,7 +74,7 @@ pub fn no_stray_guards(h: &History, context: &str) -> Vec<String> {
 }
 
 /// From this many requests on, a run must show the semaphore at work.
-pub const MIN_OPS_FOR_WORK: u64 = 20_000;
+pub const MIN_OPS_FOR_WORK: u64 = 10_000;
 
 /// A run long enough must show what it claims to test: several holders at
 /// once, every counting client served, and the miscounting client refused.
