@@ -365,8 +365,8 @@ def _settle(tasks: List[Any], deadline: float) -> None:
             task = pending.pop(fd)
             try:
                 task.result()
-            except Error:
-                pass  # lost or unreachable: it expires after its TTL
+            except Exception:  # noqa: BLE001 - lost or unreachable: it expires after its TTL
+                pass
     for task in pending.values():
         task.cancel()
 
@@ -386,7 +386,7 @@ def _release_at_exit() -> None:
             if kind in phase:
                 try:
                     tasks.append(_end_start(kind, native))
-                except Error:
+                except Exception:  # noqa: BLE001 - made in another process, or ended already
                     pass
         _settle(tasks, deadline)
 
