@@ -285,6 +285,11 @@ pub struct ElectArgs {
     pub id: Option<String>,
     #[command(flatten)]
     pub lease: LeaseArgs,
+    /// Publish VALUE with this candidate's terms (its address, say; at most
+    /// 4096 bytes): written in the election's record with each term and
+    /// kept by every renewal, shown by --observe and `casaas status`.
+    #[arg(long, value_name = "VALUE", env = "CASAAS_VALUE")]
+    pub value: Option<String>,
     /// Print who leads as JSON lines on stdout, at start and at every change.
     #[arg(long)]
     pub observe: bool,

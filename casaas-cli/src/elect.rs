@@ -36,6 +36,12 @@ pub async fn run(args: ElectArgs) -> Result<u8, Failure> {
         received = signals.recv() => return Ok(child::signal_exit(received)),
     };
     let lease = holding::lease(store, &target, &id, config)?;
+    let lease = match args.value.clone() {
+        Some(value) => lease
+            .with_value(value)
+            .map_err(|e| Failure::usage(format!("--value: {e}")))?,
+        None => lease,
+    };
     let election = Election::new(lease.clone());
     let explain = |e: LeaseError| Failure::lease(&e, format!("{}: {e}", target.display));
 
@@ -70,7 +76,11 @@ pub async fn run(args: ElectArgs) -> Result<u8, Failure> {
         }
     };
     if let Some((printer, _)) = &observer {
-        printer.emit(Some(Leader::new(id.clone(), leadership.token())));
+        let me = Leader::new(id.clone(), leadership.token());
+        printer.emit(Some(match &args.value {
+            Some(value) => me.with_value(value.clone()),
+            None => me,
+        }));
     }
     event(&args, "elected", &id, Some(leadership.token()), None);
 
@@ -148,7 +158,10 @@ impl Printer {
             return;
         }
         let line = match &leader {
-            Some(l) => json!({ "leader": { "id": l.owner, "token": l.token } }),
+            Some(l) => match &l.value {
+                Some(value) => json!({ "leader": { "id": l.owner, "token": l.token, "value": value } }),
+                None => json!({ "leader": { "id": l.owner, "token": l.token } }),
+            },
             None => json!({ "leader": null }),
         };
         let mut out = std::io::stdout().lock();

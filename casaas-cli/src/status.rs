@@ -67,6 +67,10 @@ struct StatusReport {
     /// The heartbeat's version.
     #[serde(skip_serializing_if = "Option::is_none")]
     session_version: Option<String>,
+    /// The value the holder publishes (`casaas elect --value`); absent when
+    /// it publishes none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<String>,
 }
 
 /// Runs `casaas status`.
@@ -257,6 +261,7 @@ fn held_report(
         version: Some(version.to_string()),
         observed_unchanged_ms: Some(millis(unchanged)),
         takeover_possible_in_ms: Some(millis(takeover_in)),
+        value: record.value.clone(),
         ..StatusReport::empty(target, state, observed_for)
     }
 }
@@ -312,6 +317,7 @@ impl StatusReport {
             session_url: None,
             session_ttl_ms: None,
             session_version: None,
+            value: None,
         }
     }
 
@@ -327,6 +333,11 @@ impl StatusReport {
             "holder     {holder}\ntoken      {token}\nttl        {}\n",
             human(Duration::from_millis(ttl))
         ));
+        if let Some(value) = &self.value {
+            // The holder's text, shown as a quoted string so that no byte
+            // of it can move the terminal.
+            out.push_str(&format!("value      {value:?}\n"));
+        }
         if let (Some(acquired), Some(renewed)) = (&self.acquired_at, &self.renewed_at) {
             out.push_str(&format!(
                 "acquired   {acquired} (holder's clock, advisory)\nwritten    {renewed} (holder's clock, advisory)\n"
