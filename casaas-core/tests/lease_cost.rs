@@ -462,3 +462,55 @@ async fn a_published_value_costs_no_request_of_its_own_and_proclaim_is_one_repla
     assert_eq!(record.token, 1, "proclaim is not a new election");
     guard.release().await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_semaphore_slot_costs_a_lease_acquisition_and_its_count_one_read_per_value() {
+    use casaas_core::lease::Semaphore;
+    let s = setup().await;
+    let sem = |owner: &str, seed: u64| {
+        Semaphore::new(lease(&s.store, owner, seed), 3)
+            .unwrap()
+            .with_entropy(Entropy::seeded(seed))
+    };
+    // First use: the count created, then a free slot (1 GET + 1 create).
+    let a = sem("a", 1);
+    let (outcome, c) = s.cost(a.try_acquire()).await;
+    let first = acquired(outcome.unwrap());
+    assert_eq!(
+        c,
+        counts(2, 2, 0, 0, 0),
+        "first try_acquire of a new semaphore"
+    );
+    // Warm: the count is not read again.
+    let (outcome, c) = s.cost(a.try_acquire()).await;
+    let second = acquired(outcome.unwrap());
+    assert!(
+        c.get <= 2 && c.create + c.replace == 1 && c.list == 0,
+        "warm try_acquire: {c:?}"
+    );
+    // Another value: 1 GET of the count, 1 LIST of the queue, then a slot.
+    let b = sem("b", 2);
+    let (guard, c) = s.cost(b.acquire(WaitOptions::default())).await;
+    let third = guard.unwrap();
+    assert_eq!(
+        (c.list, c.create + c.replace),
+        (1, 1),
+        "acquire by a new value: {c:?}"
+    );
+    assert!(c.get <= 4, "acquire by a new value: {c:?}");
+    // Full: one pass reads every slot and writes nothing.
+    let d = sem("d", 4);
+    let (outcome, c) = s.cost(d.try_acquire()).await;
+    assert!(matches!(outcome.unwrap(), AcquireOutcome::Held(_)));
+    assert_eq!(c, counts(4, 0, 0, 0, 0), "a pass over three held slots");
+    // Retaking the slot this value released: one write.
+    let key = first.key().to_string();
+    first.release().await.unwrap();
+    let (outcome, c) = s.cost(a.try_acquire()).await;
+    let again = acquired(outcome.unwrap());
+    assert_eq!(again.key(), key);
+    assert_eq!(c, counts(0, 0, 1, 0, 0), "retaking our released slot");
+    for g in [again, second, third] {
+        g.release().await.unwrap();
+    }
+}

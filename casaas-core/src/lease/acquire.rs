@@ -330,6 +330,12 @@ impl Lease {
         })
     }
 
+    /// Whether a release of ours is remembered for the next attempt (which
+    /// then tries one write, without reading first).
+    pub(crate) fn remembers_release(&self) -> bool {
+        self.lock().last_release.is_some()
+    }
+
     /// The session this lease's holdings hang from, if any, as the lock's
     /// record names it.
     pub fn session(&self) -> Option<SessionRef> {

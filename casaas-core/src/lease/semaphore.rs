@@ -332,14 +332,24 @@ impl Semaphore {
         }
     }
 
-    /// The order of one pass: the slot held last, then the others from a
-    /// random one on (arrivals at one moment spread over the slots).
+    /// The order of one pass: the slots we released last (one write each
+    /// to take again if nobody wrote since), the slot taken last, then the
+    /// others from a random one on (arrivals at one moment spread over the
+    /// slots).
     fn order(&self) -> Vec<usize> {
         let n = self.slots.len();
         let last = *self.last_slot.lock().unwrap_or_else(|p| p.into_inner());
         let start = usize::try_from(self.entropy.next_u64() % n as u64).unwrap_or(0);
-        let mut order: Vec<usize> = last.into_iter().collect();
-        order.extend((0..n).map(|i| (start + i) % n).filter(|i| Some(*i) != last));
+        let mut order: Vec<usize> = (0..n)
+            .filter(|i| self.slots[*i].remembers_release())
+            .collect();
+        order.extend(last.filter(|l| !order.contains(l)));
+        let first = order.clone();
+        order.extend(
+            (0..n)
+                .map(|i| (start + i) % n)
+                .filter(|i| !first.contains(i)),
+        );
         order
     }
 
