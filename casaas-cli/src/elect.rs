@@ -159,7 +159,9 @@ impl Printer {
         }
         let line = match &leader {
             Some(l) => match &l.value {
-                Some(value) => json!({ "leader": { "id": l.owner, "token": l.token, "value": value } }),
+                Some(value) => {
+                    json!({ "leader": { "id": l.owner, "token": l.token, "value": value } })
+                }
                 None => json!({ "leader": { "id": l.owner, "token": l.token } }),
             },
             None => json!({ "leader": null }),
