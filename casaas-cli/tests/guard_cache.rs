@@ -290,3 +290,126 @@ fn a_failing_check_withdraws_the_pass_of_a_replaced_gateway() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
     assert_eq!(entries(&cache_dir).len(), 1, "a passing doctor records");
 }
+
+/// Runs `casaas lock -n URL true` with `env` on top of a clean AWS
+/// environment (s3rver's key pair, which moto accepts too) and the cache
+/// in `cache_home`; its exit status.
+fn lock_with_env(cache_home: &Path, url: &str, env: &[(&str, String)]) -> Option<i32> {
+    let mut cmd = casaas();
+    for name in [
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_S3",
+        "AWS_ENDPOINT",
+        "AWS_PROFILE",
+        "AWS_CONFIG_FILE",
+        "AWS_ALLOW_HTTP",
+    ] {
+        cmd.env_remove(name);
+    }
+    let out = cmd
+        .env("AWS_ACCESS_KEY_ID", "S3RVER")
+        .env("AWS_SECRET_ACCESS_KEY", "S3RVER")
+        .env("AWS_REGION", "us-east-1")
+        .env("XDG_CACHE_HOME", cache_home)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .args(["lock", "-n", url, "true"])
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        eprintln!("{}", text(&out.stderr));
+    }
+    out.status.code()
+}
+
+/// The cache's key names the endpoint the client actually uses, from
+/// wherever it came: a pass recorded for moto is not used when the same
+/// URL, under another environment or profile, reaches s3rver (which
+/// ignores conditional writes: `cargo xtask servers up moto s3rver`).
+#[test]
+fn a_pass_for_one_endpoint_is_not_used_for_another() {
+    let moto = format!("http://127.0.0.1:{}", server_port("moto"));
+    let s3rver = format!("http://127.0.0.1:{}", server_port("s3rver"));
+    let prefix = casaas_core::testkit::unique_prefix("cache-endpoints");
+    let url = format!("s3://casaas-test/{prefix}/job?path_style=true");
+    let profiles = tempfile::tempdir().unwrap();
+    let config = profiles.path().join("config");
+    let profile_for = |endpoint: &str| {
+        std::fs::write(
+            &config,
+            format!(
+                "[profile casaas-test]\nregion = us-east-1\nservices = casaas-test-s3\n\n\
+                 [services casaas-test-s3]\ns3 =\n  endpoint_url = {endpoint}\n"
+            ),
+        )
+        .unwrap();
+        vec![
+            ("AWS_CONFIG_FILE", config.display().to_string()),
+            ("AWS_PROFILE", "casaas-test".to_string()),
+        ]
+    };
+    type Env = Vec<(&'static str, String)>;
+    let cases: Vec<(&str, Env, Env)> = vec![
+        (
+            "AWS_ENDPOINT_URL_S3 beside AWS_ENDPOINT_URL",
+            vec![
+                ("AWS_ENDPOINT_URL", s3rver.clone()),
+                ("AWS_ENDPOINT_URL_S3", moto.clone()),
+            ],
+            vec![
+                ("AWS_ENDPOINT_URL", s3rver.clone()),
+                ("AWS_ENDPOINT_URL_S3", s3rver.clone()),
+            ],
+        ),
+        (
+            "AWS_ENDPOINT_URL",
+            vec![("AWS_ENDPOINT_URL", moto.clone())],
+            vec![("AWS_ENDPOINT_URL", s3rver.clone())],
+        ),
+        (
+            "a profile's [services] endpoint",
+            profile_for(&moto),
+            vec![],
+        ),
+    ];
+    // The cases where s3rver was not checked: the pass recorded for moto
+    // was used.
+    let mut stale = Vec::new();
+    for (what, good, bad) in cases {
+        let cache_home = tempfile::tempdir().unwrap();
+        assert_eq!(
+            lock_with_env(cache_home.path(), &url, &good),
+            Some(0),
+            "{what}: moto passes"
+        );
+        let bad = if bad.is_empty() {
+            profile_for(&s3rver)
+        } else {
+            bad
+        };
+        if lock_with_env(cache_home.path(), &url, &bad) != Some(1) {
+            stale.push(what);
+        }
+    }
+
+    // object_store's own environment (AWS_ENDPOINT).
+    let cache_home = tempfile::tempdir().unwrap();
+    let adapter = format!("object_store+s3://casaas-test/{prefix}/adapter-job");
+    let env = |endpoint: &str| {
+        vec![
+            ("AWS_ENDPOINT", endpoint.to_string()),
+            ("AWS_ALLOW_HTTP", "true".to_string()),
+            ("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "false".to_string()),
+        ]
+    };
+    assert_eq!(
+        lock_with_env(cache_home.path(), &adapter, &env(&moto)),
+        Some(0)
+    );
+    if lock_with_env(cache_home.path(), &adapter, &env(&s3rver)) != Some(1) {
+        stale.push("object_store's AWS_ENDPOINT");
+    }
+    assert!(
+        stale.is_empty(),
+        "a pass for moto was used for s3rver: {stale:?}"
+    );
+}

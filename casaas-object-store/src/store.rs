@@ -81,6 +81,8 @@ pub struct ObjectStoreCas {
     /// Whether conditional writes above [`CONDITIONAL_SINGLE_PART_LIMIT`](casaas_core::provider::CONDITIONAL_SINGLE_PART_LIMIT)
     /// are sent (the caller's explicit opt-in).
     large_conditional_writes: bool,
+    /// Where the client sends its requests (its endpoint), when known.
+    location: Option<String>,
 }
 
 impl fmt::Debug for ObjectStoreCas {
@@ -129,7 +131,19 @@ impl ObjectStoreCas {
             reports_versions: AtomicBool::new(false),
             quoted_etags: AtomicBool::new(false),
             large_conditional_writes: false,
+            location: None,
         })
+    }
+
+    /// Names where the client sends its requests (its endpoint, as the
+    /// client resolved it from its configuration and environment): shown
+    /// in [`describe`](CasStore::describe), and so part of the store's
+    /// identity, which the store guard's verdict is kept by. Stores opened
+    /// by URL do this themselves.
+    #[must_use]
+    pub fn with_location(mut self, location: impl Into<String>) -> Self {
+        self.location = Some(location.into());
+        self
     }
 
     /// Allows conditional writes with bodies above
@@ -426,6 +440,9 @@ impl CasStore for ObjectStoreCas {
     }
 
     fn describe(&self) -> String {
-        format!("object_store {} /{}", self.client, self.prefix)
+        match &self.location {
+            Some(location) => format!("object_store {} /{} ({location})", self.client, self.prefix),
+            None => format!("object_store {} /{}", self.client, self.prefix),
+        }
     }
 }

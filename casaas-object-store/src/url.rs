@@ -6,8 +6,8 @@ pub use casaas_core::provider::LARGE_CONDITIONAL_WRITES_OPTION;
 use casaas_core::provider::{StoreFuture, take_bool_option};
 use casaas_core::{CasError, CasStore};
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut};
-use object_store::azure::MicrosoftAzureBuilder;
-use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::http::HttpBuilder;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
@@ -100,6 +100,9 @@ pub async fn open_with(
     });
     let (scheme, path) = ObjectStoreScheme::parse(&url).map_err(|e| misconfigured(inner, e))?;
     let mut conditional_put = true;
+    // The endpoint the client resolved (from the URL, its options and the
+    // environment `from_env` read): part of the store's identity.
+    let mut location = None;
     let local = matches!(scheme, ObjectStoreScheme::Memory | ObjectStoreScheme::Local);
     if local && (!options.is_empty() || retries.is_some()) {
         return Err(misconfigured(
@@ -122,6 +125,14 @@ pub async fn open_with(
             conditional_put = builder
                 .get_config_value(&AmazonS3ConfigKey::ConditionalPut)
                 .is_none_or(|v| v != S3ConditionalPut::Disabled.to_string());
+            let region = builder
+                .get_config_value(&AmazonS3ConfigKey::Region)
+                .unwrap_or_else(|| "us-east-1".to_string());
+            location = Some(
+                builder
+                    .get_config_value(&AmazonS3ConfigKey::Endpoint)
+                    .unwrap_or_else(|| format!("AWS S3 ({region})")),
+            );
             Arc::new(builder.build().map_err(|e| misconfigured(inner, e))?)
         }
         ObjectStoreScheme::GoogleCloudStorage => {
@@ -130,6 +141,7 @@ pub async fn open_with(
                 &options,
                 inner
             );
+            location = builder.get_config_value(&GoogleConfigKey::BaseUrl);
             if let Some(retry) = retry_config {
                 builder = builder.with_retry(retry);
             }
@@ -141,6 +153,15 @@ pub async fn open_with(
                 &options,
                 inner
             );
+            location = match builder.get_config_value(&AzureConfigKey::UseEmulator) {
+                // The emulator's address comes from the environment.
+                Some(on) if on == "true" => Some(format!(
+                    "Azurite at {}",
+                    std::env::var("AZURITE_BLOB_STORAGE_URL")
+                        .unwrap_or_else(|_| "http://127.0.0.1:10000".to_string())
+                )),
+                _ => builder.get_config_value(&AzureConfigKey::Endpoint),
+            };
             if let Some(retry) = retry_config {
                 builder = builder.with_retry(retry);
             }
@@ -170,7 +191,11 @@ pub async fn open_with(
         })
         .collect::<Vec<_>>()
         .join("/");
-    let store = ObjectStoreCas::new(client, prefix)?
+    let mut store = ObjectStoreCas::new(client, prefix)?;
+    if let Some(location) = location {
+        store = store.with_location(location);
+    }
+    let store = store
         .conditional_put(conditional_put)
         .client_retries(retries != Some(0))
         .allow_large_conditional_writes(large_conditional_writes.unwrap_or(false));

@@ -550,9 +550,6 @@ impl S3StoreBuilder {
         }
         if let Some(endpoint) = &config.endpoint {
             loader = loader.endpoint_url(endpoint);
-            if endpoint.starts_with("http://") {
-                loader = loader.http_client(plain_http_client()?);
-            }
         }
         let sdk = loader.load().await;
         let region = sdk.region().map(|r| r.to_string()).ok_or_else(|| {
@@ -560,13 +557,16 @@ impl S3StoreBuilder {
                 "no AWS region: add region=… to the URL or set AWS_REGION (or a profile's region)",
             )
         })?;
-        // For messages only: the SDK itself also honours AWS_ENDPOINT_URL_S3.
-        let endpoint = sdk
-            .endpoint_url()
-            .map(str::to_owned)
-            .or_else(|| std::env::var("AWS_ENDPOINT_URL_S3").ok());
+        let endpoint = resolved_endpoint(&sdk, config.endpoint.as_deref());
+        // The credential providers keep the SDK's own client (see
+        // `HttpClients`): only the S3 requests may go without trust roots.
+        let plan = HttpClients::for_endpoint(endpoint.as_deref());
         let date: DateSlot = Arc::new(Mutex::new(None));
-        let sdk_config = aws_sdk_s3::config::Builder::from(&sdk)
+        let mut s3_config = aws_sdk_s3::config::Builder::from(&sdk);
+        if plan.s3 == HttpClient::PlainHttp {
+            s3_config = s3_config.http_client(plain_http_client()?);
+        }
+        let sdk_config = s3_config
             .retry_config(RetryConfig::disabled())
             .timeout_config(timeouts)
             .force_path_style(config.path_style)
@@ -587,12 +587,67 @@ impl S3StoreBuilder {
     }
 }
 
-/// The SDK's HTTP client without the system's trust roots, for a
-/// plain-HTTP endpoint: reading and parsing every root certificate is most
-/// of the SDK's start-up time, which each short-lived process (one `casaas
-/// lock` run) pays, and a plain-HTTP endpoint never uses them. An `https://`
-/// URL reached through it (a redirect) fails to verify rather than going
-/// unverified.
+/// The endpoint the S3 client sends its requests to, resolved as the SDK
+/// resolves it: the URL's own, else the S3-specific one of the environment
+/// or the profile (`AWS_ENDPOINT_URL_S3`, a `[services]` section), else the
+/// general one (`AWS_ENDPOINT_URL`, a profile's `endpoint_url`). `None`:
+/// AWS itself. It names the store in messages and in its identity, so that
+/// nothing keyed by the identity (the store guard's verdict) is taken for
+/// another endpoint.
+fn resolved_endpoint(sdk: &aws_config::SdkConfig, given: Option<&str>) -> Option<String> {
+    if let Some(given) = given {
+        return Some(given.to_string());
+    }
+    let key = aws_types::service_config::ServiceConfigKey::builder()
+        .service_id("S3")
+        .env("AWS_ENDPOINT_URL")
+        .profile("endpoint_url")
+        .build()
+        .ok();
+    key.and_then(|key| sdk.service_config()?.load_config(key))
+        .or_else(|| sdk.endpoint_url().map(str::to_owned))
+}
+
+/// Which HTTP client a part of the SDK sends its requests through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HttpClient {
+    /// The SDK's own, with the system's trust roots (loaded at its first
+    /// HTTPS request).
+    SdkDefault,
+    /// [`plain_http_client`]: no trust roots.
+    PlainHttp,
+}
+
+/// The HTTP clients of one S3 store.
+#[derive(Debug, PartialEq, Eq)]
+struct HttpClients {
+    /// For the credential providers (STS, SSO, web identity, IMDS, ECS),
+    /// which answer over HTTPS whatever the store's endpoint is.
+    credentials: HttpClient,
+    /// For the S3 requests.
+    s3: HttpClient,
+}
+
+impl HttpClients {
+    fn for_endpoint(endpoint: Option<&str>) -> Self {
+        let s3 = match endpoint {
+            Some(endpoint) if endpoint.starts_with("http://") => HttpClient::PlainHttp,
+            _ => HttpClient::SdkDefault,
+        };
+        HttpClients {
+            credentials: HttpClient::SdkDefault,
+            s3,
+        }
+    }
+}
+
+/// The SDK's HTTP client without the system's trust roots, for the S3
+/// requests to a plain-HTTP endpoint: reading and parsing every root
+/// certificate is most of the SDK's start-up time, which each short-lived
+/// process (one `casaas lock` run) pays, and a plain-HTTP endpoint never
+/// uses them. An `https://` URL reached through it (a redirect) fails to
+/// verify rather than going unverified. Never given to the credential
+/// providers: STS, SSO and web identity answer over HTTPS.
 fn plain_http_client() -> Result<aws_sdk_s3::config::SharedHttpClient, CasError> {
     use aws_smithy_http_client::tls::{Provider, TlsContext, TrustStore, rustls_provider};
     let tls = TlsContext::builder()
@@ -609,6 +664,28 @@ fn plain_http_client() -> Result<aws_sdk_s3::config::SharedHttpClient, CasError>
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn credential_providers_keep_the_trust_roots_beside_a_plain_http_endpoint() {
+        // STS, SSO and web identity answer over HTTPS whatever the store's
+        // endpoint is: only the S3 requests go without trust roots.
+        assert_eq!(
+            HttpClients::for_endpoint(Some("http://127.0.0.1:9000")),
+            HttpClients {
+                credentials: HttpClient::SdkDefault,
+                s3: HttpClient::PlainHttp,
+            }
+        );
+        for endpoint in [None, Some("https://s3.example.com")] {
+            assert_eq!(
+                HttpClients::for_endpoint(endpoint),
+                HttpClients {
+                    credentials: HttpClient::SdkDefault,
+                    s3: HttpClient::SdkDefault,
+                }
+            );
+        }
+    }
 
     #[test]
     fn prefix_is_decoded_once() {
