@@ -233,3 +233,43 @@ async fn commits_whose_answers_are_lost_land_exactly_once() {
     let counts = faulty.counts();
     assert!(counts.lost_responses >= 3, "{counts:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_the_store_never_settles_is_unknown_not_a_conflict() {
+    let faulty = Arc::new(FaultyStore::new(
+        MemoryStore::new(),
+        11,
+        FaultConfig::default(),
+    ));
+    pass_store_guard(faulty.as_ref()).await.unwrap();
+    let catalog = CasaasCatalog::new(
+        "lake",
+        faulty.clone(),
+        FileIO::new_with_memory(),
+        "memory://wh",
+    );
+    let db = NamespaceIdent::new("db".into());
+    catalog.create_namespace(&db, HashMap::new()).await.unwrap();
+    let table = catalog.create_table(&db, creation("t")).await.unwrap();
+    // Every write answered 5xx: each may have landed as far as the writer
+    // knows, and reading never settles it.
+    faulty.set_config(FaultConfig {
+        server_error: 1.0,
+        ..FaultConfig::default()
+    });
+    let tx = Transaction::new(&table);
+    let tx = tx
+        .update_table_properties()
+        .set("k".into(), "v".into())
+        .apply(tx)
+        .unwrap();
+    let err = tx.commit(&catalog).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unexpected, "{err}");
+    assert!(!err.retryable(), "{err}");
+    let message = err.to_string();
+    assert!(message.contains("commit state unknown"), "{message}");
+    assert!(message.contains("/metadata/00001-"), "{message}");
+    faulty.set_config(FaultConfig::default());
+    let now = catalog.load_table(table.identifier()).await.unwrap();
+    assert_eq!(now.metadata_location(), table.metadata_location());
+}
