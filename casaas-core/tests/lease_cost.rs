@@ -514,3 +514,25 @@ async fn a_semaphore_slot_costs_a_lease_acquisition_and_its_count_one_read_per_v
         g.release().await.unwrap();
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_read_write_lock_costs_four_requests_to_read_and_three_to_write_when_free() {
+    let s = setup().await;
+    let rw = |owner: &str, seed: u64| {
+        casaas_core::lease::RwLock::new(lease(&s.store, owner, seed)).unwrap()
+    };
+    let (reader, c) = s.cost(rw("r", 1).read(WaitOptions::default())).await;
+    // The lock object, the slot (read, create), the lock object again.
+    assert_eq!(c, counts(3, 1, 0, 0, 0), "read on a free lock");
+    let (released, c) = s.cost(reader.unwrap().release()).await;
+    released.unwrap();
+    assert_eq!(c, counts(0, 0, 1, 0, 0), "a reader's release");
+    let (writer, c) = s.cost(rw("w", 2).write(WaitOptions::default())).await;
+    // The lease's read and create, a LIST of the slots, and the released
+    // slot cleared once (read, delete), then a LIST that finds none.
+    assert_eq!(c, counts(2, 1, 0, 1, 2), "write after a reader left");
+    writer.unwrap().release().await.unwrap();
+    let (writer, c) = s.cost(rw("w", 3).write(WaitOptions::default())).await;
+    assert_eq!(c, counts(1, 0, 1, 0, 1), "write on a free lock");
+    writer.unwrap().release().await.unwrap();
+}
