@@ -111,6 +111,27 @@ async fn another_writers_body_is_taken_and_ours_is_never_written() {
     );
 }
 
+/// A `nonce_in` that misses the nonce in our own body could never settle
+/// a lost answer (ours would read as another writer's): refused before
+/// anything is written, with what to fix, in every build. It used to be a
+/// debug assertion: a panic in debug builds, and in release a lost answer
+/// reported as `Taken` while our body held the key.
+#[tokio::test]
+async fn a_nonce_in_that_misses_our_own_nonce_is_refused_before_writing() {
+    let store = faulty().await;
+    let blind = |_: &[u8]| -> Option<String> { None };
+    let err = writer(store.clone())
+        .create("log/0", body("t1"), blind)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LeaseError::Codec { message, .. } if message.contains("nonce_in(&body(n)) must be Some(n)")),
+        "{err:?}"
+    );
+    assert!(!err.may_have_taken_effect(), "{err:?}");
+    assert_eq!(stored_txn(store.as_ref(), "log/0").await, None);
+}
+
 #[tokio::test]
 async fn a_foreign_body_without_a_nonce_is_taken_and_kept() {
     let store = faulty().await;

@@ -203,7 +203,23 @@ impl CreateOnce {
                     return Err(attempts.fail(failed).into());
                 }
             };
-            debug_assert_eq!(nonce_in(&bytes).as_deref(), Some(nonce.as_str()));
+            // A `nonce_in` that cannot find the nonce in our own body would
+            // turn a lost answer for our write into `Taken`: refused before
+            // anything is sent, in release builds too.
+            if nonce_in(&bytes).as_deref() != Some(nonce.as_str()) {
+                let refused = LeaseError::Codec {
+                    key: key.to_string(),
+                    message: "nonce_in does not find, in the body just made, the nonce it was \
+                              made with: nonce_in(&body(n)) must be Some(n), or a lost answer \
+                              could not be settled"
+                        .to_string(),
+                };
+                return Err(if attempts.pending.is_empty() {
+                    refused.into()
+                } else {
+                    attempts.fail(refused).into()
+                });
+            }
             let write = PendingWrite {
                 nonce,
                 sent_at: attempts.now(),
