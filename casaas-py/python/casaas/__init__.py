@@ -122,6 +122,8 @@ __all__ = [
     "Probe",
     "RuntimeFailure",
     "Seconds",
+    "Semaphore",
+    "SemaphoreLock",
     "Session",
     "Store",
     "StoreError",
@@ -138,6 +140,7 @@ __all__ = [
     "lock",
     "open",
     "open_async",
+    "semaphore",
 ]
 
 
@@ -771,6 +774,150 @@ def lock(
         _check_call_options(options)
         return Lock._deferred(target, name, options, ttl, owner, wait)
     return Lock(Lease(_resolve(target, options), name, ttl=ttl, owner=owner), wait)
+
+
+class Semaphore:
+    """A counting semaphore: up to ``slots`` holders at once under one key.
+
+    Each holder takes one slot, a lease of its own at ``KEY.slots/I`` with
+    its own fencing token (``held.token``; ``held.key`` names the slot).
+    Waiters take turns. Every holder of one key must count the same
+    ``slots``: the first records it, and another count raises
+    :class:`InvalidConfig`.
+    """
+
+    def __init__(
+        self,
+        store: Union[str, Store],
+        key: str,
+        *,
+        slots: int,
+        ttl: Optional[Seconds] = None,
+        owner: Optional[str] = None,
+        **options: Any,
+    ) -> None:
+        if isinstance(slots, bool) or not isinstance(slots, int):
+            raise TypeError(f"slots must be an int, not {type(slots).__name__}")
+        self._native = _casaas.Semaphore(
+            _resolve(store, options), key, slots, owner, _seconds(ttl, "ttl")
+        )
+
+    @property
+    def key(self) -> str:
+        """The semaphore's name."""
+        key: str = self._native.key
+        return key
+
+    @property
+    def slots(self) -> int:
+        """How many slots it has."""
+        slots: int = self._native.slots
+        return slots
+
+    def acquire(self, wait: Optional[Seconds] = None) -> Held:
+        """Takes a slot. ``wait=None`` waits for ever, ``wait=0`` tries
+        once (:class:`LockHeld` when every slot is held), otherwise waits
+        at most ``wait`` (:class:`LockTimeout` when it runs out)."""
+        return Held(self._native.acquire(_seconds(wait, "wait")))
+
+    def try_acquire(self) -> Optional[Held]:
+        """One pass over the slots: a held slot, or ``None`` when all are held."""
+        try:
+            return self.acquire(0)
+        except LockHeld:
+            return None
+
+    async def acquire_async(self, wait: Optional[Seconds] = None) -> Held:
+        """:meth:`acquire` for asyncio; cancelling the task cancels the wait."""
+        w = _seconds(wait, "wait")
+        native = await _run(lambda: self._native.acquire_start(w))
+        return Held(native)
+
+
+class SemaphoreLock:
+    """``with casaas.semaphore(...) as held:`` and ``async with``: takes a
+    slot on entry, releases it on exit (see :func:`semaphore`). Shared by
+    threads or tasks, each entry is its own hold, as with :class:`Lock`."""
+
+    def __init__(self, semaphore: Semaphore, wait: Optional[Seconds]) -> None:
+        self._semaphore = semaphore
+        self._wait = wait
+
+    @property
+    def semaphore(self) -> Semaphore:
+        """The semaphore whose slots this takes."""
+        return self._semaphore
+
+    def _push(self, held: Held) -> None:
+        holds = dict(_HOLDS.get())
+        holds[id(self)] = holds.get(id(self), ()) + (held,)
+        _HOLDS.set(holds)
+
+    def _pop(self) -> Optional[Held]:
+        holds = dict(_HOLDS.get())
+        mine = holds.get(id(self), ())
+        if not mine:
+            return None
+        if len(mine) > 1:
+            holds[id(self)] = mine[:-1]
+        else:
+            del holds[id(self)]
+        _HOLDS.set(holds)
+        return mine[-1]
+
+    def __enter__(self) -> Held:
+        held = self._semaphore.acquire(self._wait)
+        self._push(held)
+        return held
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        held = self._pop()
+        if held is not None:
+            _finish(held.release, exc)
+
+    async def __aenter__(self) -> Held:
+        held = await self._semaphore.acquire_async(self._wait)
+        self._push(held)
+        return held
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        held = self._pop()
+        if held is not None:
+            await _finish_async(held.release_async, exc)
+
+
+def semaphore(
+    url: Union[str, Store],
+    key: Optional[str] = None,
+    *,
+    slots: int,
+    ttl: Optional[Seconds] = None,
+    wait: Optional[Seconds] = None,
+    owner: Optional[str] = None,
+    **options: Any,
+) -> SemaphoreLock:
+    """A counting semaphore of ``slots`` slots, used as ``with
+    casaas.semaphore(url, slots=3) as held:`` or ``async with``: at most
+    ``slots`` blocks run at once, across processes and machines.
+
+    ``url``, ``key``, ``ttl``, ``wait``, ``owner`` and ``options`` are as
+    for :func:`lock` (the store is opened at once). Inside the block,
+    ``held.token`` is the fencing token of the slot taken (``held.key``
+    names it: ``NAME.slots/I``); every slot has tokens of its own.
+    """
+    target, name = _store_and_key(url, key, options)
+    store = _resolve(target, options)
+    return SemaphoreLock(Semaphore(store, name, slots=slots, ttl=ttl, owner=owner), wait)
 
 
 class Leader(NamedTuple):
