@@ -27,6 +27,16 @@ const MAX_ORPHANS: usize = 64;
 /// holding by someone else between two of our requests.
 const MAX_LOST_RACES: u32 = 8;
 
+/// The highest fencing token this process saw on each lock object (by
+/// store identity and key): a lock object found missing after that was
+/// deleted from outside the protocol, and is not created again at token 1.
+/// Bounded by the number of locks the process uses.
+fn token_floors() -> &'static Mutex<std::collections::HashMap<String, u64>> {
+    static FLOORS: std::sync::OnceLock<Mutex<std::collections::HashMap<String, u64>>> =
+        std::sync::OnceLock::new();
+    FLOORS.get_or_init(Default::default)
+}
+
 /// Did our write lose to another write between our read and it? The object
 /// changed (precondition failed) or vanished (not found): nothing of ours
 /// was written, and a new read tells where the lease stands.
@@ -425,13 +435,63 @@ impl Lease {
 
     /// Reads the current record (one GET). A foreign object is an error.
     pub async fn read(&self) -> Result<Option<(LeaseRecord, Version)>, LeaseError> {
-        read_record(
+        let read = read_record(
             self.store.as_ref(),
             self.clock.as_ref(),
             self.config.request_timeout,
             &self.key,
         )
-        .await
+        .await?;
+        if let Some((record, _)) = &read {
+            self.saw_token(record.token);
+        }
+        Ok(read)
+    }
+
+    /// This process's key for the lock's token floor.
+    fn floor_key(&self) -> String {
+        format!("{}\n{}", self.store.identity(), self.key)
+    }
+
+    /// Remembers, for this process, that the lock object held `token`.
+    fn saw_token(&self, token: u64) {
+        let mut floors = token_floors().lock().unwrap_or_else(|p| p.into_inner());
+        let floor = floors.entry(self.floor_key()).or_default();
+        *floor = (*floor).max(token);
+    }
+
+    /// Refuses to create the lock object again when this process saw it
+    /// before: it was deleted from outside the protocol, and a new object
+    /// would restart fencing at token 1, below what fenced resources may
+    /// have recorded (see "Limits" in the protocol document).
+    fn refuse_recreation(&self) -> Result<(), LeaseError> {
+        if self.key.contains(".queue/") {
+            // A fair lock's tickets are deleted by the protocol itself
+            // when they end, and their numbers reused.
+            return Ok(());
+        }
+        let floor = token_floors()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&self.floor_key())
+            .copied();
+        match floor {
+            Some(token) if token > 0 => Err(LeaseError::Store(CasError::new(
+                ErrorKind::Misconfigured,
+                format!(
+                    "the lock object {} on {} is gone, but this process saw it at fencing \
+                     token {token}: it was deleted from outside the protocol, and creating it \
+                     again would restart fencing at token 1, below what fenced resources may \
+                     have recorded. Restore the object (its last record, token {token} or \
+                     higher), or, to start the lock over at token 1 knowingly, run a new \
+                     process (only this process remembers the token); to break a stale lock, \
+                     release it (`casaas release`) instead of deleting it",
+                    self.key,
+                    self.store.describe()
+                ),
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// Decides, from a record just read at `now`, whether it is expired,
@@ -554,6 +614,7 @@ impl Lease {
         let now = self.clock.now();
         let plan = match &current {
             None => {
+                self.refuse_recreation()?;
                 self.lock().orphans.settle(None, |_| false);
                 Plan::Create
             }
@@ -788,6 +849,7 @@ impl Lease {
     }
 
     fn acquired(&self, record: LeaseRecord, version: Version, sent_at: Duration) -> LeaseGuard {
+        self.saw_token(record.token);
         {
             // Our write now holds the object, so every earlier write of ours
             // was conditioned on a state that is gone: none can land.
