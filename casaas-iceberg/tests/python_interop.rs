@@ -5,7 +5,8 @@
 //! Needs a Python with casaas (its `iceberg` extra) and PyArrow: the
 //! interpreter named by `CASAAS_ICEBERG_PYTHON`, else the test virtualenv
 //! `cargo xtask python` makes (`.casaas/tools/casaas-py-test`). Without one
-//! the tests say so and pass without running.
+//! the tests say so and pass without running, unless
+//! `CASAAS_REQUIRE_SERVERS=1` (then they fail).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -36,6 +37,9 @@ fn python() -> Option<PathBuf> {
     }
     let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../.casaas/tools/casaas-py-test/bin/python");
+    if !venv.exists() && std::env::var("CASAAS_REQUIRE_SERVERS").as_deref() == Ok("1") {
+        panic!("no Python with casaas: set CASAAS_ICEBERG_PYTHON or run cargo xtask python");
+    }
     venv.exists().then_some(venv)
 }
 
