@@ -453,3 +453,54 @@ async fn an_entry_dated_in_the_future_is_ignored_and_replaced() {
     assert!(!hit && requests >= 8);
     assert!(cache.lookup(&store), "replaced by the new pass");
 }
+
+/// docs/protocol.md's safety argument for the cache, held to the code: the
+/// fields of an entry this version writes, the expiry, the size limit and
+/// the ways an entry is removed are the ones the document lists.
+#[tokio::test]
+async fn the_protocol_document_describes_the_cache_as_it_is() {
+    let doc = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/protocol.md"));
+    let start = doc
+        .find("**Kept between processes")
+        .expect("the cache's section");
+    let section = &doc[start..];
+    let section = &section[..section.find("**Capability profiles.**").unwrap()];
+
+    let dir = tempfile::tempdir().unwrap();
+    let cache = GuardCache::open(dir.path()).unwrap();
+    let store = CountingStore::new(MemoryStore::named("cache-doc"));
+    cache.record_pass(&store);
+    let [entry] = entries(&cache).try_into().unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&entry).unwrap()).unwrap();
+    for field in json.as_object().unwrap().keys() {
+        assert!(
+            section.contains(&format!("`{field}`")),
+            "the entry field {field} is not in docs/protocol.md"
+        );
+    }
+    assert_eq!(DEFAULT_MAX_AGE, Duration::from_secs(3600));
+    assert!(section.contains("*Expiry: one hour*"));
+    for removal in [
+        "resolved endpoint",
+        "`--no-cache`",
+        "`casaas doctor`",
+        "`casaas cache clear`",
+        "however it was opened",
+        "a corrupt entry is removed when read",
+        "at most 64\n  KiB",
+    ] {
+        assert!(
+            section.contains(removal),
+            "docs/protocol.md lacks {removal:?}"
+        );
+    }
+    // The size limit the document names.
+    std::fs::write(&entry, vec![b' '; 64 * 1024 + 1]).unwrap();
+    let (hit, logs) = casaas_core::testkit::logged(async { cache.lookup(&store) }).await;
+    assert!(!hit);
+    assert!(logs.contains("not an entry"), "{logs}");
+    std::fs::write(&entry, vec![b' '; 64 * 1024]).unwrap();
+    let (_, logs) = casaas_core::testkit::logged(async { cache.lookup(&store) }).await;
+    assert!(logs.contains("corrupt"), "{logs}");
+}
