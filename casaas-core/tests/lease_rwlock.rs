@@ -183,3 +183,25 @@ async fn a_deadline_of_zero_makes_one_attempt() {
     assert!(err.to_string().contains("deadline"), "{err}");
     writer.release().await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_reader_takes_its_slot_again_after_a_writer_cleared_it() {
+    let store: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
+    let reader = rwlock(&store, "r", 1);
+    for round in 0..3 {
+        reader
+            .read(WaitOptions::default())
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        // The writer deletes the released slot on its way.
+        let w = rwlock(&store, "w", 10 + round)
+            .write(WaitOptions::default())
+            .await
+            .unwrap();
+        assert!(slots(store.as_ref()).await.is_empty());
+        w.release().await.unwrap();
+    }
+}

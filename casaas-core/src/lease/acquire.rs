@@ -465,9 +465,10 @@ impl Lease {
     /// would restart fencing at token 1, below what fenced resources may
     /// have recorded (see "Limits" in the protocol document).
     fn refuse_recreation(&self) -> Result<(), LeaseError> {
-        if self.key.contains(".queue/") {
-            // A fair lock's tickets are deleted by the protocol itself
-            // when they end, and their numbers reused.
+        if self.key.contains(".queue/") || self.key.contains(".readers/") {
+            // A fair lock's tickets and a read-write lock's reader slots
+            // are deleted by the protocol itself when they end, and their
+            // keys reused; neither fences anything.
             return Ok(());
         }
         let floor = token_floors()
