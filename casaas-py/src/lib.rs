@@ -10,6 +10,7 @@ mod doctor;
 mod errors;
 mod group;
 mod runtime;
+mod rwlock;
 mod semaphore;
 mod swap;
 mod values;
@@ -984,6 +985,7 @@ fn _casaas(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Lease>()?;
     m.add_class::<Held>()?;
     m.add_class::<semaphore::Semaphore>()?;
+    m.add_class::<rwlock::RwLock>()?;
     m.add_class::<Session>()?;
     m.add_class::<Election>()?;
     m.add_class::<Leadership>()?;

@@ -121,6 +121,8 @@ __all__ = [
     "MayHaveTakenEffect",
     "Probe",
     "RuntimeFailure",
+    "RwLock",
+    "RwLockHold",
     "Seconds",
     "Semaphore",
     "SemaphoreLock",
@@ -140,6 +142,7 @@ __all__ = [
     "lock",
     "open",
     "open_async",
+    "rwlock",
     "semaphore",
 ]
 
@@ -918,6 +921,176 @@ def semaphore(
     target, name = _store_and_key(url, key, options)
     store = _resolve(target, options)
     return SemaphoreLock(Semaphore(store, name, slots=slots, ttl=ttl, owner=owner), wait)
+
+
+class RwLock:
+    """A read-write lock: many readers at once, or one writer.
+
+    The writer holds the lock object itself (a lease at ``key``), and its
+    ``held.token`` is the writer's fencing token. Each reader holds a slot
+    of its own under ``KEY.readers/`` (its token numbers that slot's
+    holdings and fences nothing). A writer that waits keeps new readers
+    out, so readers cannot starve it. The store must list keys.
+
+    Use :meth:`read` and :meth:`write` as context managers (``with`` or
+    ``async with``), or :meth:`acquire_read` / :meth:`acquire_write` for a
+    :class:`Held` to release yourself.
+    """
+
+    def __init__(
+        self,
+        store: Union[str, Store],
+        key: str,
+        *,
+        ttl: Optional[Seconds] = None,
+        owner: Optional[str] = None,
+        wait: Optional[Seconds] = None,
+        **options: Any,
+    ) -> None:
+        self._native = _casaas.RwLock(_resolve(store, options), key, owner, _seconds(ttl, "ttl"))
+        self._wait = wait
+
+    @property
+    def key(self) -> str:
+        """The lock's name (the writer's lock object)."""
+        key: str = self._native.key
+        return key
+
+    @property
+    def readers_prefix(self) -> str:
+        """Where the readers' slots live: the key followed by ``.readers/``."""
+        prefix: str = self._native.readers_prefix
+        return prefix
+
+    def acquire_read(self, wait: Optional[Seconds] = None) -> Held:
+        """Holds the lock shared. ``wait=None`` waits for ever, ``wait=0``
+        tries once (:class:`LockHeld` while a writer holds or waits),
+        otherwise waits at most ``wait`` (:class:`LockTimeout`)."""
+        return Held(self._native.read(_seconds(wait, "wait")))
+
+    def acquire_write(self, wait: Optional[Seconds] = None) -> Held:
+        """Holds the lock exclusively, once every reader has left; ``wait``
+        as for :meth:`acquire_read`. ``held.token`` is the fencing token."""
+        return Held(self._native.write(_seconds(wait, "wait")))
+
+    async def acquire_read_async(self, wait: Optional[Seconds] = None) -> Held:
+        """:meth:`acquire_read` for asyncio; cancelling the task cancels the wait."""
+        w = _seconds(wait, "wait")
+        native = await _run(lambda: self._native.read_start(w))
+        return Held(native)
+
+    async def acquire_write_async(self, wait: Optional[Seconds] = None) -> Held:
+        """:meth:`acquire_write` for asyncio; cancelling the task cancels the wait."""
+        w = _seconds(wait, "wait")
+        native = await _run(lambda: self._native.write_start(w))
+        return Held(native)
+
+    def read(self, wait: Optional[Seconds] = None) -> "RwLockHold":
+        """``with lock.read() as held:`` (or ``async with``): shared for the
+        block. ``wait`` defaults to the one the lock was made with."""
+        return RwLockHold(self, False, self._wait if wait is None else wait)
+
+    def write(self, wait: Optional[Seconds] = None) -> "RwLockHold":
+        """``with lock.write() as held:`` (or ``async with``): exclusive for
+        the block, ``held.token`` the fencing token. ``wait`` as for :meth:`read`."""
+        return RwLockHold(self, True, self._wait if wait is None else wait)
+
+
+class RwLockHold:
+    """One side of a :class:`RwLock` as a context manager (see
+    :meth:`RwLock.read`, :meth:`RwLock.write`): holds on entry, releases on
+    exit. Shared by threads or tasks, each entry is its own hold."""
+
+    def __init__(self, lock: RwLock, write: bool, wait: Optional[Seconds]) -> None:
+        self._lock = lock
+        self._write = write
+        self._wait = wait
+
+    @property
+    def lock(self) -> RwLock:
+        """The read-write lock this holds."""
+        return self._lock
+
+    @property
+    def exclusive(self) -> bool:
+        """True for the writer's side."""
+        return self._write
+
+    def _push(self, held: Held) -> None:
+        holds = dict(_HOLDS.get())
+        holds[id(self)] = holds.get(id(self), ()) + (held,)
+        _HOLDS.set(holds)
+
+    def _pop(self) -> Optional[Held]:
+        holds = dict(_HOLDS.get())
+        mine = holds.get(id(self), ())
+        if not mine:
+            return None
+        if len(mine) > 1:
+            holds[id(self)] = mine[:-1]
+        else:
+            del holds[id(self)]
+        _HOLDS.set(holds)
+        return mine[-1]
+
+    def __enter__(self) -> Held:
+        if self._write:
+            held = self._lock.acquire_write(self._wait)
+        else:
+            held = self._lock.acquire_read(self._wait)
+        self._push(held)
+        return held
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        held = self._pop()
+        if held is not None:
+            _finish(held.release, exc)
+
+    async def __aenter__(self) -> Held:
+        if self._write:
+            held = await self._lock.acquire_write_async(self._wait)
+        else:
+            held = await self._lock.acquire_read_async(self._wait)
+        self._push(held)
+        return held
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        held = self._pop()
+        if held is not None:
+            await _finish_async(held.release_async, exc)
+
+
+def rwlock(
+    url: Union[str, Store],
+    key: Optional[str] = None,
+    *,
+    ttl: Optional[Seconds] = None,
+    wait: Optional[Seconds] = None,
+    owner: Optional[str] = None,
+    **options: Any,
+) -> RwLock:
+    """A read-write lock, used as ``with casaas.rwlock(url).read():`` or
+    ``with casaas.rwlock(url).write() as held:`` (and ``async with``): many
+    readers at once, or one writer whose ``held.token`` is its fencing
+    token.
+
+    ``url``, ``key``, ``ttl``, ``wait``, ``owner`` and ``options`` are as
+    for :func:`lock` (the store is opened at once); ``wait`` is the default
+    of :meth:`RwLock.read` and :meth:`RwLock.write`.
+    """
+    target, name = _store_and_key(url, key, options)
+    store = _resolve(target, options)
+    return RwLock(store, name, ttl=ttl, owner=owner, wait=wait)
 
 
 class Leader(NamedTuple):
