@@ -27,6 +27,12 @@
 //! the checker reads every record of every entry, so that a record lost or
 //! written twice inside a batch counts as one inside an entry of its own
 //! would. `batched_entries` counts the entries of more than one record.
+//!
+//! With `--primitive semaphore` or `--primitive rwlock` the workers hold
+//! parts of a [`Primitive`] instead (a semaphore's slots; a read-write
+//! lock's shared and exclusive sides), logged as holdings of a *lane*
+//! (`s0`, `s1`, … for slots, `r` and `w` for readers and the writer):
+//! see [`check_primitive`] for what is counted.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -44,6 +50,43 @@ pub const LOG_PREFIX: &str = "chaos/log";
 /// Prefix of the workers' session heartbeats (`--sessions true`: each
 /// worker holds the lock under a session of its own, `SESSION_PREFIX/worker-N`).
 pub const SESSION_PREFIX: &str = "chaos/sessions";
+/// Name of the semaphore (`--primitive semaphore`); its slots are leases
+/// at `chaos/sem.slots/N`.
+pub const SEMAPHORE_KEY: &str = "chaos/sem";
+/// Lane of a read-write lock's writer.
+pub const WRITER_LANE: &str = "w";
+/// Lane of a read-write lock's readers.
+pub const READER_LANE: &str = "r";
+
+/// Prefix of the fenced log that holders of semaphore slot `slot` append
+/// to with that slot's token.
+pub fn slot_log_prefix(slot: u32) -> String {
+    format!("chaos/slots/{slot}/log")
+}
+
+/// Lane of semaphore slot `slot`.
+pub fn slot_lane(slot: u32) -> String {
+    format!("s{slot}")
+}
+
+/// The kind of the appends to slot `slot`'s log, in write events.
+pub fn slot_append_kind(slot: u32) -> String {
+    format!("app{slot}")
+}
+
+/// What the workers of a run hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Primitive {
+    /// One lease (the lock), as every run did before primitives.
+    Lease,
+    /// A semaphore of this many slots.
+    Semaphore {
+        /// How many slots.
+        slots: u32,
+    },
+    /// A read-write lock: readers share, the writer writes fenced.
+    RwLock,
+}
 
 /// Nanoseconds on `CLOCK_MONOTONIC`, shared by every process here.
 pub fn monotonic_ns() -> u64 {
@@ -101,6 +144,40 @@ pub enum Event {
         /// `ok`, `amb` (may have been applied) or `no` (not applied).
         result: String,
     },
+    /// Took a part of a primitive (lane `s0`… a semaphore slot, `r` a
+    /// read-write lock's shared side, `w` its writer) with `token` at `at`.
+    Took {
+        /// Worker id.
+        worker: u32,
+        /// The lane.
+        lane: String,
+        /// The token of the lane's lease.
+        token: u64,
+        /// When (monotonic ns).
+        at: u64,
+    },
+    /// A check of a lane's holding passed: believed held until `until`.
+    Holds {
+        /// Worker id.
+        worker: u32,
+        /// The lane.
+        lane: String,
+        /// The token.
+        token: u64,
+        /// End of the belief (monotonic ns).
+        until: u64,
+    },
+    /// Started giving a lane's holding back at `at`.
+    Gave {
+        /// Worker id.
+        worker: u32,
+        /// The lane.
+        lane: String,
+        /// The token.
+        token: u64,
+        /// When (monotonic ns).
+        at: u64,
+    },
 }
 
 impl fmt::Display for Event {
@@ -120,6 +197,24 @@ impl fmt::Display for Event {
                 op,
                 result,
             } => write!(f, "result {worker} {kind} {op} {result}"),
+            Event::Took {
+                worker,
+                lane,
+                token,
+                at,
+            } => write!(f, "took {worker} {lane} {token} {at}"),
+            Event::Holds {
+                worker,
+                lane,
+                token,
+                until,
+            } => write!(f, "holds {worker} {lane} {token} {until}"),
+            Event::Gave {
+                worker,
+                lane,
+                token,
+                at,
+            } => write!(f, "gave {worker} {lane} {token} {at}"),
         }
     }
 }
@@ -157,6 +252,24 @@ impl Event {
                 op: n(3)?,
                 result: parts.get(4)?.to_string(),
             },
+            "took" => Event::Took {
+                worker,
+                lane: parts.get(2)?.to_string(),
+                token: n(3)?,
+                at: n(4)?,
+            },
+            "holds" => Event::Holds {
+                worker,
+                lane: parts.get(2)?.to_string(),
+                token: n(3)?,
+                until: n(4)?,
+            },
+            "gave" => Event::Gave {
+                worker,
+                lane: parts.get(2)?.to_string(),
+                token: n(3)?,
+                at: n(4)?,
+            },
             _ => return None,
         })
     }
@@ -182,6 +295,21 @@ pub struct Verdict {
     pub duplicate_updates: usize,
     /// Log entries holding more than one record (written by group commit).
     pub batched_entries: usize,
+    /// Semaphore: moments at which more holders believed they held a slot
+    /// than the semaphore has slots.
+    pub over_capacity: usize,
+    /// Acquisitions of a fencing lane (a semaphore slot, a read-write
+    /// lock's writer) whose token is not above the one before in that lane,
+    /// or that another acquisition of the lane also got.
+    pub token_regressions: usize,
+    /// Fenced log records whose token no acquisition of that lane by their
+    /// writer got: a write accepted from no holder.
+    pub unheld_writes: usize,
+    /// Semaphore: the most holders believing at once; read-write lock: the
+    /// most readers believing at once.
+    pub most_at_once: usize,
+    /// Read-write lock: acquisitions by writers.
+    pub writer_acquisitions: usize,
     /// Human-readable details of each violation.
     pub details: Vec<String>,
 }
@@ -200,6 +328,11 @@ pub struct MinimumWork {
     /// Log entries of more than one record (0 unless the run used group
     /// commit: see [`MinimumWork::group_commit`]).
     pub batched_entries: usize,
+    /// Holders believing at once ([`Verdict::most_at_once`]; 0 unless the
+    /// run held a semaphore or a read-write lock).
+    pub most_at_once: usize,
+    /// Writer acquisitions of a read-write lock.
+    pub writer_acquisitions: usize,
 }
 
 impl Default for MinimumWork {
@@ -211,6 +344,8 @@ impl Default for MinimumWork {
             handovers: 5,
             writes_applied: 20,
             batched_entries: 0,
+            most_at_once: 0,
+            writer_acquisitions: 0,
         }
     }
 }
@@ -223,6 +358,24 @@ impl MinimumWork {
         MinimumWork {
             batched_entries: 5,
             ..MinimumWork::default()
+        }
+    }
+
+    /// The least work of a run over `primitive`: the default, and for a
+    /// semaphore two holders at once (else capacity was never at stake),
+    /// for a read-write lock two readers at once and 5 writer acquisitions.
+    pub fn of(primitive: Primitive) -> Self {
+        match primitive {
+            Primitive::Lease => MinimumWork::default(),
+            Primitive::Semaphore { slots } => MinimumWork {
+                most_at_once: 2.min(slots as usize),
+                ..MinimumWork::default()
+            },
+            Primitive::RwLock => MinimumWork {
+                most_at_once: 2,
+                writer_acquisitions: 5,
+                ..MinimumWork::default()
+            },
         }
     }
 }
@@ -244,6 +397,12 @@ impl MinimumWork {
                 verdict.batched_entries,
                 self.batched_entries,
             ),
+            ("holders at once", verdict.most_at_once, self.most_at_once),
+            (
+                "writer acquisitions",
+                verdict.writer_acquisitions,
+                self.writer_acquisitions,
+            ),
         ]
         .iter()
         .filter(|(_, done, needed)| done < needed)
@@ -261,7 +420,13 @@ impl MinimumWork {
 impl Verdict {
     /// Any violation at all?
     pub fn violations(&self) -> usize {
-        self.overlaps + self.stale_writes_accepted + self.lost_updates + self.duplicate_updates
+        self.overlaps
+            + self.stale_writes_accepted
+            + self.lost_updates
+            + self.duplicate_updates
+            + self.over_capacity
+            + self.token_regressions
+            + self.unheld_writes
     }
 }
 
@@ -272,6 +437,8 @@ pub struct Observed {
     pub counter: Option<Bytes>,
     /// Bodies of the log entries, by key.
     pub log_entries: BTreeMap<String, Bytes>,
+    /// Semaphore: the bodies of each slot's log entries, by slot and key.
+    pub slot_logs: BTreeMap<u32, BTreeMap<String, Bytes>>,
 }
 
 /// Checks the workers' events against what the server holds.
@@ -413,9 +580,24 @@ fn check_counter(events: &[Event], observed: &Observed, verdict: &mut Verdict) {
 /// applied, and its tokens never decrease. An entry of schema 2 (group
 /// commit) holds several records, each checked as an append of its own.
 fn check_log(events: &[Event], observed: &Observed, verdict: &mut Verdict) {
-    let (_, told) = results(events, "app");
+    check_log_at(events, "app", &observed.log_entries, verdict);
+}
+
+/// A log's record: its entry's token, and the record's writer and op.
+type LogRecord = (u64, u32, u64);
+
+/// [`check_log`] over the entries of one log, whose appends are logged as
+/// writes of `kind`: the records found, with their entries' tokens.
+fn check_log_at(
+    events: &[Event],
+    kind: &str,
+    entries: &BTreeMap<String, Bytes>,
+    verdict: &mut Verdict,
+) -> Vec<LogRecord> {
+    let (_, told) = results(events, kind);
+    let mut found = Vec::new();
     let mut by_seq: BTreeMap<u64, (u64, Vec<(u32, u64)>)> = BTreeMap::new();
-    for (key, body) in &observed.log_entries {
+    for (key, body) in entries {
         let Some(value) = serde_json::from_slice::<Value>(body).ok() else {
             verdict.details.push(format!("unreadable log entry {key}"));
             verdict.duplicate_updates += 1;
@@ -469,6 +651,7 @@ fn check_log(events: &[Event], observed: &Observed, verdict: &mut Verdict) {
         }
         max_token = max_token.max(*token);
         for (offset, (worker, op)) in records.iter().enumerate() {
+            found.push((*token, *worker, *op));
             if !seen.insert((*worker, *op)) {
                 verdict.duplicate_updates += 1;
                 verdict.details.push(format!(
@@ -485,6 +668,291 @@ fn check_log(events: &[Event], observed: &Observed, verdict: &mut Verdict) {
             ));
         }
     }
+    found
+}
+
+/// One holding of a primitive's lane, and when it was believed: from its
+/// acquisition to its last passing check (or its release, if earlier).
+#[derive(Debug, Clone)]
+struct Holding {
+    worker: u32,
+    lane: String,
+    token: u64,
+    start: u64,
+    end: u64,
+}
+
+impl Holding {
+    /// Whether any check of the holding passed before it ended.
+    fn believed(&self) -> bool {
+        self.end > self.start
+    }
+
+    /// Whether the two were believed at one moment (`[start, end)`).
+    fn overlaps(&self, other: &Holding) -> bool {
+        self.believed() && other.believed() && self.start < other.end && other.start < self.end
+    }
+}
+
+/// Every holding in the events, in order of acquisition. A worker holds
+/// one thing at a time, so its checks and release belong to its latest
+/// acquisition (a reader slot's token repeats: the writer deletes released
+/// slots and their owner takes them again at token 1).
+fn holdings(events: &[Event]) -> Vec<Holding> {
+    let mut latest: HashMap<u32, usize> = HashMap::new();
+    let mut list: Vec<Holding> = Vec::new();
+    let mut released: Vec<Option<u64>> = Vec::new();
+    let same = |h: &Holding, lane: &str, token: u64| h.lane == lane && h.token == token;
+    for event in events {
+        match event {
+            Event::Took {
+                worker,
+                lane,
+                token,
+                at,
+            } => {
+                latest.insert(*worker, list.len());
+                list.push(Holding {
+                    worker: *worker,
+                    lane: lane.clone(),
+                    token: *token,
+                    start: *at,
+                    end: *at,
+                });
+                released.push(None);
+            }
+            Event::Holds {
+                worker,
+                lane,
+                token,
+                until,
+            } => {
+                if let Some(&i) = latest.get(worker)
+                    && same(&list[i], lane, *token)
+                {
+                    list[i].end = list[i].end.max(*until);
+                }
+            }
+            Event::Gave {
+                worker,
+                lane,
+                token,
+                at,
+            } => {
+                if let Some(&i) = latest.get(worker)
+                    && same(&list[i], lane, *token)
+                {
+                    released[i] = Some(released[i].map_or(*at, |r: u64| r.min(*at)));
+                }
+            }
+            _ => {}
+        }
+    }
+    for (holding, released) in list.iter_mut().zip(released) {
+        if let Some(at) = released {
+            holding.end = holding.end.min(at).max(holding.start);
+        }
+    }
+    list.sort_by_key(|h| h.start);
+    list
+}
+
+/// The most holdings believed at one moment, and each moment (with the
+/// count) at which more than `limit` were.
+fn most_at_once<'a>(
+    holdings: impl Iterator<Item = &'a Holding>,
+    limit: usize,
+) -> (usize, Vec<(u64, usize)>) {
+    let mut edges: Vec<(u64, i8)> = holdings
+        .filter(|h| h.believed())
+        .flat_map(|h| [(h.start, 1), (h.end, -1)])
+        .collect();
+    // An end sorts before a start at the same moment: `[start, end)`.
+    edges.sort_unstable();
+    let (mut now, mut most, mut over) = (0usize, 0usize, Vec::new());
+    for (at, delta) in edges {
+        if delta > 0 {
+            now += 1;
+            most = most.max(now);
+            if now > limit {
+                over.push((at, now));
+            }
+        } else {
+            now = now.saturating_sub(1);
+        }
+    }
+    (most, over)
+}
+
+/// Acquisitions, handovers (per lane, to another worker than the one
+/// before) and applied writes.
+fn count_lane_work(holdings: &[Holding], events: &[Event], verdict: &mut Verdict) {
+    verdict.acquisitions = holdings.len();
+    let mut last: HashMap<&str, u32> = HashMap::new();
+    for h in holdings {
+        if last
+            .insert(h.lane.as_str(), h.worker)
+            .is_some_and(|w| w != h.worker)
+        {
+            verdict.handovers += 1;
+        }
+    }
+    verdict.writes_applied = events
+        .iter()
+        .filter(|e| matches!(e, Event::WriteResult { result, .. } if result == "ok"))
+        .count();
+}
+
+/// In a fencing lane, no token is got twice and the tokens of the believed
+/// holdings rise strictly in the order they began.
+fn check_lane_tokens(holdings: &[Holding], lane: &str, verdict: &mut Verdict) {
+    let mut taken: HashMap<u64, u32> = HashMap::new();
+    for h in holdings.iter().filter(|h| h.lane == lane) {
+        if let Some(other) = taken.insert(h.token, h.worker) {
+            verdict.token_regressions += 1;
+            verdict.details.push(format!(
+                "lane {lane}: token {} was got by worker {other} and again by worker {}",
+                h.token, h.worker
+            ));
+        }
+    }
+    let believed: Vec<&Holding> = holdings
+        .iter()
+        .filter(|h| h.lane == lane && h.believed())
+        .collect();
+    for pair in believed.windows(2) {
+        if pair[1].token <= pair[0].token {
+            verdict.token_regressions += 1;
+            verdict.details.push(format!(
+                "lane {lane}: worker {} held token {} from {}, after worker {} held token {} from {}",
+                pair[1].worker, pair[1].token, pair[1].start, pair[0].worker, pair[0].token, pair[0].start
+            ));
+        }
+    }
+}
+
+/// Every record of a fenced log carries a token that its writer got in
+/// `lane`: a write accepted from no holder of that token is counted.
+fn check_writers_held(
+    holdings: &[Holding],
+    lane: &str,
+    records: &[LogRecord],
+    verdict: &mut Verdict,
+) {
+    let held: HashSet<(u32, u64)> = holdings
+        .iter()
+        .filter(|h| h.lane == lane)
+        .map(|h| (h.worker, h.token))
+        .collect();
+    for (token, worker, op) in records {
+        if !held.contains(&(*worker, *token)) {
+            verdict.unheld_writes += 1;
+            verdict.details.push(format!(
+                "lane {lane}: append {op} of worker {worker} was accepted with token {token}, which that worker never got"
+            ));
+        }
+    }
+}
+
+/// Checks a run over `primitive` ([`check`] for a lease):
+///
+/// - semaphore: `over_capacity` counts the moments more holders believed
+///   they held a slot than there are slots, across slots; `overlaps`, two
+///   believed holdings of one slot at once; `token_regressions`, a slot's
+///   token got twice or not rising in the order its holdings began; each
+///   slot's fenced log is checked as the lock's is (gaps, duplicates,
+///   lost appends, falling tokens) and `unheld_writes` counts its records
+///   whose token their writer never got for that slot;
+/// - read-write lock: `overlaps` counts the pairs of a believed writer
+///   holding with any other believed holding, reader or writer;
+///   `token_regressions` the writer's tokens as a slot's above; the fenced
+///   counter and log, written by writers only, are checked as the lock's,
+///   and `unheld_writes` counts log records whose token their writer never
+///   got as writer.
+pub fn check_primitive(events: &[Event], observed: &Observed, primitive: Primitive) -> Verdict {
+    let slots = match primitive {
+        Primitive::Lease => return check(events, observed),
+        Primitive::Semaphore { slots } => slots,
+        Primitive::RwLock => return check_rwlock(events, observed),
+    };
+    let mut verdict = Verdict::default();
+    let holdings = holdings(events);
+    count_lane_work(&holdings, events, &mut verdict);
+    let lanes: Vec<String> = (0..slots).map(slot_lane).collect();
+    for h in holdings.iter().filter(|h| !lanes.contains(&h.lane)) {
+        verdict.over_capacity += 1;
+        verdict.details.push(format!(
+            "worker {} held lane {}, which is no slot of the semaphore's {slots}",
+            h.worker, h.lane
+        ));
+    }
+    let (most, over) = most_at_once(holdings.iter(), slots as usize);
+    verdict.most_at_once = most;
+    for (at, n) in over {
+        verdict.over_capacity += 1;
+        verdict.details.push(format!(
+            "{n} holders believed they held a slot at {at}; the semaphore has {slots}"
+        ));
+    }
+    for (slot, lane) in (0..slots).zip(&lanes) {
+        let in_lane: Vec<&Holding> = holdings.iter().filter(|h| &h.lane == lane).collect();
+        for (i, a) in in_lane.iter().enumerate() {
+            for b in &in_lane[i + 1..] {
+                if a.overlaps(b) {
+                    verdict.overlaps += 1;
+                    verdict.details.push(format!(
+                        "slot {slot}: worker {} token {} and worker {} token {} believed at once",
+                        a.worker, a.token, b.worker, b.token
+                    ));
+                }
+            }
+        }
+        check_lane_tokens(&holdings, lane, &mut verdict);
+        let empty = BTreeMap::new();
+        let entries = observed.slot_logs.get(&slot).unwrap_or(&empty);
+        let records = check_log_at(events, &slot_append_kind(slot), entries, &mut verdict);
+        check_writers_held(&holdings, lane, &records, &mut verdict);
+    }
+    verdict
+}
+
+/// [`check_primitive`] for a read-write lock.
+fn check_rwlock(events: &[Event], observed: &Observed) -> Verdict {
+    let mut verdict = Verdict::default();
+    let holdings = holdings(events);
+    count_lane_work(&holdings, events, &mut verdict);
+    verdict.writer_acquisitions = holdings.iter().filter(|h| h.lane == WRITER_LANE).count();
+    verdict.most_at_once = most_at_once(
+        holdings.iter().filter(|h| h.lane == READER_LANE),
+        usize::MAX,
+    )
+    .0;
+    for w in holdings.iter().filter(|h| h.lane == WRITER_LANE) {
+        for other in &holdings {
+            let counted_once = other.lane != WRITER_LANE
+                || (other.start, other.worker, other.token) > (w.start, w.worker, w.token);
+            if counted_once && w.overlaps(other) {
+                verdict.overlaps += 1;
+                verdict.details.push(format!(
+                    "writer {} token {} believed from {} to {} while {} {} token {} believed from {} to {}",
+                    w.worker,
+                    w.token,
+                    w.start,
+                    w.end,
+                    if other.lane == WRITER_LANE { "writer" } else { "reader" },
+                    other.worker,
+                    other.token,
+                    other.start,
+                    other.end
+                ));
+            }
+        }
+    }
+    check_lane_tokens(&holdings, WRITER_LANE, &mut verdict);
+    check_counter(events, observed, &mut verdict);
+    let records = check_log_at(events, "app", &observed.log_entries, &mut verdict);
+    check_writers_held(&holdings, WRITER_LANE, &records, &mut verdict);
+    verdict
 }
 
 /// Parses every line of every log, ignoring torn lines.
@@ -734,5 +1202,171 @@ mod tests {
             ..busy
         };
         assert_eq!(MinimumWork::group_commit().shortfall(&batched), None);
+    }
+
+    /// Worker `w` takes `lane` with `token` at `start` and believes it
+    /// held until `end`, then gives it back.
+    fn held(w: u32, lane: &str, token: u64, start: u64, end: u64) -> [Event; 3] {
+        [
+            Event::Took {
+                worker: w,
+                lane: lane.into(),
+                token,
+                at: start,
+            },
+            Event::Holds {
+                worker: w,
+                lane: lane.into(),
+                token,
+                until: end,
+            },
+            Event::Gave {
+                worker: w,
+                lane: lane.into(),
+                token,
+                at: end,
+            },
+        ]
+    }
+
+    fn flat<const N: usize>(parts: Vec<[Event; N]>) -> Vec<Event> {
+        parts.into_iter().flatten().collect()
+    }
+
+    const SEMAPHORE: Primitive = Primitive::Semaphore { slots: 3 };
+
+    #[test]
+    fn lane_events_round_trip_through_their_lines() {
+        for e in held(3, "s2", 7, 10, 20) {
+            assert_eq!(Event::parse(&e.to_string()).as_ref(), Some(&e));
+        }
+        assert_eq!(Event::parse("took 1 s0 2"), None);
+    }
+
+    #[test]
+    fn a_semaphore_with_more_holders_than_slots_is_a_violation() {
+        // Three holders at once on three slots, handovers: a pass.
+        let fine = flat(vec![
+            held(1, "s0", 1, 0, 10),
+            held(2, "s1", 1, 0, 10),
+            held(3, "s2", 1, 5, 15),
+            held(4, "s0", 2, 10, 20),
+        ]);
+        let verdict = check_primitive(&fine, &Observed::default(), SEMAPHORE);
+        assert_eq!(verdict.violations(), 0, "{:?}", verdict.details);
+        assert_eq!((verdict.most_at_once, verdict.handovers), (3, 1));
+        assert_eq!(MinimumWork::of(SEMAPHORE).most_at_once, 2);
+        // A fourth holder while three believe: over capacity, and two
+        // holders of one slot at once.
+        let mut over = fine.clone();
+        over.extend(held(5, "s1", 2, 8, 9));
+        let verdict = check_primitive(&over, &Observed::default(), SEMAPHORE);
+        assert_eq!(verdict.over_capacity, 1, "{:?}", verdict.details);
+        assert_eq!(verdict.overlaps, 1, "{:?}", verdict.details);
+        // A slot the semaphore does not have.
+        let mut stray = fine;
+        stray.extend(held(5, "s3", 1, 30, 40));
+        assert_eq!(
+            check_primitive(&stray, &Observed::default(), SEMAPHORE).over_capacity,
+            1
+        );
+    }
+
+    #[test]
+    fn a_slot_token_got_twice_or_falling_is_a_violation() {
+        let falling = flat(vec![held(1, "s0", 2, 0, 10), held(2, "s0", 1, 20, 30)]);
+        let verdict = check_primitive(&falling, &Observed::default(), SEMAPHORE);
+        assert_eq!(verdict.token_regressions, 1, "{:?}", verdict.details);
+        let twice = flat(vec![held(1, "s1", 4, 0, 10), held(2, "s1", 4, 20, 30)]);
+        let verdict = check_primitive(&twice, &Observed::default(), SEMAPHORE);
+        assert_eq!(verdict.token_regressions, 2, "{:?}", verdict.details);
+        // Tokens rising per slot, whatever the other slots hold: a pass.
+        let rising = flat(vec![
+            held(1, "s0", 5, 0, 10),
+            held(2, "s1", 1, 2, 12),
+            held(2, "s0", 6, 20, 30),
+        ]);
+        assert_eq!(
+            check_primitive(&rising, &Observed::default(), SEMAPHORE).violations(),
+            0
+        );
+    }
+
+    #[test]
+    fn a_slot_write_from_no_holder_of_its_token_is_a_violation() {
+        let mut events = flat(vec![held(1, "s0", 2, 0, 10), held(2, "s1", 1, 0, 10)]);
+        events.extend(result(1, "app0", 1, "ok"));
+        events.extend(result(2, "app1", 2, "ok"));
+        let logs = |slot0: Vec<(String, Bytes)>, slot1: Vec<(String, Bytes)>| Observed {
+            slot_logs: [
+                (0, slot0.into_iter().collect()),
+                (1, slot1.into_iter().collect()),
+            ]
+            .into_iter()
+            .collect(),
+            ..Observed::default()
+        };
+        let good = logs(vec![entry(1, 2, 1, 1)], vec![entry(1, 1, 2, 2)]);
+        let verdict = check_primitive(&events, &good, SEMAPHORE);
+        assert_eq!(verdict.violations(), 0, "{:?}", verdict.details);
+        // Worker 1 holds slot 0 with token 2, not 3.
+        let unheld = logs(vec![entry(1, 3, 1, 1)], vec![entry(1, 1, 2, 2)]);
+        assert_eq!(
+            check_primitive(&events, &unheld, SEMAPHORE).unheld_writes,
+            1
+        );
+        // Worker 2's token 1 is slot 1's, not slot 0's.
+        let other_slot = logs(vec![entry(1, 2, 1, 1), entry(2, 1, 2, 2)], vec![]);
+        let verdict = check_primitive(&events, &other_slot, SEMAPHORE);
+        assert_eq!(verdict.unheld_writes, 1, "{:?}", verdict.details);
+        assert_eq!(verdict.stale_writes_accepted, 1, "{:?}", verdict.details);
+        assert_eq!(verdict.lost_updates, 1, "{:?}", verdict.details);
+    }
+
+    #[test]
+    fn a_writer_beside_a_reader_or_a_writer_is_a_violation_and_readers_share() {
+        let fine = flat(vec![
+            held(1, READER_LANE, 1, 0, 10),
+            held(2, READER_LANE, 1, 5, 12),
+            held(3, WRITER_LANE, 1, 12, 20),
+            held(4, WRITER_LANE, 2, 20, 25),
+            held(1, READER_LANE, 1, 26, 30),
+        ]);
+        let verdict = check_primitive(&fine, &Observed::default(), Primitive::RwLock);
+        assert_eq!(verdict.violations(), 0, "{:?}", verdict.details);
+        assert_eq!((verdict.most_at_once, verdict.writer_acquisitions), (2, 2));
+        let mut reader_inside = fine.clone();
+        reader_inside.extend(held(5, READER_LANE, 1, 14, 15));
+        let verdict = check_primitive(&reader_inside, &Observed::default(), Primitive::RwLock);
+        assert_eq!(verdict.overlaps, 1, "{:?}", verdict.details);
+        let mut two_writers = fine.clone();
+        two_writers.extend(held(5, WRITER_LANE, 3, 22, 24));
+        let verdict = check_primitive(&two_writers, &Observed::default(), Primitive::RwLock);
+        assert_eq!(verdict.overlaps, 1, "{:?}", verdict.details);
+        let mut falling = fine;
+        falling.extend(held(5, WRITER_LANE, 1, 40, 50));
+        let verdict = check_primitive(&falling, &Observed::default(), Primitive::RwLock);
+        assert_eq!(verdict.token_regressions, 2, "{:?}", verdict.details);
+    }
+
+    #[test]
+    fn a_lock_write_from_a_reader_token_is_a_violation() {
+        let mut events = flat(vec![
+            held(1, WRITER_LANE, 4, 0, 10),
+            held(2, READER_LANE, 7, 20, 30),
+        ]);
+        events.extend(result(1, "app", 1, "ok"));
+        events.extend(result(2, "app", 2, "ok"));
+        let log = |entries: Vec<(String, Bytes)>| Observed {
+            log_entries: entries.into_iter().collect(),
+            ..Observed::default()
+        };
+        let verdict = check_primitive(
+            &events,
+            &log(vec![entry(1, 4, 1, 1), entry(2, 7, 2, 2)]),
+            Primitive::RwLock,
+        );
+        assert_eq!(verdict.unheld_writes, 1, "{:?}", verdict.details);
+        assert_eq!(verdict.violations(), 1, "{:?}", verdict.details);
     }
 }

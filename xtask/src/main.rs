@@ -18,7 +18,8 @@
 //! - `cargo xtask bench [--quick]` — casaas against etcd and Redis on
 //!   loopback (lock round trip, failover, many leases, contention, cost);
 //!   writes `docs/performance.md` and prints headline `name=value` lines last.
-//! - `cargo xtask chaos --server NAME [--minutes M] [--seed S] [--sessions] [--group-commit]` — worker
+//! - `cargo xtask chaos --server NAME [--minutes M] [--seed S] [--sessions] [--group-commit]
+//!   [--primitive semaphore|rwlock [--slots N]]` — worker
 //!   processes under kills, pauses and proxy faults against a real server,
 //!   judged by an independent checker.
 //! - `cargo xtask chaos-ci [--at-once N]` — CI's chaos minutes alone, several
@@ -156,6 +157,13 @@ enum Task {
         /// several tasks at once (batches of several updates per write).
         #[arg(long)]
         group_commit: bool,
+        /// What the workers hold: `lease` (the default), `semaphore` (of
+        /// `--slots` slots) or `rwlock`.
+        #[arg(long)]
+        primitive: Option<String>,
+        /// The semaphore's slots, with `--primitive semaphore`.
+        #[arg(long)]
+        slots: Option<u32>,
     },
     /// CI's chaos minutes alone, as `ci` runs them (several at a time).
     ChaosCi {
@@ -662,6 +670,8 @@ fn main() -> Result<()> {
             option,
             sessions,
             group_commit,
+            primitive,
+            slots,
         } => {
             let option = option.unwrap_or_else(|| {
                 CHAOS_SERVERS
@@ -675,6 +685,13 @@ fn main() -> Result<()> {
             }
             if group_commit {
                 extra.extend(["--group-commit", "true"]);
+            }
+            if let Some(primitive) = &primitive {
+                extra.extend(["--primitive", primitive]);
+            }
+            let slots = slots.map(|n| n.to_string());
+            if let Some(slots) = &slots {
+                extra.extend(["--slots", slots]);
             }
             let result = chaos(&ctx, &root, &server, minutes, seed, &option, &extra);
             if !keep_servers {

@@ -28,6 +28,15 @@
 //! every log entry; the line starts with `mode=group_commit` and ends with
 //! `batched_entries=N`, and a run without at least 5 log entries of several
 //! records is inconclusive, not a pass.
+//!
+//! `--primitive semaphore` (with `--slots N`, 3 by default): each worker
+//! loops taking a slot of one semaphore and appending to that slot's fenced
+//! log with the slot's token. `--primitive rwlock`: each worker loops
+//! taking one read-write lock shared (most times) or exclusive; writers
+//! increment the fenced counter and append to the fenced log with their
+//! token, readers only hold. The checks are
+//! `casaas_testkit::chaos::check_primitive`'s; the line starts with
+//! `mode=semaphore slots=N` or `mode=rwlock` and ends with `violations=V`.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
@@ -39,7 +48,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use casaas_core::lease::{
     Entropy, FencedLog, FencedResource, GroupCommitConfig, GroupLog, GroupResource, Lease,
-    LeaseConfig, LeaseError, LeaseGuard, Session, WaitOptions,
+    LeaseConfig, LeaseError, LeaseGuard, RwLock, Semaphore, Session, WaitOptions,
 };
 use casaas_core::testkit::TestServer;
 use std::sync::Arc;
@@ -47,8 +56,9 @@ use std::sync::Arc;
 use casaas_core::layout::{EpochStore, LeaseLayout, layout_of};
 use casaas_core::{CasStore, open_store};
 use casaas_testkit::chaos::{
-    COUNTER_KEY, Event, LOCK_KEY, LOG_PREFIX, MinimumWork, Observed, SESSION_PREFIX, Verdict,
-    check, monotonic_ns, ns, parse_logs,
+    COUNTER_KEY, Event, LOCK_KEY, LOG_PREFIX, MinimumWork, Observed, Primitive, READER_LANE,
+    SEMAPHORE_KEY, SESSION_PREFIX, Verdict, WRITER_LANE, check_primitive, monotonic_ns, ns,
+    parse_logs, slot_append_kind, slot_lane, slot_log_prefix,
 };
 use casaas_testkit::chaos_proxy::{endpoint_of, rewrite_store_url};
 use casaas_testkit::{ChaosProxy, ProxyFault, RandomFaults};
@@ -72,6 +82,40 @@ const CLOSE_SESSION: f64 = 0.1;
 /// With group commit: the tasks of a worker writing at once while it
 /// holds the lock.
 const GROUP_TASKS: usize = 4;
+
+/// With a read-write lock: how often a worker takes it exclusive (else
+/// shared), so that readers share often and writers still come.
+const WRITE_SHARE: f64 = 0.3;
+
+/// The slots of the semaphore when `--slots` is not given.
+const DEFAULT_SLOTS: u32 = 3;
+
+/// `--primitive` and `--slots`: what the workers hold.
+fn primitive_of(map: &HashMap<String, String>) -> Result<Primitive> {
+    let slots: u32 = get(map, "slots", Some(DEFAULT_SLOTS))?;
+    match map.get("primitive").map_or("lease", String::as_str) {
+        "lease" => Ok(Primitive::Lease),
+        "semaphore" if slots >= 1 => Ok(Primitive::Semaphore { slots }),
+        "semaphore" => bail!("--slots must be at least 1"),
+        "rwlock" => Ok(Primitive::RwLock),
+        other => bail!("--primitive {other}: expected lease, semaphore or rwlock"),
+    }
+}
+
+/// `--primitive` and `--slots` as given to a worker.
+fn primitive_args(primitive: Primitive) -> [String; 4] {
+    let (name, slots) = match primitive {
+        Primitive::Lease => ("lease", DEFAULT_SLOTS),
+        Primitive::Semaphore { slots } => ("semaphore", slots),
+        Primitive::RwLock => ("rwlock", DEFAULT_SLOTS),
+    };
+    [
+        "--primitive".into(),
+        name.into(),
+        "--slots".into(),
+        slots.to_string(),
+    ]
+}
 
 /// The harness kills or pauses one worker every this many milliseconds
 /// (uniform): about 280 kills and pauses in ten minutes.
@@ -185,6 +229,7 @@ fn worker(args: &[String]) -> Result<()> {
     let log_path: PathBuf = get(&map, "log", None)?;
     let sessions: bool = get(&map, "sessions", Some(false))?;
     let group_commit: bool = get(&map, "group-commit", Some(false))?;
+    let primitive = primitive_of(&map)?;
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -197,9 +242,11 @@ fn worker(args: &[String]) -> Result<()> {
     register_providers();
     runtime.block_on(async move {
         let store = open_store(&url).await?;
-        Worker::new(store, id, seed, ttl, log, sessions, group_commit)?
-            .run()
-            .await
+        let worker = Worker::new(store.clone(), id, seed, ttl, log, sessions, group_commit)?;
+        match primitive {
+            Primitive::Lease => worker.run().await,
+            primitive => worker.run_primitive(store, seed, primitive).await,
+        }
     })
 }
 
@@ -373,6 +420,119 @@ impl Worker {
         }
     }
 
+    /// Holds parts of `primitive` in turn, for ever: a slot of the
+    /// semaphore (appending to the slot's fenced log with its token), or
+    /// the read-write lock shared or, one time in [`WRITE_SHARE`],
+    /// exclusive (writing the fenced counter and log with its token).
+    async fn run_primitive(
+        mut self,
+        store: Arc<dyn CasStore>,
+        seed: u64,
+        primitive: Primitive,
+    ) -> Result<()> {
+        let id = self.id;
+        let owner = format!("worker-{id}");
+        let policy = casaas_core::lease::RetryPolicy::default()
+            .with_request_timeout(self.config.request_timeout)
+            .with_retry_period(self.config.retry_period)
+            .with_max_attempts(8);
+        let holder = match primitive {
+            Primitive::Semaphore { slots } => {
+                let lease = Lease::new(store.clone(), SEMAPHORE_KEY, owner, self.config.clone())?;
+                let semaphore =
+                    Semaphore::new(lease, slots)?.with_entropy(Entropy::seeded(seed ^ 3));
+                let logs = (0..slots)
+                    .map(|slot| {
+                        Ok(FencedLog::<serde_json::Value>::new(
+                            store.clone(),
+                            slot_log_prefix(slot),
+                        )?
+                        .with_entropy(Entropy::seeded(seed ^ (16 + u64::from(slot))))
+                        .with_retry_policy(policy.clone()))
+                    })
+                    .collect::<Result<Vec<_>, LeaseError>>()?;
+                Holder::Semaphore(semaphore, logs)
+            }
+            Primitive::RwLock => {
+                let lease = Lease::new(store.clone(), LOCK_KEY, owner, self.config.clone())?
+                    .with_entropy(Entropy::seeded(seed));
+                Holder::RwLock(RwLock::new(lease)?.with_entropy(Entropy::seeded(seed ^ 3)))
+            }
+            Primitive::Lease => bail!("run_primitive holds a semaphore or a read-write lock"),
+        };
+        loop {
+            let write = matches!(holder, Holder::RwLock(_)) && self.rng.random_bool(WRITE_SHARE);
+            let acquired = match &holder {
+                Holder::Semaphore(semaphore, _) => semaphore.acquire(WaitOptions::default()).await,
+                Holder::RwLock(lock) if write => lock.write(WaitOptions::default()).await,
+                Holder::RwLock(lock) => lock.read(WaitOptions::default()).await,
+            };
+            let guard = match acquired {
+                Ok(guard) => guard,
+                Err(err) => {
+                    eprintln!("worker {id}: acquire failed: {err}");
+                    tokio::time::sleep(self.config.retry_period).await;
+                    continue;
+                }
+            };
+            let (lane, slot_log) = match &holder {
+                Holder::Semaphore(semaphore, logs) => match semaphore.slot_of(guard.key()) {
+                    Some(slot) => (
+                        slot_lane(slot),
+                        logs.get(slot as usize).map(|log| (slot, log)),
+                    ),
+                    // Counted by the checker as a slot the semaphore lacks.
+                    None => ("stray".to_string(), None),
+                },
+                Holder::RwLock(_) if write => (WRITER_LANE.to_string(), None),
+                Holder::RwLock(_) => (READER_LANE.to_string(), None),
+            };
+            let token = guard.token();
+            self.log.borrow_mut().event(Event::Took {
+                worker: id,
+                lane: lane.clone(),
+                token,
+                at: monotonic_ns(),
+            });
+            let hold_until = Instant::now() + self.ttl.mul_f64(hold_fraction(&mut self.rng));
+            while Instant::now() < hold_until {
+                if guard.ensure_held_for(self.ttl / 10).is_err() {
+                    break;
+                }
+                self.log.borrow_mut().event(Event::Holds {
+                    worker: id,
+                    lane: lane.clone(),
+                    token,
+                    until: monotonic_ns() + ns(guard.remaining()),
+                });
+                if let Some((slot, log)) = slot_log {
+                    let kind = slot_append_kind(slot);
+                    let op = self.write_started(&kind);
+                    let r = log
+                        .append(token, serde_json::json!({"w": id, "op": op}))
+                        .await;
+                    self.write_finished(&kind, op, outcome(&r));
+                } else if write {
+                    self.write_round(token).await;
+                }
+                tokio::time::sleep(Duration::from_millis(self.rng.random_range(10..60))).await;
+            }
+            if self.rng.random_bool(EXIT_HOLDING) {
+                // Exit holding, as a crashed process would.
+                std::process::exit(0);
+            }
+            self.log.borrow_mut().event(Event::Gave {
+                worker: id,
+                lane,
+                token,
+                at: monotonic_ns(),
+            });
+            if let Err(err) = guard.release().await {
+                eprintln!("worker {id}: release: {err}");
+            }
+        }
+    }
+
     /// Holds the lease for a random part of the TTL, or until it is no
     /// longer sure to hold it, writing with its token all the while.
     async fn hold(&mut self, guard: &LeaseGuard) {
@@ -461,6 +621,14 @@ impl Worker {
     }
 }
 
+/// What a worker of a primitive run holds parts of.
+enum Holder {
+    /// The semaphore, and each slot's fenced log.
+    Semaphore(Semaphore, Vec<FencedLog<serde_json::Value>>),
+    /// The read-write lock.
+    RwLock(RwLock),
+}
+
 // --------------------------------------------------------------------- run
 
 struct Workers {
@@ -476,6 +644,8 @@ struct Workers {
     sessions: bool,
     /// Workers write through group commit.
     group_commit: bool,
+    /// What the workers hold.
+    primitive: Primitive,
     next_id: u32,
     live: Vec<(u32, Child)>,
 }
@@ -498,6 +668,7 @@ impl Workers {
             .args(["--ttl-ms", &self.ttl_ms.to_string()])
             .args(["--sessions", &self.sessions.to_string()])
             .args(["--group-commit", &self.group_commit.to_string()])
+            .args(primitive_args(self.primitive))
             .arg("--log")
             .arg(&log)
             .envs(&self.env)
@@ -545,6 +716,8 @@ struct RunArgs {
     sessions: bool,
     /// Workers write through group commit.
     group_commit: bool,
+    /// What the workers hold.
+    primitive: Primitive,
 }
 
 impl RunArgs {
@@ -571,6 +744,12 @@ impl RunArgs {
             }
             None => BTreeMap::new(),
         };
+        let primitive = primitive_of(&map)?;
+        let sessions = get(&map, "sessions", Some(false))?;
+        let group_commit = get(&map, "group-commit", Some(false))?;
+        if primitive != Primitive::Lease && (sessions || group_commit) {
+            bail!("--primitive semaphore and rwlock run without --sessions and --group-commit");
+        }
         Ok(RunArgs {
             url,
             gateways,
@@ -580,8 +759,9 @@ impl RunArgs {
             ttl_ms,
             env,
             work_dir: map.get("work-dir").map(PathBuf::from),
-            sessions: get(&map, "sessions", Some(false))?,
-            group_commit: get(&map, "group-commit", Some(false))?,
+            sessions,
+            group_commit,
+            primitive,
         })
     }
 }
@@ -624,6 +804,7 @@ async fn torture(args: RunArgs) -> Result<bool> {
         seed: args.seed,
         sessions: args.sessions,
         group_commit: args.group_commit,
+        primitive: args.primitive,
         next_id: 1,
         live: Vec::new(),
     };
@@ -640,10 +821,15 @@ async fn torture(args: RunArgs) -> Result<bool> {
 
     let texts = worker_logs(&dir)?;
     let events = parse_logs(texts.iter().map(String::as_str));
-    let observed = observe(&store).await?;
-    let verdict = check(&events, &observed);
+    let observed = observe(&store, args.primitive).await?;
+    let verdict = check_primitive(&events, &observed, args.primitive);
     for detail in verdict.details.iter().take(20) {
         eprintln!("violation: {detail}");
+    }
+    if args.primitive != Primitive::Lease {
+        print_primitive_line(args.primitive, &verdict, kills, pauses, faults);
+        let minimum = MinimumWork::of(args.primitive);
+        return Ok(passed(&verdict, &minimum, &dir, args.work_dir.is_some()));
     }
     let mut modes = String::new();
     if args.sessions {
@@ -673,6 +859,45 @@ async fn torture(args: RunArgs) -> Result<bool> {
         MinimumWork::default()
     };
     Ok(passed(&verdict, &minimum, &dir, args.work_dir.is_some()))
+}
+
+/// The summary line of a semaphore or read-write lock run.
+fn print_primitive_line(
+    primitive: Primitive,
+    verdict: &Verdict,
+    kills: u64,
+    pauses: u64,
+    faults: usize,
+) {
+    let (mode, shape) = match primitive {
+        Primitive::Semaphore { slots } => (
+            format!("mode=semaphore slots={slots}"),
+            format!(
+                "most_at_once={} over_capacity={}",
+                verdict.most_at_once, verdict.over_capacity
+            ),
+        ),
+        _ => (
+            "mode=rwlock".to_string(),
+            format!(
+                "writer_acquisitions={} most_readers_at_once={}",
+                verdict.writer_acquisitions, verdict.most_at_once
+            ),
+        ),
+    };
+    println!(
+        "{mode} acquisitions={} handovers={} writes_applied={} kills={kills} pauses={pauses} faults={faults} {shape} overlaps={} token_regressions={} unheld_writes={} stale_writes_accepted={} lost_updates={} duplicate_updates={} violations={}",
+        verdict.acquisitions,
+        verdict.handovers,
+        verdict.writes_applied,
+        verdict.overlaps,
+        verdict.token_regressions,
+        verdict.unheld_writes,
+        verdict.stale_writes_accepted,
+        verdict.lost_updates,
+        verdict.duplicate_updates,
+        verdict.violations()
+    );
 }
 
 /// A chaos proxy in front of the store's endpoint and of each gateway,
@@ -812,7 +1037,7 @@ fn passed(verdict: &Verdict, minimum: &MinimumWork, dir: &Path, keep_dir: bool) 
 /// The counter and every log entry, read raw (the counter through the
 /// epoch view where the store uses the create-only layout, as its writers
 /// did).
-async fn observe(store: &Arc<dyn CasStore>) -> Result<Observed> {
+async fn observe(store: &Arc<dyn CasStore>, primitive: Primitive) -> Result<Observed> {
     let counter_view: Arc<dyn CasStore> = match layout_of(store.as_ref()) {
         LeaseLayout::Epochs => Arc::new(EpochStore::new(store.clone())),
         _ => store.clone(),
@@ -820,20 +1045,36 @@ async fn observe(store: &Arc<dyn CasStore>) -> Result<Observed> {
     let counter = with_retries(|| counter_view.get(COUNTER_KEY))
         .await?
         .map(|o| o.body);
-    let mut log_entries = BTreeMap::new();
-    let log_prefix = format!("{LOG_PREFIX}/");
-    for entry in with_retries(|| store.list(&log_prefix)).await? {
-        if entry.key.ends_with("/_head") {
-            continue;
-        }
-        if let Some(object) = with_retries(|| store.get(&entry.key)).await? {
-            log_entries.insert(entry.key, object.body);
+    let log_entries = read_log(store, LOG_PREFIX).await?;
+    let mut slot_logs = BTreeMap::new();
+    if let Primitive::Semaphore { slots } = primitive {
+        for slot in 0..slots {
+            slot_logs.insert(slot, read_log(store, &slot_log_prefix(slot)).await?);
         }
     }
     Ok(Observed {
         counter,
         log_entries,
+        slot_logs,
     })
+}
+
+/// Every entry of the fenced log at `prefix`, read raw.
+async fn read_log(
+    store: &Arc<dyn CasStore>,
+    prefix: &str,
+) -> Result<BTreeMap<String, bytes::Bytes>> {
+    let mut entries = BTreeMap::new();
+    let prefix = format!("{prefix}/");
+    for entry in with_retries(|| store.list(&prefix)).await? {
+        if entry.key.ends_with("/_head") {
+            continue;
+        }
+        if let Some(object) = with_retries(|| store.get(&entry.key)).await? {
+            entries.insert(entry.key, object.body);
+        }
+    }
+    Ok(entries)
 }
 
 /// Runs one of the checker's reads, again after a pause when the store
