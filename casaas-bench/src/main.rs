@@ -8,6 +8,7 @@
 //! casaas-bench python --work-dir DIR --python PYTHON [--server NAME=ENV_FILE]... [--iterations N]
 //! casaas-bench layouts [--work-dir DIR] [--server NAME=ENV_FILE]... [--iterations N]
 //! casaas-bench contention --work-dir DIR [--quick] [--server NAME=ENV_FILE]...
+//! casaas-bench primitives --work-dir DIR [--server NAME=ENV_FILE]... [--seconds S]
 //! casaas-bench sessions --work-dir DIR [--server NAME=ENV_FILE]... [--locks N] [--hold-s S] [--trials T]
 //! casaas-bench hold --url URL [--env-file FILE] --key KEY --ttl-ms MS    (failover holder)
 //! casaas-bench hold-etcd --endpoint URL --key KEY --ttl-s S              (failover holder)
@@ -22,6 +23,7 @@ mod guard;
 mod handoff;
 mod layouts;
 mod plot;
+mod primitives;
 mod python;
 mod report;
 mod rtt;
@@ -173,6 +175,19 @@ enum Command {
         servers: Vec<String>,
         /// Seconds per measurement.
         #[arg(long, default_value_t = 30)]
+        seconds: u64,
+    },
+    /// The semaphore and the read-write lock under contention (a section
+    /// of `run`), on the file store and the first S3 server given.
+    Primitives {
+        /// Scratch directory (the file backend lives here).
+        #[arg(long)]
+        work_dir: PathBuf,
+        /// A running server: NAME=ENV_FILE (ceph).
+        #[arg(long = "server")]
+        servers: Vec<String>,
+        /// Seconds per row.
+        #[arg(long, default_value_t = 10)]
         seconds: u64,
     },
     /// Failover holder: acquire a casaas lease, print `ready`, renew until killed.
@@ -363,6 +378,7 @@ async fn run(
     sections.push(contention_section(&targets, &plan).await?);
     sections.push(handoff_section(&targets, &plan).await?);
     sections.push(group_commit_section(&targets, group_commit_time(quick)).await?);
+    sections.push(primitives_section(&targets, plan.contention_time).await?);
     sections.push(cost::section(rtt.row("casaas file").map(|r| r.requests)));
 
     let version_lines = version_lines(&targets, &versions).await?;
@@ -552,6 +568,23 @@ async fn handoff_section(targets: &Targets, plan: &Plan) -> Result<Section> {
         }
     }
     Ok(handoff::section(&rows, plan.handoff_time))
+}
+
+/// The semaphore and the read-write lock on the file store and S3, for
+/// `time` per row.
+async fn primitives_section(targets: &Targets, time: Duration) -> Result<Section> {
+    let file = targets.store("file").context("no file store")?;
+    let mut stores = vec![file.clone()];
+    stores.extend(targets.s3().cloned());
+    let mut rows = Vec::new();
+    for target in &stores {
+        let store = target.open().await?;
+        for primitive in primitives::Primitive::ALL {
+            eprintln!("bench: {primitive:?} on {}", target.name);
+            rows.push(primitives::run(&target.name, store.clone(), primitive, time).await?);
+        }
+    }
+    Ok(primitives::section(&rows, time))
 }
 
 /// Seconds per group-commit measurement: at least 30 in a full run.
@@ -763,6 +796,16 @@ async fn dispatch(command: Command) -> Result<()> {
             let targets = targets(&work_dir, &pairs(&servers, "server")?)?;
             let time = Duration::from_secs(seconds);
             print_section(group_commit_section(&targets, time).await?);
+            Ok(())
+        }
+        Command::Primitives {
+            work_dir,
+            servers,
+            seconds,
+        } => {
+            let targets = targets(&work_dir, &pairs(&servers, "server")?)?;
+            let time = Duration::from_secs(seconds);
+            print_section(primitives_section(&targets, time).await?);
             Ok(())
         }
         Command::Hold {
