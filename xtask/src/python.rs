@@ -9,8 +9,10 @@
 //! abi3 wheel, installable on any CPython >= 3.9 of the platform.
 //!
 //! In CI the wheel is built with the dev profile in the workspace's target
-//! directory, so it reuses the dependency tree `cargo test` compiled
-//! instead of compiling it again in release.
+//! directory instead of in release. It does not share the dependency tree
+//! `cargo test --workspace` compiles: that one carries the workspace hack's
+//! union, whose tokio `parking_lot` feature is not fork-safe, and the
+//! extension is built without it (see `fork_safe_tokio`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -73,6 +75,7 @@ fn build_wheel(root: &Path, bin: &Path, dev: bool) -> Result<(PathBuf, f64)> {
     for old in casaas_wheels(&dist)? {
         std::fs::remove_file(&old).with_context(|| format!("removing {}", old.display()))?;
     }
+    fork_safe_tokio(root)?;
     let build = Instant::now();
     step(
         venv_command(&venv, bin, "maturin")
@@ -91,6 +94,42 @@ fn build_wheel(root: &Path, bin: &Path, dev: bool) -> Result<(PathBuf, f64)> {
         (None, _) => bail!("maturin built no wheel into {}", dist.display()),
         (Some(_), false) => bail!("more than one casaas wheel in {}", dist.display()),
     }
+}
+
+/// Refuses to build the extension on a tokio with its `parking_lot`
+/// feature. parking_lot keeps one process-wide table of parked threads; a
+/// fork copies it with the entries of the parent's idle runtime threads,
+/// whose thread-local records the child frees and reuses, so a forked
+/// child's runtime loses wake-ups and hangs (Python programs fork). The
+/// workspace hack turns the feature on, which is why casaas-py and what it
+/// depends on in the workspace keep no edge to it (`.config/hakari.toml`).
+fn fork_safe_tokio(root: &Path) -> Result<()> {
+    let what = "cargo tree (the extension's tokio features)";
+    let output = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .args(["tree", "-p", "casaas-py", "-e", "features,normal"])
+        .args(["-i", "tokio", "--prefix", "none"])
+        .current_dir(root)
+        .output()
+        .with_context(|| format!("running {what}"))?;
+    if !output.status.success() {
+        bail!(
+            "{what} failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let tree = String::from_utf8_lossy(&output.stdout);
+    if tree.lines().any(|line| {
+        line.trim_start()
+            .starts_with("tokio feature \"parking_lot\"")
+    }) {
+        bail!(
+            "casaas-py would be built on tokio with its `parking_lot` feature, which is not \
+             fork-safe (a forked child's runtime hangs): find what turns it on with `cargo tree \
+             -p casaas-py -e features -i tokio` and keep it out of casaas-py's dependencies"
+        );
+    }
+    Ok(())
 }
 
 /// The casaas wheels in `dir`.

@@ -154,10 +154,12 @@ fn every_build_compiles_shared_dependencies_with_the_same_features() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let reference = feature_sets(&root, &[], "normal,build,dev");
     assert!(reference.len() > 100, "cargo tree listed too little");
-    let builds: [&[&str]; 5] = [
+    // Not `-p casaas-conformance` alone: it and the Python extension keep
+    // no edge to the hack, whose tokio `parking_lot` feature is not
+    // fork-safe (see `.config/hakari.toml`); with the command it is unified.
+    let builds: [&[&str]; 4] = [
         &[],
         &["casaas-cli"],
-        &["casaas-conformance"],
         &["casaas-cli", "casaas-conformance"],
         &["casaas-sim"],
     ];
