@@ -101,8 +101,8 @@ struct Inside {
 
 /// What one worker takes each time.
 enum Taker {
-    Semaphore(Semaphore),
-    RwLock(RwLock),
+    Semaphore(Box<Semaphore>),
+    RwLock(Box<RwLock>),
 }
 
 /// Runs [`WORKERS`] workers on one fresh name of `store` for `duration`.
@@ -129,8 +129,8 @@ pub async fn run(
             LeaseConfig::from_ttl(TTL).with_poll_period(POLL),
         )?;
         let taker = match primitive {
-            Primitive::Semaphore => Taker::Semaphore(Semaphore::new(lease, SLOTS)?),
-            Primitive::RwLock => Taker::RwLock(RwLock::new(lease)?),
+            Primitive::Semaphore => Taker::Semaphore(Box::new(Semaphore::new(lease, SLOTS)?)),
+            Primitive::RwLock => Taker::RwLock(Box::new(RwLock::new(lease)?)),
         };
         let inside = inside.clone();
         tasks.push(tokio::spawn(async move {
@@ -138,7 +138,7 @@ pub async fn run(
             while started.elapsed() < duration {
                 let options = WaitOptions::default()
                     .with_deadline(duration.saturating_sub(started.elapsed()));
-                let write = (count + 1) % WRITE_EVERY == 0;
+                let write = (count + 1).is_multiple_of(WRITE_EVERY);
                 let taken = match &taker {
                     Taker::Semaphore(semaphore) => semaphore.acquire(options).await,
                     Taker::RwLock(lock) if write => lock.write(options).await,

@@ -448,15 +448,17 @@ impl Worker {
                             slot_log_prefix(slot),
                         )?
                         .with_entropy(Entropy::seeded(seed ^ (16 + u64::from(slot))))
-                        .with_retry_policy(policy.clone()))
+                        .with_retry_policy(policy))
                     })
                     .collect::<Result<Vec<_>, LeaseError>>()?;
-                Holder::Semaphore(semaphore, logs)
+                Holder::Semaphore(Box::new(semaphore), logs)
             }
             Primitive::RwLock => {
                 let lease = Lease::new(store.clone(), LOCK_KEY, owner, self.config.clone())?
                     .with_entropy(Entropy::seeded(seed));
-                Holder::RwLock(RwLock::new(lease)?.with_entropy(Entropy::seeded(seed ^ 3)))
+                Holder::RwLock(Box::new(
+                    RwLock::new(lease)?.with_entropy(Entropy::seeded(seed ^ 3)),
+                ))
             }
             Primitive::Lease => bail!("run_primitive holds a semaphore or a read-write lock"),
         };
@@ -624,9 +626,9 @@ impl Worker {
 /// What a worker of a primitive run holds parts of.
 enum Holder {
     /// The semaphore, and each slot's fenced log.
-    Semaphore(Semaphore, Vec<FencedLog<serde_json::Value>>),
+    Semaphore(Box<Semaphore>, Vec<FencedLog<serde_json::Value>>),
     /// The read-write lock.
-    RwLock(RwLock),
+    RwLock(Box<RwLock>),
 }
 
 // --------------------------------------------------------------------- run
