@@ -122,24 +122,35 @@ pub struct Lease {
 #[pymethods]
 impl Lease {
     /// A lease on `key` for `owner` (default `HOST/PID`) with a TTL of
-    /// `ttl` seconds (default 15).
+    /// `ttl` seconds (default 15), publishing `value` (text) while held.
     #[new]
-    #[pyo3(signature = (store, key, owner=None, ttl=None))]
+    #[pyo3(signature = (store, key, owner=None, ttl=None, value=None))]
     fn new(
         store: &Store,
         key: String,
         owner: Option<String>,
         ttl: Option<f64>,
+        value: Option<String>,
     ) -> Result<Self, Fail> {
         let config = match ttl {
             Some(ttl) => LeaseConfig::from_ttl(seconds(ttl, "ttl")?),
             None => LeaseConfig::default(),
         };
         let owner = owner.unwrap_or_else(casaas::default_owner_id);
+        let mut lease = casaas::Lease::new(store.get()?, key, owner, config)?;
+        if let Some(value) = value {
+            lease = lease.with_value(value)?;
+        }
         Ok(Lease {
-            lease: casaas::Lease::new(store.get()?, key, owner, config)?,
+            lease,
             birth: Birth::now(),
         })
+    }
+
+    /// The value this lease publishes when it acquires, if any.
+    #[getter]
+    fn value(&self) -> Option<String> {
+        self.lease.value().map(str::to_string)
     }
 
     /// The key.
@@ -190,7 +201,7 @@ impl Lease {
 
     /// Who holds the lease now: `(owner, token)`, or `None` when it is
     /// free (never held, released or expired by the holder's own account).
-    fn holder(&self, py: Python<'_>) -> Result<Option<(String, u64)>, Fail> {
+    fn holder(&self, py: Python<'_>) -> Result<LeaderTuple, Fail> {
         self.birth.check("lease")?;
         let lease = self.lease.clone();
         wait(py, None, async move {
@@ -198,7 +209,7 @@ impl Lease {
                 .read()
                 .await?
                 .filter(|(record, _)| !record.released)
-                .map(|(record, _)| (record.owner, record.token)))
+                .map(|(record, _)| (record.owner, record.token, record.value)))
         })
     }
 
@@ -211,7 +222,7 @@ impl Lease {
                 .read()
                 .await?
                 .filter(|(record, _)| !record.released)
-                .map(|(record, _)| (record.owner, record.token)))
+                .map(|(record, _)| (record.owner, record.token, record.value)))
         })
     }
 }
@@ -332,6 +343,20 @@ impl Held {
 }
 
 impl Held {
+    /// The write `proclaim` sends, not borrowing the guard (a release from
+    /// another thread meanwhile makes it answer `LeaseLost`).
+    fn proclaim_write(
+        &self,
+        value: String,
+    ) -> Result<
+        impl std::future::Future<Output = Result<(), casaas::LeaseError>> + Send + 'static + use<>,
+        Fail,
+    > {
+        self.birth.check("held lock")?;
+        self.with(|g| g.map(|g| g.proclaim_detached(value)))
+            .ok_or_else(released)
+    }
+
     /// What releasing a guard already taken answers: nothing after a
     /// release (releasing twice is harmless), `LeaseLost` after `abandon()`.
     fn after_end(&self) -> Result<(), Fail> {
@@ -378,6 +403,25 @@ impl Held {
     /// Validity left, seconds (0 once lost).
     fn remaining(&self) -> f64 {
         self.with(|g| g.map_or(0.0, |g| g.remaining().as_secs_f64()))
+    }
+
+    /// The value this holding publishes, if any (`None` once released).
+    #[getter]
+    fn value(&self) -> Option<String> {
+        self.with(|g| g.and_then(LeaseGuard::value))
+    }
+
+    /// Publishes `value` with this holding (one conditional write, the
+    /// token unchanged). Raises `LeaseLost` once released or lost.
+    fn proclaim(&self, py: Python<'_>, value: String) -> Result<(), Fail> {
+        let write = self.proclaim_write(value)?;
+        wait(py, None, async move { write.await.map_err(Fail::from) })
+    }
+
+    /// `proclaim` for asyncio.
+    fn proclaim_start(&self, value: String) -> Result<Task, Fail> {
+        let write = self.proclaim_write(value)?;
+        start(None, async move { write.await.map_err(Fail::from) })
     }
 
     /// Is the lock held with validity left?
@@ -545,7 +589,7 @@ impl Session {
         ttl: Option<f64>,
         wait: Option<f64>,
     ) -> Result<Session, Fail> {
-        let heartbeat = Lease::new(store, key.clone(), owner, ttl)?.lease;
+        let heartbeat = Lease::new(store, key.clone(), owner, ttl, None)?.lease;
         let wait_for = wait.map(|w| seconds(w, "wait")).transpose()?;
         let cancel = CancellationToken::new();
         let session = runtime::wait(
@@ -566,7 +610,7 @@ impl Session {
         ttl: Option<f64>,
         wait: Option<f64>,
     ) -> Result<Task, Fail> {
-        let heartbeat = Lease::new(store, key.clone(), owner, ttl)?.lease;
+        let heartbeat = Lease::new(store, key.clone(), owner, ttl, None)?.lease;
         let wait_for = wait.map(|w| seconds(w, "wait")).transpose()?;
         let cancel = CancellationToken::new();
         start(Some(cancel.clone()), async move {
@@ -712,12 +756,15 @@ impl Election {
         })
     }
 
-    /// The current leader as `(owner, token)`, or `None`.
-    fn leader(&self, py: Python<'_>) -> Result<Option<(String, u64)>, Fail> {
+    /// The current leader as `(owner, token, value)`, or `None`.
+    fn leader(&self, py: Python<'_>) -> Result<LeaderTuple, Fail> {
         self.birth.check("election")?;
         let election = self.election.clone();
         wait(py, None, async move {
-            Ok(election.leader().await?.map(|l| (l.owner, l.token)))
+            Ok(election
+                .leader()
+                .await?
+                .map(|l| (l.owner, l.token, l.value)))
         })
     }
 
@@ -726,7 +773,10 @@ impl Election {
         self.birth.check("election")?;
         let election = self.election.clone();
         start(None, async move {
-            Ok(election.leader().await?.map(|l| (l.owner, l.token)))
+            Ok(election
+                .leader()
+                .await?
+                .map(|l| (l.owner, l.token, l.value)))
         })
     }
 }
@@ -756,11 +806,11 @@ struct Watch {
     primed: bool,
 }
 
-/// `(owner, token)` of a leader.
-type LeaderTuple = Option<(String, u64)>;
+/// `(owner, token, value)` of a leader or a lock's holder.
+type LeaderTuple = Option<(String, u64, Option<String>)>;
 
 fn leader_tuple(leader: Option<&casaas::Leader>) -> LeaderTuple {
-    leader.map(|l| (l.owner.clone(), l.token))
+    leader.map(|l| (l.owner.clone(), l.token, l.value.clone()))
 }
 
 /// A watch of who leads an election (see `Election.observe`).
@@ -907,6 +957,23 @@ impl Leadership {
     }
 }
 
+impl Leadership {
+    /// The write `proclaim` sends, not borrowing the term.
+    fn proclaim_write(
+        &self,
+        value: String,
+    ) -> Result<
+        impl std::future::Future<Output = Result<(), casaas::LeaseError>> + Send + 'static + use<>,
+        Fail,
+    > {
+        self.birth.check("leadership")?;
+        locked(&self.leadership)
+            .as_ref()
+            .map(|l| l.proclaim_detached(value))
+            .ok_or_else(released)
+    }
+}
+
 impl Drop for Leadership {
     fn drop(&mut self) {
         if let Some(l) = locked(&self.leadership).take() {
@@ -937,6 +1004,27 @@ impl Leadership {
             Some(l) => l.guard().lost_reason().map(|r| r.to_string()),
             None => Some("resigned".to_string()),
         }
+    }
+
+    /// The value this term publishes, if any.
+    #[getter]
+    fn value(&self) -> Option<String> {
+        locked(&self.leadership)
+            .as_ref()
+            .and_then(|l| l.guard().value())
+    }
+
+    /// Publishes `value` with this term, without a new election. Raises
+    /// `LeaseLost` once the term has ended.
+    fn proclaim(&self, py: Python<'_>, value: String) -> Result<(), Fail> {
+        let write = self.proclaim_write(value)?;
+        wait(py, None, async move { write.await.map_err(Fail::from) })
+    }
+
+    /// `proclaim` for asyncio.
+    fn proclaim_start(&self, value: String) -> Result<Task, Fail> {
+        let write = self.proclaim_write(value)?;
+        start(None, async move { write.await.map_err(Fail::from) })
     }
 
     /// Raises unless the term is held with `seconds` of validity left.

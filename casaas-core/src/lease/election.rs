@@ -120,17 +120,30 @@ impl Leadership {
     ///
     /// As [`LeaseGuard::proclaim`]'s.
     pub async fn proclaim(&self, value: impl Into<String>) -> Result<(), LeaseError> {
-        let value = value.into();
-        self.guard.proclaim(value.clone()).await?;
+        self.proclaim_detached(value.into()).await
+    }
+
+    /// [`proclaim`](Self::proclaim) as a future that does not borrow the
+    /// term, for callers that keep it behind a lock of their own (language
+    /// bindings). A term ended before the write answers [`LeaseError::Lost`].
+    pub fn proclaim_detached(
+        &self,
+        value: String,
+    ) -> impl std::future::Future<Output = Result<(), LeaseError>> + Send + 'static + use<> {
+        let write = self.guard.proclaim_detached(value.clone());
         let token = self.guard.token();
-        self.leader.send_if_modified(|l| match l {
-            Some(leader) if leader.token == token && leader.value.as_ref() != Some(&value) => {
-                leader.value = Some(value);
-                true
-            }
-            _ => false,
-        });
-        Ok(())
+        let leader = self.leader.clone();
+        async move {
+            write.await?;
+            leader.send_if_modified(|l| match l {
+                Some(leader) if leader.token == token && leader.value.as_ref() != Some(&value) => {
+                    leader.value = Some(value);
+                    true
+                }
+                _ => false,
+            });
+            Ok(())
+        }
     }
 
     /// Gives up leadership: releases the lease (keeping the token, so the

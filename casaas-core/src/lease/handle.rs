@@ -763,15 +763,32 @@ impl LeaseGuard {
     /// Dropping the future may leave the new value written or not; the
     /// renewals after it carry the new value either way.
     pub async fn proclaim(&self, value: impl Into<String>) -> Result<(), LeaseError> {
-        let value = value.into();
-        super::record::check_value(&self.shared.key, &value)?;
-        if self.shared.session.is_some() {
-            return Err(LeaseError::InvalidConfig(format!(
+        self.proclaim_detached(value.into()).await
+    }
+
+    /// [`proclaim`](Self::proclaim) as a future that does not borrow the
+    /// guard, for callers that keep the guard behind a lock of their own
+    /// (language bindings). A holding released or lost before the write
+    /// answers [`LeaseError::Lost`].
+    pub fn proclaim_detached(
+        &self,
+        value: String,
+    ) -> impl Future<Output = Result<(), LeaseError>> + Send + 'static + use<> {
+        let refused = match super::record::check_value(&self.shared.key, &value) {
+            Err(err) => Some(err),
+            Ok(()) if self.shared.session.is_some() => Some(LeaseError::InvalidConfig(format!(
                 "the lock '{}' is held under a session, whose holder never rewrites it: publish the value with Lease::with_value before acquiring",
                 self.shared.key
-            )));
+            ))),
+            Ok(()) => None,
+        };
+        let shared = self.shared.clone();
+        async move {
+            match refused {
+                Some(err) => Err(err),
+                None => shared.proclaim(value).await,
+            }
         }
-        self.shared.proclaim(value).await
     }
 
     /// Is the lease still held with validity left?

@@ -118,6 +118,7 @@ __all__ = [
     "LockHeld",
     "LockTimeout",
     "LogEntry",
+    "MAX_VALUE_BYTES",
     "MayHaveTakenEffect",
     "Probe",
     "RuntimeFailure",
@@ -427,6 +428,24 @@ class Held:
         _watch(self, native, f"lock {native.key!r} (token {native.token})")
 
     @property
+    def value(self) -> Any:
+        """The value this holding publishes (``value=`` or the last
+        :meth:`proclaim`), or ``None``."""
+        return _value_of(self._native.value)
+
+    def proclaim(self, value: Any) -> None:
+        """Publishes ``value`` (JSON-able, at most :data:`MAX_VALUE_BYTES`
+        as JSON) with this holding: one conditional write, the token
+        unchanged; readers of :meth:`Lease.holder` see it. Raises
+        :class:`LeaseLost` once released or lost."""
+        self._native.proclaim(_value_text(value))
+
+    async def proclaim_async(self, value: Any) -> None:
+        """:meth:`proclaim` for asyncio."""
+        text = _value_text(value)
+        await _run(lambda: self._native.proclaim_start(text))
+
+    @property
     def token(self) -> int:
         """The fencing token: greater than every earlier holder's."""
         token: int = self._native.token
@@ -576,9 +595,17 @@ class Lease:
         *,
         ttl: Optional[Seconds] = None,
         owner: Optional[str] = None,
+        value: Any = None,
         **options: Any,
     ) -> None:
-        self._native = _casaas.Lease(_resolve(store, options), key, owner, _seconds(ttl, "ttl"))
+        self._native = _casaas.Lease(
+            _resolve(store, options), key, owner, _seconds(ttl, "ttl"), _value_text(value)
+        )
+
+    @property
+    def value(self) -> Any:
+        """The value this lease publishes while held (``None``: none)."""
+        return _value_of(self._native.value)
 
     @property
     def key(self) -> str:
@@ -623,13 +650,11 @@ class Lease:
         ``None`` when it is free (never held, or released). One read: a
         holder that stopped renewing is still named until someone takes the
         lock over after its TTL."""
-        got = self._native.holder()
-        return None if got is None else Leader(*got)
+        return _leader(self._native.holder())
 
     async def holder_async(self) -> Optional["Leader"]:
         """:meth:`holder` for asyncio."""
-        got = await _run(self._native.holder_start)
-        return None if got is None else Leader(*got)
+        return _leader(await _run(self._native.holder_start))
 
 
 # The holds a `Lock` made in the current thread or asyncio task, per
@@ -654,7 +679,7 @@ class Lock:
     def __init__(self, lease: Optional[Lease], wait: Optional[Seconds]) -> None:
         self._lease = lease
         self._wait = wait
-        self._opener: "Optional[tuple[str, str, Dict[str, Any], Optional[Seconds], Optional[str]]]" = None
+        self._opener: "Optional[tuple[str, str, Dict[str, Any], Optional[Seconds], Optional[str], Any]]" = None
         self._opening = threading.Lock()
 
     @classmethod
@@ -666,6 +691,7 @@ class Lock:
         ttl: Optional[Seconds],
         owner: Optional[str],
         wait: Optional[Seconds],
+        value: Any = None,
     ) -> "Lock":
         """A lock whose store is opened on first use: by ``open`` in
         ``with``, by ``open_async`` in ``async with`` (never blocking the
@@ -673,7 +699,8 @@ class Lock:
         _seconds(ttl, "ttl")
         _seconds(wait, "wait")
         lock = cls(None, wait)
-        lock._opener = (url, key, options, ttl, owner)
+        _value_text(value)
+        lock._opener = (url, key, options, ttl, owner, value)
         return lock
 
     @property
@@ -683,17 +710,17 @@ class Lock:
             with self._opening:
                 if self._lease is None:
                     assert self._opener is not None
-                    url, key, options, ttl, owner = self._opener
-                    self._lease = Lease(open(url, **options), key, ttl=ttl, owner=owner)
+                    url, key, options, ttl, owner, value = self._opener
+                    self._lease = Lease(open(url, **options), key, ttl=ttl, owner=owner, value=value)
         return self._lease
 
     async def _lease_async(self) -> Lease:
         if self._lease is None:
             assert self._opener is not None
-            url, key, options, ttl, owner = self._opener
+            url, key, options, ttl, owner, value = self._opener
             store = await open_async(url, **options)
             if self._lease is None:
-                self._lease = Lease(store, key, ttl=ttl, owner=owner)
+                self._lease = Lease(store, key, ttl=ttl, owner=owner, value=value)
         return self._lease
 
     def _push(self, held: Held) -> None:
@@ -752,6 +779,7 @@ def lock(
     ttl: Optional[Seconds] = None,
     wait: Optional[Seconds] = None,
     owner: Optional[str] = None,
+    value: Any = None,
     **options: Any,
 ) -> Lock:
     """A lock, used as ``with casaas.lock(url) as held:`` or ``async with``.
@@ -775,8 +803,8 @@ def lock(
     if isinstance(target, str):
         # Opened on entry: `async with` opens it without blocking the loop.
         _check_call_options(options)
-        return Lock._deferred(target, name, options, ttl, owner, wait)
-    return Lock(Lease(_resolve(target, options), name, ttl=ttl, owner=owner), wait)
+        return Lock._deferred(target, name, options, ttl, owner, wait, value)
+    return Lock(Lease(_resolve(target, options), name, ttl=ttl, owner=owner, value=value), wait)
 
 
 class Semaphore:
@@ -1094,10 +1122,42 @@ def rwlock(
 
 
 class Leader(NamedTuple):
-    """Who holds a lock or leads an election."""
+    """Who holds a lock or leads an election, and the value it publishes
+    (``None``: none)."""
 
     owner: str
     token: int
+    value: Any = None
+
+
+# The most a published value may take as JSON text (UTF-8 bytes).
+MAX_VALUE_BYTES = 4096
+
+
+def _value_text(value: Any) -> Optional[str]:
+    """A published value as the JSON text the record carries; ``None``
+    publishes nothing. Over :data:`MAX_VALUE_BYTES` raises :class:`InvalidConfig`."""
+    if value is None:
+        return None
+    text = _dumps(value)
+    size = len(text.encode("utf-8"))
+    if size > MAX_VALUE_BYTES:
+        raise InvalidConfig(
+            f"a published value may take at most {MAX_VALUE_BYTES} bytes as JSON; "
+            f"this one takes {size}: publish a reference to the data instead"
+        )
+    return text
+
+
+def _value_of(text: Optional[str]) -> Any:
+    """A published value read back: JSON decoded, and text another client
+    wrote that is not JSON as the text itself."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 class Session:
@@ -1236,6 +1296,23 @@ class Leadership:
         return token
 
     @property
+    def value(self) -> Any:
+        """The value this term publishes, or ``None``."""
+        return _value_of(self._native.value)
+
+    def proclaim(self, value: Any) -> None:
+        """Publishes ``value`` (JSON-able, at most :data:`MAX_VALUE_BYTES`
+        as JSON) with this term, without a new election: :meth:`Election.leader`
+        and :meth:`Election.observe` report it. Raises :class:`LeaseLost`
+        once the term has ended."""
+        self._native.proclaim(_value_text(value))
+
+    async def proclaim_async(self, value: Any) -> None:
+        """:meth:`proclaim` for asyncio."""
+        text = _value_text(value)
+        await _run(lambda: self._native.proclaim_start(text))
+
+    @property
     def lost(self) -> bool:
         """True once the term has ended."""
         return not self._native.is_held()
@@ -1281,8 +1358,8 @@ class Leadership:
         await _finish_async(self.resign_async, exc)
 
 
-def _leader(got: Optional["tuple[str, int]"]) -> Optional[Leader]:
-    return None if got is None else Leader(*got)
+def _leader(got: Optional["tuple[str, int, Optional[str]]"]) -> Optional[Leader]:
+    return None if got is None else Leader(got[0], got[1], _value_of(got[2]))
 
 
 class Election:
@@ -1296,9 +1373,12 @@ class Election:
         *,
         ttl: Optional[Seconds] = None,
         owner: Optional[str] = None,
+        value: Any = None,
         **options: Any,
     ) -> None:
-        self._native = _casaas.Election(Lease(store, key, ttl=ttl, owner=owner, **options)._native)
+        self._native = _casaas.Election(
+            Lease(store, key, ttl=ttl, owner=owner, value=value, **options)._native
+        )
 
     def campaign(self, wait: Optional[Seconds] = None) -> Leadership:
         """Campaigns until elected (``wait=None``) or for at most ``wait``
