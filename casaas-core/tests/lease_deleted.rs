@@ -65,3 +65,39 @@ async fn a_deleted_lock_object_is_refused_not_restarted_at_token_1() {
         1
     );
 }
+
+/// Leases of one process racing to create a fresh lock object: one that
+/// read the key absent just before another of the process created it must
+/// lose the create (Held), not be told that the object was deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leases_of_one_process_racing_on_a_fresh_key_are_not_refused() {
+    // The file store: a read takes long enough for another task to create.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(casaas_core::FileStore::open(dir.path()).await.unwrap());
+    for round in 0..50 {
+        let key = format!("locks/fresh-{round}");
+        let tasks: Vec<_> = (0..8)
+            .map(|n| {
+                let lease = Lease::new(
+                    store.clone(),
+                    key.as_str(),
+                    format!("t{n}"),
+                    LeaseConfig::default(),
+                )
+                .unwrap();
+                tokio::spawn(async move { lease.try_acquire().await.map(|o| o.into_result().ok()) })
+            })
+            .collect();
+        // Guards kept until every task is done: one holder per round.
+        let mut guards = Vec::new();
+        for task in tasks {
+            match task.await.unwrap() {
+                Ok(guard) => guards.extend(guard),
+                Err(err) => {
+                    panic!("round {round}: a racing lease of this process was refused: {err}")
+                }
+            }
+        }
+        assert_eq!(guards.len(), 1, "round {round}");
+    }
+}

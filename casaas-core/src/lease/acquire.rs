@@ -460,22 +460,29 @@ impl Lease {
         *floor = (*floor).max(token);
     }
 
+    /// The token this process saw the lock object at, if any.
+    fn token_floor(&self) -> Option<u64> {
+        token_floors()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&self.floor_key())
+            .copied()
+    }
+
     /// Refuses to create the lock object again when this process saw it
     /// before: it was deleted from outside the protocol, and a new object
     /// would restart fencing at token 1, below what fenced resources may
-    /// have recorded (see "Limits" in the protocol document).
-    fn refuse_recreation(&self) -> Result<(), LeaseError> {
+    /// have recorded (see "Limits" in the protocol document). `floor` is
+    /// [`token_floor`](Self::token_floor) taken before the read that found
+    /// the object absent: another lease of this process may create it
+    /// after that read, and its token is no sign of a deletion.
+    fn refuse_recreation(&self, floor: Option<u64>) -> Result<(), LeaseError> {
         if self.key.contains(".queue/") || self.key.contains(".readers/") {
             // A fair lock's tickets and a read-write lock's reader slots
             // are deleted by the protocol itself when they end, and their
             // keys reused; neither fences anything.
             return Ok(());
         }
-        let floor = token_floors()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&self.floor_key())
-            .copied();
         match floor {
             Some(token) if token > 0 => Err(LeaseError::Store(CasError::new(
                 ErrorKind::Misconfigured,
@@ -611,11 +618,12 @@ impl Lease {
         if let Some(outcome) = self.reacquire().await? {
             return Ok(outcome);
         }
+        let floor = self.token_floor();
         let current = self.read().await?;
         let now = self.clock.now();
         let plan = match &current {
             None => {
-                self.refuse_recreation()?;
+                self.refuse_recreation(floor)?;
                 self.lock().orphans.settle(None, |_| false);
                 Plan::Create
             }
