@@ -103,7 +103,10 @@ fn clear_cache() -> Result<u8, Failure> {
         ));
     };
     if !dir.exists() {
-        println!("no store-guard verdicts recorded ({} does not exist)", dir.display());
+        println!(
+            "no store-guard verdicts recorded ({} does not exist)",
+            dir.display()
+        );
         return Ok(0);
     }
     let removed = GuardCache::open(&dir)
@@ -200,9 +203,9 @@ fn run_async(command: Command) -> Result<u8, Failure> {
             Command::Completions { .. }
             | Command::Conformance(_)
             | Command::Doctor(_)
-            | Command::Cache(_) => Err(
-                Failure::usage("this command runs outside the async runtime"),
-            ),
+            | Command::Cache(_) => Err(Failure::usage(
+                "this command runs outside the async runtime",
+            )),
         }
     })
 }
