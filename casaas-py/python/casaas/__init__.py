@@ -666,7 +666,52 @@ _HOLDS: "contextvars.ContextVar[Dict[int, tuple[Held, ...]]]" = contextvars.Cont
 )
 
 
-class Lock:
+class _Holds:
+    """Holds taken by ``with`` / ``async with`` on one shared object, kept
+    per thread and per asyncio task (a context variable), so that leaving a
+    block releases the hold of the thread or task leaving it, never
+    another's. Subclasses define ``__enter__`` and ``__aenter__``, which
+    :meth:`_push` what they take."""
+
+    def _push(self, held: Held) -> None:
+        holds = dict(_HOLDS.get())
+        holds[id(self)] = holds.get(id(self), ()) + (held,)
+        _HOLDS.set(holds)
+
+    def _pop(self) -> Optional[Held]:
+        holds = dict(_HOLDS.get())
+        mine = holds.get(id(self), ())
+        if not mine:
+            return None
+        if len(mine) > 1:
+            holds[id(self)] = mine[:-1]
+        else:
+            del holds[id(self)]
+        _HOLDS.set(holds)
+        return mine[-1]
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        held = self._pop()
+        if held is not None:
+            _finish(held.release, exc)
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        held = self._pop()
+        if held is not None:
+            await _finish_async(held.release_async, exc)
+
+
+class Lock(_Holds):
     """``with casaas.lock(...) as held:`` and ``async with``: acquires on
     entry, releases on exit (see :func:`lock`).
 
@@ -723,53 +768,16 @@ class Lock:
                 self._lease = Lease(store, key, ttl=ttl, owner=owner, value=value)
         return self._lease
 
-    def _push(self, held: Held) -> None:
-        holds = dict(_HOLDS.get())
-        holds[id(self)] = holds.get(id(self), ()) + (held,)
-        _HOLDS.set(holds)
-
-    def _pop(self) -> Optional[Held]:
-        holds = dict(_HOLDS.get())
-        mine = holds.get(id(self), ())
-        if not mine:
-            return None
-        if len(mine) > 1:
-            holds[id(self)] = mine[:-1]
-        else:
-            del holds[id(self)]
-        _HOLDS.set(holds)
-        return mine[-1]
-
     def __enter__(self) -> Held:
         held = self.lease.acquire(self._wait)
         self._push(held)
         return held
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        held = self._pop()
-        if held is not None:
-            _finish(held.release, exc)
 
     async def __aenter__(self) -> Held:
         lease = await self._lease_async()
         held = await lease.acquire_async(self._wait)
         self._push(held)
         return held
-
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        held = self._pop()
-        if held is not None:
-            await _finish_async(held.release_async, exc)
 
 
 def lock(
@@ -865,7 +873,7 @@ class Semaphore:
         return Held(native)
 
 
-class SemaphoreLock:
+class SemaphoreLock(_Holds):
     """``with casaas.semaphore(...) as held:`` and ``async with``: takes a
     slot on entry, releases it on exit (see :func:`semaphore`). Shared by
     threads or tasks, each entry is its own hold, as with :class:`Lock`."""
@@ -879,52 +887,15 @@ class SemaphoreLock:
         """The semaphore whose slots this takes."""
         return self._semaphore
 
-    def _push(self, held: Held) -> None:
-        holds = dict(_HOLDS.get())
-        holds[id(self)] = holds.get(id(self), ()) + (held,)
-        _HOLDS.set(holds)
-
-    def _pop(self) -> Optional[Held]:
-        holds = dict(_HOLDS.get())
-        mine = holds.get(id(self), ())
-        if not mine:
-            return None
-        if len(mine) > 1:
-            holds[id(self)] = mine[:-1]
-        else:
-            del holds[id(self)]
-        _HOLDS.set(holds)
-        return mine[-1]
-
     def __enter__(self) -> Held:
         held = self._semaphore.acquire(self._wait)
         self._push(held)
         return held
 
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        held = self._pop()
-        if held is not None:
-            _finish(held.release, exc)
-
     async def __aenter__(self) -> Held:
         held = await self._semaphore.acquire_async(self._wait)
         self._push(held)
         return held
-
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        held = self._pop()
-        if held is not None:
-            await _finish_async(held.release_async, exc)
 
 
 def semaphore(
@@ -1024,7 +995,7 @@ class RwLock:
         return RwLockHold(self, True, self._wait if wait is None else wait)
 
 
-class RwLockHold:
+class RwLockHold(_Holds):
     """One side of a :class:`RwLock` as a context manager (see
     :meth:`RwLock.read`, :meth:`RwLock.write`): holds on entry, releases on
     exit. Shared by threads or tasks, each entry is its own hold."""
@@ -1044,23 +1015,6 @@ class RwLockHold:
         """True for the writer's side."""
         return self._write
 
-    def _push(self, held: Held) -> None:
-        holds = dict(_HOLDS.get())
-        holds[id(self)] = holds.get(id(self), ()) + (held,)
-        _HOLDS.set(holds)
-
-    def _pop(self) -> Optional[Held]:
-        holds = dict(_HOLDS.get())
-        mine = holds.get(id(self), ())
-        if not mine:
-            return None
-        if len(mine) > 1:
-            holds[id(self)] = mine[:-1]
-        else:
-            del holds[id(self)]
-        _HOLDS.set(holds)
-        return mine[-1]
-
     def __enter__(self) -> Held:
         if self._write:
             held = self._lock.acquire_write(self._wait)
@@ -1069,16 +1023,6 @@ class RwLockHold:
         self._push(held)
         return held
 
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        held = self._pop()
-        if held is not None:
-            _finish(held.release, exc)
-
     async def __aenter__(self) -> Held:
         if self._write:
             held = await self._lock.acquire_write_async(self._wait)
@@ -1086,16 +1030,6 @@ class RwLockHold:
             held = await self._lock.acquire_read_async(self._wait)
         self._push(held)
         return held
-
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        held = self._pop()
-        if held is not None:
-            await _finish_async(held.release_async, exc)
 
 
 def rwlock(
@@ -1817,7 +1751,6 @@ def lance_commit_lock(
                 )
 
     return commit_lock
-
 
 
 class Probe(NamedTuple):
