@@ -208,8 +208,8 @@ const MUTANTS: &[Mutant] = &[
     Mutant {
         name: "holder never steps down at its renew deadline",
         file: "casaas-core/src/lease/handle.rs",
-        find: "if now >= deadline {\n                self.lose(LostReason::RenewDeadlineExceeded);",
-        replace: "if false && now >= deadline {\n                self.lose(LostReason::RenewDeadlineExceeded);",
+        find: "if now >= deadline {\n                self.lose(LostReason::RenewDeadlineExceeded);\n                break;",
+        replace: "if false && now >= deadline {\n                self.lose(LostReason::RenewDeadlineExceeded);\n                break;",
     },
     Mutant {
         name: "swap-once takes a 412 as a conflict without reading the object back",
