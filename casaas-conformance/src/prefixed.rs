@@ -132,3 +132,27 @@ impl ForwardingStore for PrefixedStore {
         format!("{} (under {})", self.inner.describe(), self.prefix)
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use casaas_core::MemoryStore;
+    use casaas_core::lease::{Lease, LeaseConfig};
+
+    /// Two views of one store under different prefixes share the store's
+    /// identity but hold different objects: a lock seen in one is no sign
+    /// that the same key of the other was deleted (each conformance run has
+    /// its prefix, and runs of one process reuse key names).
+    #[tokio::test]
+    async fn a_lock_in_one_view_is_not_a_deleted_lock_in_another() {
+        let base: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
+        for run in ["run-1", "run-2"] {
+            let view: Arc<dyn CasStore> = Arc::new(PrefixedStore::new(base.clone(), run).unwrap());
+            let lease = Lease::new(view, "race/1", "racer", LeaseConfig::default()).unwrap();
+            let guard = lease.try_acquire().await.unwrap().into_result().unwrap();
+            assert_eq!(guard.token(), 1, "{run}");
+            guard.release().await.unwrap();
+        }
+    }
+}

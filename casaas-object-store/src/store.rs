@@ -83,6 +83,8 @@ pub struct ObjectStoreCas {
     large_conditional_writes: bool,
     /// Where the client sends its requests (its endpoint), when known.
     location: Option<String>,
+    /// This store's number, for an in-process client (see [`in_process_number`]).
+    in_process: Option<u64>,
 }
 
 impl fmt::Debug for ObjectStoreCas {
@@ -94,6 +96,16 @@ impl fmt::Debug for ObjectStoreCas {
             .field("replace_if_match", &self.replace_if_match)
             .finish()
     }
+}
+
+/// A number of its own for a store over an in-process client
+/// (object_store's `InMemory`, whose `Display` names no place): two such
+/// stores hold different objects, and must not share an identity (and with
+/// it a guard verdict or a lock's token floor).
+fn in_process_number(name: &str) -> Option<u64> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    name.contains("InMemory")
+        .then(|| NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
 }
 
 /// Backends known to lack `PutMode::Update`, by the name their `Display`
@@ -132,6 +144,7 @@ impl ObjectStoreCas {
             quoted_etags: AtomicBool::new(false),
             large_conditional_writes: false,
             location: None,
+            in_process: in_process_number(&name),
         })
     }
 
@@ -437,6 +450,19 @@ impl CasStore for ObjectStoreCas {
             );
         }
         caps
+    }
+
+    fn identity(&self) -> String {
+        let own = format!(
+            "{}#{}#{:?}",
+            std::any::type_name::<Self>(),
+            self.describe(),
+            self.capabilities()
+        );
+        match self.in_process {
+            Some(number) => format!("{own}#in-process-{number}"),
+            None => own,
+        }
     }
 
     fn describe(&self) -> String {

@@ -104,3 +104,22 @@ async fn large_conditional_writes_follow_the_capability_profile() {
     )
     .await;
 }
+
+/// Two stores over two `InMemory` clients hold different objects: a lock
+/// taken in one is no sign that the same key of the other was deleted (the
+/// process's token floor is kept by store identity).
+#[tokio::test]
+async fn two_in_memory_stores_are_two_stores() {
+    use casaas_core::lease::{Lease, LeaseConfig};
+    let open = || -> Arc<dyn CasStore> {
+        Arc::new(ObjectStoreCas::new(Arc::new(os::memory::InMemory::new()), "p").unwrap())
+    };
+    let (first, second) = (open(), open());
+    assert_ne!(first.identity(), second.identity());
+    for store in [first, second] {
+        let lease = Lease::new(store, "leader", "node", LeaseConfig::default()).unwrap();
+        let guard = lease.try_acquire().await.unwrap().into_result().unwrap();
+        assert_eq!(guard.token(), 1);
+        guard.release().await.unwrap();
+    }
+}

@@ -448,9 +448,16 @@ impl Lease {
         Ok(read)
     }
 
-    /// This process's key for the lock's token floor.
+    /// This process's key for the lock's token floor: the store's identity
+    /// and its description, which names the view (a prefix, say) that the
+    /// identity of a view shares with the store it looks into, and the key.
     fn floor_key(&self) -> String {
-        format!("{}\n{}", self.store.identity(), self.key)
+        format!(
+            "{}\n{}\n{}",
+            self.store.identity(),
+            self.store.describe(),
+            self.key
+        )
     }
 
     /// Remembers, for this process, that the lock object held `token`.
