@@ -59,6 +59,7 @@ mod fair;
 mod fenced;
 mod group;
 mod handle;
+mod listing;
 mod log;
 mod pending;
 mod record;
@@ -83,6 +84,10 @@ pub use fair::FairLease;
 pub use fenced::{Fenced, FencedResource};
 pub use group::{Applied, Cancelled, GroupCommitConfig, GroupLog, GroupResource, Ticket};
 pub use handle::{Health, LeaseGuard, LeaseStatus};
+pub use listing::{
+    DEFAULT_LIST_CONCURRENCY, Heartbeat, LockEntry, LockListing, LockSession, LockState,
+    SessionLiveness, list_locks,
+};
 pub use log::{FencedLog, LogEntry};
 pub use record::{
     LEASE_RECORD_KIND, LEASE_SCHEMA_VERSION, LeaseRecord, MAX_VALUE_BYTES, SessionRef,
