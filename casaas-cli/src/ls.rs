@@ -1,38 +1,17 @@
 //! `casaas ls PREFIX_URL`: every lock under a prefix, read once, nothing
 //! written.
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use casaas_core::CasStore;
-use casaas_core::layout::EpochStore;
-use casaas_core::lease::{LeaseError, LeaseRecord, SessionRef};
-use futures::StreamExt;
+use casaas_core::lease::{Heartbeat, LockEntry, LockListing};
 use serde::Serialize;
 
 use crate::cli::LsArgs;
 use crate::duration::human;
 use crate::exit::Failure;
-use crate::sessions::{self, Heartbeat, Places, SessionState};
+use crate::sessions::{self, Places, SessionState};
 use crate::target;
 use crate::time::rfc3339;
-
-/// The sub-prefix the library's store guard keeps its probe objects under;
-/// they are not locks, so they are not listed.
-const GUARD_PREFIX: &str = ".casaas-guard/";
-
-/// What follows a lock's key to name the folder of its fair-mode queue
-/// tickets (`KEY.queue/` and twenty digits: casaas-core's `FairLease`).
-const QUEUE_SUFFIX: &str = ".queue/";
-
-/// The lock a fair-mode queue ticket waits for, if `key` is a ticket.
-fn ticket_of(key: &str) -> Option<&str> {
-    let (lock, number) = key.rsplit_once(QUEUE_SUFFIX)?;
-    (!lock.is_empty() && number.len() == 20 && number.bytes().all(|b| b.is_ascii_digit()))
-        .then_some(lock)
-}
-
-/// Reads this many objects at once.
-const CONCURRENT_READS: usize = 8;
 
 /// One object under the prefix (also the JSON form).
 #[derive(Debug, Serialize)]
@@ -78,72 +57,34 @@ struct Entry {
     session_state: Option<&'static str>,
 }
 
-/// Runs `casaas ls`.
+/// Runs `casaas ls`: the library lists, this only formats.
 pub async fn run(args: LsArgs) -> Result<u8, Failure> {
     let prefix = target::parse_prefix(&args.url)?;
     let store = target::open_read_only(&prefix).await?;
-    let explain = |e: casaas_core::CasError| Failure::store(&e, format!("{}: {e}", prefix.display));
-    let mut keys = store.list("").await.map_err(explain)?;
-    // The epochs and collection markers of a create-only-layout lock are
-    // its parts: the lock is listed once, under its own key.
-    keys.retain(|entry| {
-        !entry.key.starts_with(GUARD_PREFIX) && EpochStore::lock_of(&entry.key).is_none()
-    });
-    let epochs = EpochStore::new(store.clone());
-    keys.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut locks = LockListing::new(store.clone())
+        .list()
+        .await
+        .map_err(|e| Failure::lease(&e, format!("{}: {e}", prefix.display)))?;
+    // A heartbeat named above the prefix is out of the listed store's
+    // reach: it is read from the directories above, opened read-only.
     let now = SystemTime::now();
-    let reads = futures::stream::iter(keys)
-        .map(|listed| {
-            let (store, epochs) = (store.clone(), epochs.clone());
-            async move {
-                let Some(object) = store.get(&listed.key).await? else {
-                    return Ok(None);
-                };
-                if !EpochStore::is_marker(&object.body) {
-                    return Ok(Some((listed.key, "record", object)));
-                }
-                // A create-only-layout lock: its current epoch is its state.
-                let head = epochs.get(&listed.key).await?;
-                Ok::<_, casaas_core::CasError>(head.map(|o| (listed.key, "epochs", o)))
-            }
-        })
-        .buffered(CONCURRENT_READS)
-        .collect::<Vec<_>>()
-        .await;
-    let mut entries = Vec::new();
-    let mut under_sessions = Vec::new();
-    for read in reads {
-        // Deleted between the listing and the read: gone, not listed.
-        let Some((key, layout, object)) = read.map_err(explain)? else {
+    let mut places = Places::new(&prefix.store_url, &prefix.display, store);
+    for lock in &mut locks {
+        let Some(session) = &lock.session else {
             continue;
         };
-        let (mut entry, record) = entry(key, &object.body, object.version.to_string(), now);
-        if entry.layout.is_some() {
-            entry.layout = Some(layout);
-        }
-        // A ticket's waiter renews it as a holder renews a lock, but it
-        // holds nothing: it waits for its turn.
-        if let Some(lock) = ticket_of(&entry.key) {
-            entry.waiting_for = Some(lock.to_string());
-            if entry.state == "held" {
-                entry.state = "waiting";
-            }
-        }
-        if let Some(record) = record.filter(|r| r.session.is_some() && !r.released) {
-            under_sessions.push((entries.len(), record));
-        }
-        entries.push(entry);
-    }
-    // Every lock was read before any heartbeat (the term to judge is the
-    // one the lock names), and each distinct heartbeat is read once.
-    let mut places = Places::new(&prefix.store_url, &prefix.display, store.clone());
-    for (at, record) in under_sessions {
-        let (Some(entry), Some(session)) = (entries.get_mut(at), &record.session) else {
+        if session.heartbeat_key.is_some() || session.liveness.is_none() {
             continue;
+        }
+        let beat = places.heartbeat(&lock.key, &session.named).await?;
+        let beat = match (beat.state, beat.read) {
+            (SessionState::Unreadable(why), _) => Heartbeat::Unreadable(why),
+            (_, Some((record, _))) => Heartbeat::Read(record),
+            (_, None) => Heartbeat::Absent,
         };
-        let beat = places.heartbeat(&entry.key, session).await?;
-        judge_entry(entry, session, &beat, now);
+        lock.judge_session(&beat, now);
     }
+    let entries: Vec<Entry> = locks.iter().map(entry).collect();
     if args.json {
         println!(
             "{}",
@@ -155,86 +96,32 @@ pub async fn run(args: LsArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
-/// Sets the state of a session lock's entry from its session's heartbeat:
-/// its holder never rewrites the lock while holding it, so the lock's own
-/// times say nothing.
-fn judge_entry(entry: &mut Entry, session: &SessionRef, beat: &Heartbeat, now: SystemTime) {
-    let (state, session_state) = match &beat.state {
-        SessionState::Alive => match &beat.read {
-            Some((record, _)) if record.wall_expiry() <= now => ("expired", "expired"),
-            _ => ("held", "alive"),
-        },
-        SessionState::Released => ("released", "released"),
-        SessionState::Superseded => ("expired", "superseded"),
-        // A contender takes it only after watching the absence for the
-        // lock's TTL, which one read cannot do.
-        SessionState::Missing => ("held", "missing"),
-        SessionState::Unreadable(_) => ("unknown", "unreadable"),
-    };
-    entry.state = state;
-    entry.session = Some(sessions::name(&entry.key, session));
-    entry.session_term = Some(session.term);
-    entry.session_state = Some(session_state);
+/// Unix milliseconds of a wall-clock time read from a record.
+fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-fn entry(
-    key: String,
-    body: &[u8],
-    version: String,
-    now: SystemTime,
-) -> (Entry, Option<LeaseRecord>) {
-    let record = match LeaseRecord::decode(&key, body) {
-        Ok(record) => record,
-        Err(e) => {
-            let found = match e {
-                LeaseError::ForeignObject { found, .. } => found,
-                other => other.to_string(),
-            };
-            let entry = Entry {
-                key,
-                state: "foreign",
-                holder: None,
-                token: None,
-                ttl_ms: None,
-                acquired_at: None,
-                renewed_at: None,
-                version,
-                layout: None,
-                waiting_for: None,
-                found: Some(found),
-                session: None,
-                session_term: None,
-                session_state: None,
-            };
-            return (entry, None);
-        }
-    };
-    let state = if record.released {
-        "released"
-    } else if record.wall_expiry() <= now {
-        "expired"
-    } else {
-        "held"
-    };
-    let session = record.session.as_ref().map(|s| sessions::name(&key, s));
-    let entry = Entry {
-        key,
-        state,
-        holder: Some(record.owner.clone()),
-        token: Some(record.token),
-        ttl_ms: Some(record.ttl_ms),
-        acquired_at: Some(rfc3339(record.acquired_at_ms)),
-        renewed_at: Some(rfc3339(record.renewed_at_ms)),
-        version,
-        layout: Some("record"),
-        waiting_for: None,
-        found: None,
-        // A session lock's own fields are set from its heartbeat later.
-        session,
-        session_term: record.session.as_ref().map(|s| s.term),
-        session_state: None,
-    };
-    (entry, Some(record))
+fn entry(lock: &LockEntry) -> Entry {
+    let session = lock.session.as_ref();
+    Entry {
+        key: lock.key.clone(),
+        state: lock.state.as_str(),
+        holder: lock.holder.clone(),
+        token: lock.token,
+        ttl_ms: lock
+            .ttl
+            .map(|ttl| u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)),
+        acquired_at: lock.acquired_at.map(|at| rfc3339(unix_ms(at))),
+        renewed_at: lock.renewed_at.map(|at| rfc3339(unix_ms(at))),
+        version: lock.version.clone(),
+        layout: lock.layout.map(|l| l.as_str()),
+        waiting_for: lock.waiting_for.clone(),
+        found: lock.found.clone(),
+        session: session.map(|s| sessions::name(&lock.key, &s.named)),
+        session_term: session.map(|s| s.named.term),
+        session_state: session.and_then(|s| s.liveness).map(|l| l.as_str()),
+    }
 }
 
 fn table(entries: &[Entry]) -> String {
