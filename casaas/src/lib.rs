@@ -80,7 +80,8 @@ use std::sync::{Arc, Once};
 pub use casaas_core::lease::{
     AcquireOutcome, Election, ElectionRunner, ExpiryMode, Fenced, FencedLog, FencedResource,
     Health, HealthCheck, HeldBy, Leader, Leadership, Lease, LeaseConfig, LeaseError, LeaseGuard,
-    LeaseStatus, LogEntry, LostReason, RetryPolicy, WaitOptions, default_owner_id,
+    LeaseStatus, LockEntry, LockListing, LockState, LogEntry, LostReason, RetryPolicy, WaitOptions,
+    default_owner_id, list_locks,
 };
 pub use casaas_core::{
     Capabilities, CasError, CasStore, ErrorKind, FileStore, ListEntry, MemoryStore, StoreUrl,
