@@ -8,8 +8,10 @@
 
 mod doctor;
 mod errors;
+mod fair;
 mod group;
 mod runtime;
+mod runner;
 mod rwlock;
 mod semaphore;
 mod swap;
@@ -1074,6 +1076,10 @@ fn _casaas(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Held>()?;
     m.add_class::<semaphore::Semaphore>()?;
     m.add_class::<rwlock::RwLock>()?;
+    m.add_class::<fair::FairLease>()?;
+    m.add_class::<runner::ElectionRunner>()?;
+    m.add_class::<runner::RunnerStop>()?;
+    m.add_class::<runner::RunnerTerm>()?;
     m.add_class::<Session>()?;
     m.add_class::<Election>()?;
     m.add_class::<Leadership>()?;

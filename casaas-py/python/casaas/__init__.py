@@ -97,8 +97,10 @@ __all__ = [
     "Cancelled",
     "Contended",
     "Election",
+    "ElectionRunner",
     "Error",
     "Exhausted",
+    "FairLease",
     "Fenced",
     "FencedLog",
     "FencedOut",
@@ -121,6 +123,7 @@ __all__ = [
     "MAX_VALUE_BYTES",
     "MayHaveTakenEffect",
     "Probe",
+    "RunnerTerm",
     "RuntimeFailure",
     "RwLock",
     "RwLockHold",
@@ -143,6 +146,7 @@ __all__ = [
     "lock",
     "open",
     "open_async",
+    "run_election",
     "rwlock",
     "semaphore",
 ]
@@ -721,11 +725,13 @@ class Lock(_Holds):
     thread or task.
     """
 
-    def __init__(self, lease: Optional[Lease], wait: Optional[Seconds]) -> None:
+    def __init__(self, lease: Optional[Lease], wait: Optional[Seconds], fair: bool = False) -> None:
         self._lease = lease
         self._wait = wait
         self._opener: "Optional[tuple[str, str, Dict[str, Any], Optional[Seconds], Optional[str], Any]]" = None
         self._opening = threading.Lock()
+        self._fair = fair
+        self._fair_lease: Optional[FairLease] = None
 
     @classmethod
     def _deferred(
@@ -737,13 +743,14 @@ class Lock(_Holds):
         owner: Optional[str],
         wait: Optional[Seconds],
         value: Any = None,
+        fair: bool = False,
     ) -> "Lock":
         """A lock whose store is opened on first use: by ``open`` in
         ``with``, by ``open_async`` in ``async with`` (never blocking the
         event loop)."""
         _seconds(ttl, "ttl")
         _seconds(wait, "wait")
-        lock = cls(None, wait)
+        lock = cls(None, wait, fair)
         _value_text(value)
         lock._opener = (url, key, options, ttl, owner, value)
         return lock
@@ -768,14 +775,27 @@ class Lock(_Holds):
                 self._lease = Lease(store, key, ttl=ttl, owner=owner, value=value)
         return self._lease
 
+    @property
+    def fair(self) -> bool:
+        """Whether waiters take turns in arrival order (``fair=True``)."""
+        return self._fair
+
+    def _taker(self, lease: Lease) -> "Union[Lease, FairLease]":
+        if not self._fair:
+            return lease
+        with self._opening:
+            if self._fair_lease is None:
+                self._fair_lease = FairLease._of(lease)
+        return self._fair_lease
+
     def __enter__(self) -> Held:
-        held = self.lease.acquire(self._wait)
+        held = self._taker(self.lease).acquire(self._wait)
         self._push(held)
         return held
 
     async def __aenter__(self) -> Held:
         lease = await self._lease_async()
-        held = await lease.acquire_async(self._wait)
+        held = await self._taker(lease).acquire_async(self._wait)
         self._push(held)
         return held
 
@@ -788,6 +808,7 @@ def lock(
     wait: Optional[Seconds] = None,
     owner: Optional[str] = None,
     value: Any = None,
+    fair: bool = False,
     **options: Any,
 ) -> Lock:
     """A lock, used as ``with casaas.lock(url) as held:`` or ``async with``.
@@ -806,13 +827,97 @@ def lock(
     :class:`InsufficientValidity` when the lock may not last that long.
     Leaving the block releases the lock; a lock lost while the block ran
     raises :class:`LeaseLost` on exit.
+
+    ``fair=True`` serves waiters in arrival order (see :class:`FairLease`):
+    each waiter takes a ticket under ``KEY.queue/`` and acquires once every
+    ticket before it has ended; a wait given up ends its ticket.
     """
+    if not isinstance(fair, bool):
+        raise TypeError(f"fair must be True or False, not {type(fair).__name__}")
     target, name = _store_and_key(url, key, options)
     if isinstance(target, str):
         # Opened on entry: `async with` opens it without blocking the loop.
         _check_call_options(options)
-        return Lock._deferred(target, name, options, ttl, owner, wait, value)
-    return Lock(Lease(_resolve(target, options), name, ttl=ttl, owner=owner, value=value), wait)
+        return Lock._deferred(target, name, options, ttl, owner, wait, value, fair)
+    return Lock(Lease(_resolve(target, options), name, ttl=ttl, owner=owner, value=value), wait, fair)
+
+
+class FairLease:
+    """A lock whose waiters are served in arrival order: no waiter starves.
+
+    A waiter first takes a ticket, a small lease of its own at
+    ``KEY.queue/NNNNNNNNNNNNNNNNNNNN`` one past the highest listed, renewed
+    while it waits; once no ticket before its own is left, it acquires the
+    lock through the ordinary lease (exclusion and the fencing token are
+    exactly :class:`Lease`'s) and ends its ticket. A ticket whose waiter
+    crashed is passed once it has been seen unchanged for its TTL. Only
+    waiters that use :class:`FairLease` (or ``casaas.lock(..., fair=True)``,
+    ``casaas lock --fair``) queue: a plain :class:`Lease` can still take the
+    lock ahead of them. The store must list keys (and keep lease records in
+    place: not a create-only store, :class:`Unsupported`).
+    """
+
+    def __init__(
+        self,
+        store: Union[str, Store],
+        key: str,
+        *,
+        ttl: Optional[Seconds] = None,
+        owner: Optional[str] = None,
+        value: Any = None,
+        **options: Any,
+    ) -> None:
+        self._lease = Lease(store, key, ttl=ttl, owner=owner, value=value, **options)
+        self._native = _casaas.FairLease(self._lease._native)
+
+    @classmethod
+    def _of(cls, lease: Lease) -> "FairLease":
+        fair = cls.__new__(cls)
+        fair._lease = lease
+        fair._native = _casaas.FairLease(lease._native)
+        return fair
+
+    @property
+    def lease(self) -> Lease:
+        """The lease taken in turn (its own ``acquire`` does not queue)."""
+        return self._lease
+
+    @property
+    def key(self) -> str:
+        """The lock's key."""
+        key: str = self._native.key
+        return key
+
+    @property
+    def queue_prefix(self) -> str:
+        """Where the waiters' tickets live: the key followed by ``.queue/``."""
+        prefix: str = self._native.queue_prefix
+        return prefix
+
+    def acquire(self, wait: Optional[Seconds] = None) -> Held:
+        """Acquires the lock in turn. ``wait=None`` waits for ever;
+        ``wait=0`` tries the lock once without queueing (:class:`LockHeld`
+        when held); otherwise waits at most ``wait`` (:class:`LockTimeout`
+        when it runs out). A wait given up (its ``wait`` run out, Ctrl-C)
+        ends its ticket, so the waiters behind it move up at once."""
+        return Held(self._native.acquire(_seconds(wait, "wait")))
+
+    def try_acquire(self) -> Optional[Held]:
+        """One attempt on the lock: the held lock, or ``None`` when held."""
+        try:
+            return self.acquire(0)
+        except LockHeld:
+            return None
+
+    async def acquire_async(self, wait: Optional[Seconds] = None) -> Held:
+        """:meth:`acquire` for asyncio; cancelling the task ends the ticket."""
+        w = _seconds(wait, "wait")
+        native = await _run(lambda: self._native.acquire_start(w))
+        return Held(native)
+
+    def holder(self) -> Optional["Leader"]:
+        """Who holds the lock by its record (see :meth:`Lease.holder`)."""
+        return self._lease.holder()
 
 
 class Semaphore:
@@ -1366,6 +1471,258 @@ class Election:
             if not changed:
                 return
             yield _leader(seen)
+
+
+class RunnerTerm:
+    """A term as the leader's work sees it (see :class:`ElectionRunner`):
+    its fencing :attr:`token`, and whether the work must stop."""
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+
+    @property
+    def token(self) -> int:
+        """The term's fencing token: pass it with every write the leader makes."""
+        token: int = self._native.token
+        return token
+
+    @property
+    def stopping(self) -> bool:
+        """True once the work must stop: the term is lost or the runner stops."""
+        stopping: bool = self._native.stopping
+        return stopping
+
+    def wait(self, timeout: Optional[Seconds] = None) -> bool:
+        """Sleeps until the work must stop (``True``) or ``timeout`` has
+        passed (``False``; ``None``: no limit). The GIL is released."""
+        stop: bool = self._native.wait(_seconds(timeout, "timeout"))
+        return stop
+
+    def __repr__(self) -> str:
+        return f"<casaas.RunnerTerm token={self.token}{' stopping' if self.stopping else ''}>"
+
+
+# Runners started in the background, stopped (and their terms resigned) at
+# interpreter exit.
+_RUNNERS: "weakref.WeakSet[ElectionRunner]" = weakref.WeakSet()
+
+
+class ElectionRunner:
+    """Campaigns, leads while elected, steps down when the term is lost and
+    campaigns again: Kubernetes' leader elector over :class:`Election`,
+    with the Rust ``ElectionRunner``'s guarantees.
+
+    - ``on_started_leading(term)`` is the leader's work, called on a thread
+      of its own when a term begins, with a :class:`RunnerTerm`. It must
+      return soon after ``term.stopping`` becomes true (``term.wait()``
+      sleeps until then): the term is lost, or the runner stops. A work
+      that returns by itself ends the run: the term is resigned and
+      :meth:`run` returns.
+    - ``on_stopped_leading(reason)`` runs after the work has returned and
+      the term has ended: ``"released"`` after a resignation, otherwise why
+      the term was lost. The lease is never released while the work runs,
+      so the next leader never starts beside it.
+    - ``on_new_leader(leader)`` runs at each change of leader seen (a
+      :class:`Leader`, ``None`` when nobody leads), this runner's included.
+    - After a loss the runner campaigns again, unless ``recampaign=False``
+      (then :meth:`run` returns after the first term).
+
+    The first exception a callback raises stops the run (the work is told
+    to stop and awaited, the term resigned) and is raised by :meth:`run`.
+    Callbacks run on casaas's threads, never on one that renews leases.
+
+    :meth:`run` blocks (Ctrl-C stops it cleanly: the work is stopped, the
+    term resigned, then ``KeyboardInterrupt`` is raised); :meth:`run_async`
+    is its asyncio form; :meth:`start` runs it on a thread and
+    :meth:`stop` (or leaving a ``with`` block) stops it and waits. A runner
+    runs once: after :meth:`stop`, make a new one.
+    """
+
+    def __init__(
+        self,
+        store: Union[str, Store],
+        key: str,
+        *,
+        on_started_leading: Optional[Callable[[RunnerTerm], None]] = None,
+        on_stopped_leading: Optional[Callable[[str], None]] = None,
+        on_new_leader: Optional[Callable[[Optional[Leader]], None]] = None,
+        recampaign: bool = True,
+        ttl: Optional[Seconds] = None,
+        owner: Optional[str] = None,
+        value: Any = None,
+        **options: Any,
+    ) -> None:
+        for name, fn in (
+            ("on_started_leading", on_started_leading),
+            ("on_stopped_leading", on_stopped_leading),
+            ("on_new_leader", on_new_leader),
+        ):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{name} must be callable, not {type(fn).__name__}")
+        self._lease = Lease(store, key, ttl=ttl, owner=owner, value=value, **options)
+        self._native = _casaas.ElectionRunner(self._lease._native)
+        self._stop = _casaas.RunnerStop()
+        self._started = on_started_leading
+        self._stopped = on_stopped_leading
+        self._new_leader = on_new_leader
+        self._recampaign = bool(recampaign)
+        self._thread: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None
+
+    @property
+    def key(self) -> str:
+        """The election's key."""
+        return self._lease.key
+
+    @property
+    def owner(self) -> str:
+        """The owner id this runner campaigns as."""
+        return self._lease.owner
+
+    @property
+    def stopped(self) -> bool:
+        """True once :meth:`stop` was called."""
+        stopped: bool = self._stop.stopped
+        return stopped
+
+    def _callbacks(self) -> "tuple[Any, Any, Any]":
+        started, new_leader = self._started, self._new_leader
+
+        def work(native: Any) -> None:
+            assert started is not None
+            started(RunnerTerm(native))
+
+        def leader(raw: Optional["tuple[str, int, Optional[str]]"]) -> None:
+            assert new_leader is not None
+            new_leader(_leader(raw))
+
+        return (
+            None if started is None else work,
+            self._stopped,
+            None if new_leader is None else leader,
+        )
+
+    def run(self, timeout: Optional[Seconds] = None) -> None:
+        """Runs until :meth:`stop`, ``timeout`` (then stops as :meth:`stop`
+        does), the work returning by itself, a callback raising (raised
+        here) or, with ``recampaign=False``, the end of the first term."""
+        t = _seconds(timeout, "timeout")
+        started, stopped, new_leader = self._callbacks()
+        self._native.run(self._stop, started, stopped, new_leader, self._recampaign, t)
+
+    async def run_async(self, timeout: Optional[Seconds] = None) -> None:
+        """:meth:`run` for asyncio; cancelling the task stops the run (the
+        work is stopped and the term resigned on casaas's threads)."""
+        t = _seconds(timeout, "timeout")
+        started, stopped, new_leader = self._callbacks()
+        await _run(
+            lambda: self._native.run_start(
+                self._stop, started, stopped, new_leader, self._recampaign, t
+            )
+        )
+
+    def start(self) -> "ElectionRunner":
+        """Runs :meth:`run` on a thread of its own and returns at once."""
+        if self._thread is not None:
+            raise RuntimeFailure("this runner was started already: make a new one")
+
+        def background() -> None:
+            try:
+                self.run()
+            except BaseException as e:  # noqa: BLE001 - raised again by stop()
+                self._error = e
+                _log.error("election runner for %r stopped: %s: %s", self.key, type(e).__name__, e)
+
+        self._thread = threading.Thread(
+            target=background, name=f"casaas-runner-{self.key}", daemon=True
+        )
+        _RUNNERS.add(self)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: Optional[Seconds] = None) -> None:
+        """Stops the run: the work is told to stop and awaited, the term
+        resigned. Waits for a run :meth:`start` began (at most ``timeout``,
+        ``None``: no limit) and raises what it raised."""
+        self._stop.stop()
+        thread = self._thread
+        if thread is None:
+            return
+        thread.join(_seconds(timeout, "timeout"))
+        if thread.is_alive():
+            raise Timeout(f"the election runner for {self.key!r} has not stopped yet")
+        _RUNNERS.discard(self)
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    @property
+    def running(self) -> bool:
+        """True while a run :meth:`start` began is still going."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def __enter__(self) -> "ElectionRunner":
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        try:
+            self.stop()
+        except Exception as e:
+            if exc is None:
+                raise
+            _note(exc, e)
+
+
+@atexit.register
+def _stop_runners_at_exit() -> None:
+    """Stops runners still going at interpreter exit (their terms
+    resigned), within ``_EXIT_BOUND`` seconds in all; registered after the
+    holdings' release, so it runs before it."""
+    runners = list(_RUNNERS)
+    deadline = time.monotonic() + _EXIT_BOUND
+    for runner in runners:
+        runner._stop.stop()
+    for runner in runners:
+        thread = runner._thread
+        if thread is not None:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def run_election(
+    url: Union[str, Store],
+    key: Optional[str] = None,
+    *,
+    on_started_leading: Optional[Callable[[RunnerTerm], None]] = None,
+    on_stopped_leading: Optional[Callable[[str], None]] = None,
+    on_new_leader: Optional[Callable[[Optional[Leader]], None]] = None,
+    recampaign: bool = True,
+    timeout: Optional[Seconds] = None,
+    ttl: Optional[Seconds] = None,
+    owner: Optional[str] = None,
+    value: Any = None,
+    **options: Any,
+) -> None:
+    """Runs an :class:`ElectionRunner` until it stops: ``url`` names the
+    election as :func:`lock` names a lock (or pass a store and ``key``).
+    Blocks; Ctrl-C stops it cleanly (the work stopped, the term resigned)."""
+    target, name = _store_and_key(url, key, options)
+    ElectionRunner(
+        target,
+        name,
+        on_started_leading=on_started_leading,
+        on_stopped_leading=on_stopped_leading,
+        on_new_leader=on_new_leader,
+        recampaign=recampaign,
+        ttl=ttl,
+        owner=owner,
+        value=value,
+        **options,
+    ).run(timeout)
 
 
 class Fenced(NamedTuple):
