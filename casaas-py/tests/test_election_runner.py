@@ -245,3 +245,32 @@ def test_runner_async(file_url: str) -> None:
         assert tokens == [1]
 
     asyncio.run(main())
+
+
+def test_a_runner_still_running_at_exit_is_stopped_and_resigns(file_url: str) -> None:
+    code = """
+        import sys, casaas
+        def lead(term):
+            print("leading", term.token, flush=True)
+            term.wait()
+        runner = casaas.ElectionRunner(sys.argv[1], "e", ttl=30, on_started_leading=lead,
+                                       on_stopped_leading=lambda r: print("stopped", r, flush=True))
+        runner.start()
+        while sys.stdin.readline().strip() != "exit":
+            pass
+        """
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), f"{file_url}/locks"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdout.readline().split() == ["leading", "1"]
+    started = time.monotonic()
+    out, _ = proc.communicate("exit\n", timeout=20)
+    assert proc.returncode == 0
+    assert out.strip() == "stopped released"
+    assert time.monotonic() - started < 6
+    # Resigned at exit, not left to expire after its 30 s TTL.
+    assert casaas.Election(f"{file_url}/locks", "e").leader() is None
