@@ -5,6 +5,7 @@ ticket in the queue; on the file store and on real servers."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import subprocess
 import sys
@@ -190,3 +191,14 @@ def test_fair_lock_on_a_server(name: str) -> None:
         casaas.FairLease(store, "locks/fair", ttl=10).acquire(wait=1)
     until(lambda: tickets(store, "locks/fair") == [])
     holder.release()
+
+
+def test_an_unkept_fair_holding_stays_held_and_warns(file_url: str) -> None:
+    store = casaas.open(file_url)
+    with pytest.warns(ResourceWarning, match="dropped without being released"):
+        casaas.FairLease(store, "locks/kept", ttl=30).acquire(wait=5)
+        gc.collect()
+    holder = casaas.Lease(store, "locks/kept").holder()
+    assert holder is not None and holder.token == 1
+    with pytest.raises(casaas.LockHeld):
+        casaas.lock(store, "locks/kept", fair=True, wait=0).__enter__()
