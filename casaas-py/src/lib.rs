@@ -10,6 +10,7 @@ mod doctor;
 mod errors;
 mod fair;
 mod group;
+mod listing;
 mod runtime;
 mod runner;
 mod rwlock;
@@ -1089,5 +1090,6 @@ fn _casaas(m: &Bound<'_, PyModule>) -> PyResult<()> {
     group::register(m)?;
     swap::register(m)?;
     doctor::register(m)?;
+    listing::register(m)?;
     Ok(())
 }

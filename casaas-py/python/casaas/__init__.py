@@ -117,6 +117,7 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "Lock",
+    "LockEntry",
     "LockHeld",
     "LockTimeout",
     "LogEntry",
@@ -143,6 +144,8 @@ __all__ = [
     "create_once",
     "doctor",
     "lance_commit_lock",
+    "list_locks",
+    "list_locks_async",
     "lock",
     "open",
     "open_async",
@@ -2016,6 +2019,101 @@ def create_once(
     """
     created: bool = _casaas.create_once(_resolve(store, options), key, make_body, nonce_in)
     return created
+
+
+
+def _utc(unix_ms: Optional[int]) -> Optional[datetime.datetime]:
+    if unix_ms is None:
+        return None
+    return datetime.datetime.fromtimestamp(unix_ms / 1000, tz=datetime.timezone.utc)
+
+
+class LockEntry(NamedTuple):
+    """One object under a prefix, as :func:`list_locks` (and ``casaas
+    ls``) shows it."""
+
+    key: str
+    """The key, relative to the listed prefix."""
+    state: str
+    """``held``, ``waiting`` (a fair-mode queue ticket whose waiter is live:
+    a waiter, not a holder), ``expired`` (its holder's last write plus its
+    TTL is past on this machine's clock; advisory), ``released``,
+    ``foreign`` (not a casaas lock) or ``unknown`` (a lock under a session
+    whose heartbeat cannot be read from here)."""
+    holder: Optional[str]
+    """Who holds (or last held, or waits in) it; ``None`` for a foreign object."""
+    token: Optional[int]
+    """The fencing token of the holding."""
+    ttl: Optional[float]
+    """The holder's TTL in seconds."""
+    acquired_at: Optional[datetime.datetime]
+    """The holder's wall clock at acquisition (UTC, advisory)."""
+    renewed_at: Optional[datetime.datetime]
+    """The holder's wall clock at its last write (UTC, advisory)."""
+    version: str
+    """The object's version as read (for the ``epochs`` layout, its epoch)."""
+    layout: Optional[str]
+    """``record`` or ``epochs`` (the create-only layout); ``None`` for a
+    foreign object."""
+    waiting_for: Optional[str] = None
+    """For a fair-mode queue ticket: the key of the lock it waits for."""
+    found: Optional[str] = None
+    """What a foreign object starts with."""
+    session: Optional[str] = None
+    """The heartbeat key of the session the lock is held under (as the
+    lock names it when it lies above the store's root)."""
+    session_term: Optional[int] = None
+    """The session term the lock names."""
+    session_state: Optional[str] = None
+    """What the heartbeat says of that term: ``alive``, ``expired``,
+    ``released``, ``superseded``, ``missing`` or ``unreadable``; ``None``
+    for a released lock, whose session is not read."""
+
+
+def _lock_entry(raw: Any) -> LockEntry:
+    key, state, holder, token, ttl, acquired, renewed, version, layout, waiting_for, found, session = raw
+    name, term, liveness = session if session is not None else (None, None, None)
+    return LockEntry(
+        key,
+        state,
+        holder,
+        token,
+        ttl,
+        _utc(acquired),
+        _utc(renewed),
+        version,
+        layout,
+        waiting_for,
+        found,
+        name,
+        term,
+        liveness,
+    )
+
+
+def list_locks(url: Union[str, Store], *, prefix: str = "", **options: Any) -> List[LockEntry]:
+    """Every lock under a prefix, as ``casaas ls`` lists it: one
+    :class:`LockEntry` per object, sorted by key; each object is read once
+    and nothing is written.
+
+    ``url`` is a prefix URL (the directory that holds the locks, as for
+    :func:`open`: ``s3://bucket/locks``), with ``options`` beside it, or an
+    open :class:`Store`; ``prefix`` lists only the keys under it. A lock
+    held under a session is judged by its session's heartbeat; a heartbeat
+    above the store's root cannot be read, and such a lock is ``unknown``
+    (list from the directory that holds both). The store guard's objects
+    are left out; a read-write lock's reader slots and a semaphore's slots
+    are leases of their own, listed as such.
+    """
+    store = _resolve(url, options)
+    return [_lock_entry(r) for r in _casaas.list_locks(store, prefix)]
+
+
+async def list_locks_async(url: Union[str, Store], *, prefix: str = "", **options: Any) -> List[LockEntry]:
+    """:func:`list_locks` for asyncio."""
+    store = await _resolve_async(url, options)
+    rows = await _run(lambda: _casaas.list_locks_start(store, prefix))
+    return [_lock_entry(r) for r in rows]
 
 
 def lance_commit_lock(

@@ -261,3 +261,23 @@ def doctor(
 def conformance(
     url: str, options: Dict[str, str], quick: bool = True, only: List[str] = ...
 ) -> Tuple[str, str]: ...
+
+# (key, state, holder, token, ttl seconds, acquired and renewed at Unix ms,
+# version, layout, waiting_for, found, (session, term, liveness)).
+_LockRow = Tuple[
+    str,
+    str,
+    Optional[str],
+    Optional[int],
+    Optional[float],
+    Optional[int],
+    Optional[int],
+    str,
+    Optional[str],
+    Optional[str],
+    Optional[str],
+    Optional[Tuple[str, int, Optional[str]]],
+]
+
+def list_locks(store: Store, prefix: str = "") -> List[_LockRow]: ...
+def list_locks_start(store: Store, prefix: str = "") -> Task: ...
