@@ -321,3 +321,53 @@ async fn a_lock_under_a_session_is_judged_by_its_heartbeat() {
     );
     assert!(s.problem.as_deref().unwrap().contains("above"), "{s:?}");
 }
+
+#[tokio::test]
+async fn a_create_only_layout_lock_is_listed_once_as_the_lock() {
+    let store = casaas_core::layout::with_layout(Arc::new(MemoryStore::new()), LeaseLayout::Epochs);
+    let l = lease(&store, "locks/e", "w");
+    for _ in 0..3 {
+        l.acquire(Default::default())
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    let held = l.acquire(Default::default()).await.unwrap();
+    let entries = list_locks(store.clone(), "locks/").await.unwrap();
+    assert_eq!(entries.len(), 1, "{entries:#?}");
+    let e = &entries[0];
+    assert_eq!(e.key, "e");
+    assert_eq!(e.state, LockState::Held);
+    assert_eq!(e.layout, Some(LeaseLayout::Epochs));
+    assert_eq!(e.token, Some(held.token()));
+    held.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn reader_and_semaphore_slots_are_leases_of_their_own() {
+    use casaas_core::lease::{RwLock, Semaphore};
+
+    let store: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
+    let rw = RwLock::new(lease(&store, "db", "reader")).unwrap();
+    let read = rw.read(Default::default()).await.unwrap();
+    let sem = Semaphore::new(lease(&store, "jobs", "worker"), 2).unwrap();
+    let slot = sem.acquire(Default::default()).await.unwrap();
+    let entries = list_locks(store.clone(), "").await.unwrap();
+    let e = find(&entries, read.key());
+    assert!(e.key.starts_with("db.readers/"), "{e:?}");
+    assert_eq!(
+        (e.state, e.holder.as_deref()),
+        (LockState::Held, Some("reader"))
+    );
+    let e = find(&entries, slot.key());
+    assert!(e.key.starts_with("jobs.slots/"), "{e:?}");
+    assert_eq!(
+        (e.state, e.holder.as_deref()),
+        (LockState::Held, Some("worker"))
+    );
+    assert!(entries.iter().all(|e| e.waiting_for.is_none()));
+    read.release().await.unwrap();
+    slot.release().await.unwrap();
+}
