@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use casaas::lease::WaitOptions;
-use casaas::{Leader, LostReason};
+use casaas::{ElectionRunner as CoreRunner, HealthCheck, Leader, LostReason};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use tokio_util::sync::CancellationToken;
@@ -96,6 +96,8 @@ impl RunnerTerm {
 #[pyclass(module = "casaas._casaas", frozen)]
 pub struct ElectionRunner {
     election: casaas::Election,
+    /// The health check of the run going on (or the last one).
+    health: Mutex<Option<HealthCheck>>,
     birth: Birth,
 }
 
@@ -125,8 +127,19 @@ impl ElectionRunner {
         lease.birth.check("lease")?;
         Ok(ElectionRunner {
             election: casaas::Election::new(lease.lease.clone()),
+            health: Mutex::new(None),
             birth: Birth::now(),
         })
+    }
+
+    /// `None` when healthy (not leading, or leading with renewals alive
+    /// and on time, `tolerance` seconds late at most), else what is wrong.
+    #[pyo3(signature = (tolerance=0.0))]
+    fn check_health(&self, tolerance: f64) -> Result<Option<String>, Fail> {
+        let tolerance = seconds(tolerance, "tolerance")?;
+        Ok(locked(&self.health)
+            .as_ref()
+            .and_then(|h| h.clone().with_tolerance(tolerance).check().err()))
     }
 
     /// Campaigns, leads and campaigns again until `stop` is turned,
@@ -156,10 +169,11 @@ impl ElectionRunner {
             new_leader: on_new_leader.map(Arc::new),
         };
         let cancel = stop.cancel.child_token();
+        let runner = self.runner(recampaign);
         crate::runtime::wait(
             py,
             Some(cancel.clone()),
-            run(self.election.clone(), callbacks, recampaign, limit, cancel),
+            run(runner, callbacks, limit, cancel),
         )
     }
 
@@ -182,10 +196,18 @@ impl ElectionRunner {
             new_leader: on_new_leader.map(Arc::new),
         };
         let cancel = stop.cancel.child_token();
-        start(
-            Some(cancel.clone()),
-            run(self.election.clone(), callbacks, recampaign, limit, cancel),
-        )
+        let runner = self.runner(recampaign);
+        start(Some(cancel.clone()), run(runner, callbacks, limit, cancel))
+    }
+}
+
+impl ElectionRunner {
+    /// The core's runner for one run, its health check kept for
+    /// `check_health`.
+    fn runner(&self, recampaign: bool) -> CoreRunner {
+        let runner = self.election.clone().runner().with_recampaign(recampaign);
+        *locked(&self.health) = Some(runner.health_check());
+        runner
     }
 }
 
@@ -195,14 +217,12 @@ impl ElectionRunner {
 /// latter fed by a queue, so that no lock of the election's watch is held
 /// while Python runs).
 async fn run(
-    election: casaas::Election,
+    mut runner: CoreRunner,
     callbacks: Callbacks,
-    recampaign: bool,
     limit: Option<Duration>,
     cancel: CancellationToken,
 ) -> Result<(), Fail> {
     let raised: Raised = Arc::default();
-    let mut runner = election.runner().with_recampaign(recampaign);
     if let Some(work) = callbacks.started {
         let (raised, stop) = (raised.clone(), cancel.clone());
         runner = runner.on_started_leading(move |token, term_cancel| {

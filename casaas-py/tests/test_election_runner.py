@@ -274,3 +274,24 @@ def test_a_runner_still_running_at_exit_is_stopped_and_resigns(file_url: str) ->
     assert time.monotonic() - started < 6
     # Resigned at exit, not left to expire after its 30 s TTL.
     assert casaas.Election(f"{file_url}/locks", "e").leader() is None
+
+
+
+def test_the_health_check_of_a_leading_runner(file_url: str) -> None:
+    store = casaas.open(file_url)
+    leading = threading.Event()
+
+    def lead(term: casaas.RunnerTerm) -> None:
+        leading.set()
+        term.wait()
+
+    runner = casaas.ElectionRunner(store, "elections/h", ttl=3, on_started_leading=lead)
+    assert runner.check_health() is None  # not leading: healthy
+    with runner:
+        assert leading.wait(20)
+        # Leading across several renewals (one a second): still healthy.
+        time.sleep(2.5)
+        assert runner.check_health() is None
+    assert runner.check_health() is None
+    with pytest.raises(casaas.InvalidConfig):
+        runner.check_health(-1)

@@ -1664,6 +1664,13 @@ class ElectionRunner:
         """True while a run :meth:`start` began is still going."""
         return self._thread is not None and self._thread.is_alive()
 
+    def check_health(self, tolerance: Seconds = 0) -> Optional[str]:
+        """For a liveness probe: ``None`` when healthy (not leading, or
+        leading with the lease's renewal alive and its last success within
+        the renew deadline, plus ``tolerance``), otherwise what is wrong."""
+        problem: Optional[str] = self._native.check_health(_required(tolerance, "tolerance"))
+        return problem
+
     def __enter__(self) -> "ElectionRunner":
         return self.start()
 

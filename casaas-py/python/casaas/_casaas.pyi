@@ -178,6 +178,7 @@ class RunnerTerm:
 
 class ElectionRunner:
     def __init__(self, lease: Lease) -> None: ...
+    def check_health(self, tolerance: float = 0.0) -> Optional[str]: ...
     def run(
         self,
         stop: RunnerStop,
