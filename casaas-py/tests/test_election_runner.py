@@ -6,6 +6,7 @@ asyncio stop a run cleanly; on the file store and on real servers."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import pytest
 
 import casaas
+from casaas import _casaas
 from conftest import server
 
 
@@ -295,3 +297,38 @@ def test_the_health_check_of_a_leading_runner(file_url: str) -> None:
     assert runner.check_health() is None
     with pytest.raises(casaas.InvalidConfig):
         runner.check_health(-1)
+
+
+def test_a_lost_term_stops_the_work_and_the_runner_campaigns_again(file_url: str) -> None:
+    store = casaas.open(file_url)
+    record = Record()
+    with record.runner(store, "elections/lost", "me", ttl=2):
+        until(lambda: record.leading.get("me") == 1)
+        # Another writer supersedes our record (as a takeover would): the
+        # next renewal finds it and the term is lost.
+        swap = _casaas.SwapOnce(store)
+        got = swap.read("elections/lost")
+        assert got is not None
+        body, version = got
+        ours = json.loads(body)
+
+        def usurp(nonce: str) -> bytes:
+            return json.dumps(dict(ours, owner="usurper", token=ours["token"] + 1, nonce=nonce)).encode()
+
+        outcome = swap.swap(
+            "elections/lost", version, usurp, lambda b: json.loads(b).get("nonce"), lambda _b, _n: True
+        )
+        assert outcome[0] == "ours"
+        until(lambda: any(e[0] == "stopped" for e in record.events))
+        # Campaigns again: the usurper never renews, so after its TTL we
+        # lead once more, with a greater token.
+        until(lambda: record.leading.get("me", 0) > 2, limit=20)
+    events = [e for e in record.events if e[1] == "me" and e[0] != "leader"]
+    assert events[:3] == [
+        ("started", "me", 1),
+        ("work ended", "me", 1),
+        ("stopped", "me", "superseded by 'usurper' (token 2)"),
+    ]
+    assert events[3][:2] == ("started", "me") and events[3][2] == 3
+    assert events[-1] == ("stopped", "me", "released")
+    assert record.most == 1
