@@ -202,3 +202,14 @@ def test_an_unkept_fair_holding_stays_held_and_warns(file_url: str) -> None:
     assert holder is not None and holder.token == 1
     with pytest.raises(casaas.LockHeld):
         casaas.lock(store, "locks/kept", fair=True, wait=0).__enter__()
+
+
+def test_a_create_only_store_refuses_fair_turns_clearly() -> None:
+    url, options = server("createonly")
+    opts: Dict[str, Any] = dict(options)
+    store = casaas.open(url + ("&" if "?" in url else "?") + "layout=epochs", **opts)
+    with pytest.raises(casaas.Unsupported, match="fair turns need the record layout"):
+        casaas.lock(store, "locks/x", fair=True).__enter__()
+    # The plain lock works there.
+    with casaas.lock(store, "locks/x", wait=10) as held:
+        assert held.token == 1
