@@ -176,6 +176,9 @@ def test_a_fair_lock_shared_by_threads_keeps_each_hold(memory_url: str) -> None:
     assert most == 1
     with pytest.raises(TypeError):
         casaas.lock(memory_url, "locks/shared", fair="yes")  # type: ignore[arg-type]
+    # Where a call takes no fair=, it is a typo of the call, not a store option.
+    with pytest.raises(TypeError, match="fair=True of lock"):
+        casaas.Lease(memory_url, "locks/shared", fair=True)
 
 
 @pytest.mark.parametrize("name", ["ceph", "seaweedfs"])

@@ -199,6 +199,7 @@ _CALL_WORDS = {
     "key": "key=",
     "lock_name": "the key (the URL's last segment, or key=)",
     "min_validity": "min_validity= of lance_commit_lock()",
+    "fair": "fair=True of lock(), or FairLease",
     "auto_renewal": "nothing: renewal always runs in the background",
     "thread_local": "nothing: a Lock shared by threads keeps each thread's hold apart",
     "poll_interval": "nothing: casaas paces its own retries",
