@@ -257,3 +257,59 @@ async fn two_runners_never_lead_at_once() {
     assert!(terms.len() >= 8, "{terms:?}");
     assert!(terms.windows(2).all(|w| w[0] < w[1]), "{terms:?}");
 }
+
+/// A slow `on_new_leader` (it runs synchronously, as a binding's callback
+/// into another language does) must not hold the election's leader watch:
+/// the campaign reports its win through that watch, and would wait for the
+/// callback, which here waits for the win.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_new_leader_callback_does_not_hold_up_the_campaign() {
+    let store: Arc<dyn CasStore> = Arc::new(MemoryStore::new());
+    let (started_tx, started_rx) = std::sync::mpsc::channel::<u64>();
+    let started_rx = Mutex::new(started_rx);
+    let saw_start = Arc::new(Mutex::new(None));
+    let seen = saw_start.clone();
+    let cancel = CancellationToken::new();
+    // "b" leads first, so that the callback's first call is under way
+    // when "a" wins.
+    let b = election(&store, "b")
+        .campaign(WaitOptions::default())
+        .await
+        .unwrap();
+    let runner = election(&store, "a")
+        .runner()
+        .on_started_leading(move |token, cancel| {
+            let started_tx = started_tx.clone();
+            async move {
+                let _ = started_tx.send(token);
+                cancel.cancelled().await;
+            }
+        })
+        .on_new_leader(move |_| {
+            // The first call waits (blocking its thread) for the win.
+            let mut seen = seen.lock().unwrap();
+            if seen.is_none() {
+                *seen = Some(
+                    started_rx
+                        .lock()
+                        .unwrap()
+                        .recv_timeout(Duration::from_secs(10))
+                        .ok(),
+                );
+            }
+        });
+    let run = tokio::spawn(runner.run(WaitOptions::default().with_cancel(cancel.clone())));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    b.resign().await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while saw_start.lock().unwrap().is_none() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cancel.cancel();
+    run.await.unwrap().unwrap();
+    assert_eq!(
+        *saw_start.lock().unwrap(),
+        Some(Some(2)),
+        "the campaign's win waited for the new-leader callback"
+    );
+}

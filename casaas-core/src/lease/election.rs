@@ -556,7 +556,12 @@ impl ElectionRunner {
             let mut rx = election.observe();
             let done = done.clone();
             tokio::spawn(async move {
-                notify(rx.borrow_and_update().clone());
+                // The value is copied out before the callback runs: a
+                // borrow held across it would block every sender to the
+                // watch (the observer's poll, a campaign's win) for as long
+                // as the callback takes, and the worker threads with them.
+                let first = rx.borrow_and_update().clone();
+                notify(first);
                 loop {
                     tokio::select! {
                         // Polled in order, so that a replayed run takes the same branch.
@@ -566,7 +571,8 @@ impl ElectionRunner {
                             if changed.is_err() {
                                 return;
                             }
-                            notify(rx.borrow_and_update().clone());
+                            let leader = rx.borrow_and_update().clone();
+                            notify(leader);
                         }
                     }
                 }
