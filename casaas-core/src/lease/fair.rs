@@ -176,13 +176,13 @@ impl FairLease {
         let store = lease.store();
         if !store.capabilities().list {
             return Err(LeaseError::Store(CasError::unsupported(format!(
-                "{} cannot list keys; fair turns need to list the tickets of a lock: use Lease::acquire",
+                "{} cannot list keys; fair turns need to list the tickets of a lock: take the lock without fair turns",
                 store.describe()
             ))));
         }
         if crate::layout::inner_identity(&store.identity()).is_some() {
             return Err(LeaseError::Store(CasError::unsupported(format!(
-                "{} keeps leases as epochs (create-only); fair turns need the record layout: use Lease::acquire",
+                "{} keeps leases as epochs (create-only); fair turns need the record layout: take the lock without fair turns",
                 store.describe()
             ))));
         }

@@ -103,13 +103,13 @@ impl RwLock {
         let store = lease.store();
         if !store.capabilities().list {
             return Err(LeaseError::Store(CasError::unsupported(format!(
-                "{} cannot list keys; a read-write lock's writer lists its readers: use Lease::acquire",
+                "{} cannot list keys; a read-write lock's writer lists its readers: take an ordinary (exclusive) lock instead",
                 store.describe()
             ))));
         }
         if crate::layout::inner_identity(&store.identity()).is_some() {
             return Err(LeaseError::Store(CasError::unsupported(format!(
-                "{} keeps leases as epochs (create-only); a read-write lock needs the record layout: use Lease::acquire",
+                "{} keeps leases as epochs (create-only); a read-write lock needs the record layout: take an ordinary (exclusive) lock instead",
                 store.describe()
             ))));
         }
