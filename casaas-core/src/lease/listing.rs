@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 
-use super::{Lease, LeaseConfig, LeaseError, LeaseRecord, SessionRef};
+use super::{Clock, Lease, LeaseConfig, LeaseError, LeaseRecord, SessionRef, SystemClock};
 use crate::CasStore;
 use crate::guard::GUARD_PREFIX;
 use crate::layout::{EpochStore, LeaseLayout};
@@ -196,6 +196,7 @@ pub struct LockListing {
     store: Arc<dyn CasStore>,
     prefix: String,
     concurrency: usize,
+    clock: Arc<dyn Clock>,
 }
 
 /// Lists the locks under `prefix` (a key prefix in `store`, `""` for all):
@@ -214,7 +215,16 @@ impl LockListing {
             store,
             prefix: String::new(),
             concurrency: DEFAULT_LIST_CONCURRENCY,
+            clock: Arc::new(SystemClock::new()),
         }
+    }
+
+    /// Judges expiry on `clock`'s wall time instead of this machine's (a
+    /// simulation's clock, or a [`DriftingClock`](crate::lease::DriftingClock)
+    /// in a test).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Lists only keys that start with `prefix` (entries' keys are then
@@ -248,7 +258,7 @@ impl LockListing {
         });
         keys.sort_by(|a, b| a.key.cmp(&b.key));
         let epochs = EpochStore::new(self.store.clone());
-        let now = SystemTime::now();
+        let now = self.clock.wall();
         let reads = futures::stream::iter(keys)
             .map(|listed| {
                 let (store, epochs) = (self.store.clone(), epochs.clone());
