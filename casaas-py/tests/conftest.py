@@ -9,10 +9,19 @@ from __future__ import annotations
 
 import os
 import pathlib
+import signal
 import uuid
 from typing import Dict, Iterator, Tuple
 
 import pytest
+
+# A command started in the background by a shell without job control
+# inherits SIGINT ignored, and so would every Python the tests start: such a
+# Python installs no KeyboardInterrupt handler and the Ctrl-C tests could
+# only time out. The tests' children get the disposition of a terminal's
+# Python (a handler here is reset to the default at exec).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SERVERS_DIR = pathlib.Path(

@@ -112,20 +112,37 @@ def test_tickets_from_one_thread_batch_and_a_cancelled_one_is_never_written(
 
 
 def worker(url: str, token: int, name: str, n: int) -> None:
-    """One process's threads, each updating through one shared handle."""
+    """One process's threads, each updating through one shared handle.
+
+    An update answered MayHaveTakenEffect is settled as the error says: the
+    resource is read, and the update made again only if it is not there (a
+    write refused by a precondition may be our own duplicate, and when a
+    process stalls while the others write more than the record's history
+    holds, its outcome cannot be told from the record)."""
     group = casaas.GroupResource(url, "shared")
     batched: List[int] = []
+    settled_by_reading = 0
 
     def work(i: int) -> None:
+        nonlocal settled_by_reading
         for j in range(n):
-            a = group.update(token, add(f"{name}-{i}-{j}", token))
-            assert a.token == token, a
-            batched.append(a.batch_len)
+            update_name = f"{name}-{i}-{j}"
+            while True:
+                try:
+                    a = group.update(token, add(update_name, token))
+                except casaas.MayHaveTakenEffect:
+                    settled_by_reading += 1
+                    if any(done == update_name for done, _ in stored(group)):
+                        break
+                    continue
+                assert a.token == token, a
+                batched.append(a.batch_len)
+                break
 
     errors = run_threads(work, 4)
     if errors:
         raise errors[0]
-    print(max(batched))
+    print(max(batched, default=0), settled_by_reading)
 
 
 def test_processes_and_threads_updates_each_applied_once(file_url: str) -> None:
