@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use casaas_core::lease::{
     AcquireOutcome, Election, Entropy, FencedResource, Lease, LeaseConfig, LeaseError, LeaseGuard,
-    LeaseRecord, LostReason, Session,
+    LeaseRecord, LostReason, Semaphore, Session,
 };
 use casaas_core::testkit::{CountingStore, RequestCounts};
 use casaas_core::{CasStore, MemoryStore};
@@ -529,4 +529,59 @@ async fn a_contender_whose_store_cannot_see_the_heartbeat_refuses_instead_of_gue
     assert_eq!(by.owner, "a");
     g.release().await.unwrap();
     a.close().await.unwrap();
+}
+
+/// A semaphore built from a session's lease holds its slots under that
+/// session: the slots' records name the heartbeat, the heartbeat alone is
+/// renewed, and closing the session frees every slot at once.
+#[tokio::test(start_paused = true)]
+async fn a_semaphore_holds_its_slots_under_a_session() {
+    let s = setup().await;
+    let a = open(&s.store, "a", 1).await;
+    let a_jobs = Semaphore::new(a.lease("jobs").unwrap(), 2).unwrap();
+    let first = acquired(a_jobs.try_acquire().await.unwrap());
+    let second = acquired(a_jobs.try_acquire().await.unwrap());
+    assert_ne!(first.key(), second.key());
+    for guard in [&first, &second] {
+        let record = stored(s.store.as_ref(), guard.key()).await;
+        let session = record.session.expect("a slot held under the session");
+        assert!(session.heartbeat.ends_with("sessions/a"), "{session:?}");
+    }
+
+    // Full for another session; the slots are never rewritten while a's
+    // heartbeat is renewed.
+    let b = open(&s.store, "b", 2).await;
+    let b_jobs = Semaphore::new(b.lease("jobs").unwrap(), 2).unwrap();
+    held(b_jobs.try_acquire().await.unwrap());
+    let versions = |key: String| {
+        let store = s.store.clone();
+        async move { store.get(&key).await.unwrap().unwrap().version }
+    };
+    let before = (
+        versions(first.key().to_owned()).await,
+        versions(second.key().to_owned()).await,
+    );
+    tokio::time::sleep(TTL * 3).await;
+    let after = (
+        versions(first.key().to_owned()).await,
+        versions(second.key().to_owned()).await,
+    );
+    assert_eq!(
+        before, after,
+        "a slot under a session is not renewed itself"
+    );
+    assert!(first.ensure_held_for(Duration::ZERO).is_ok());
+    held(b_jobs.try_acquire().await.unwrap());
+
+    // Closing the session ends both slots; b takes one without waiting.
+    a.close().await.unwrap();
+    for guard in [&first, &second] {
+        assert!(matches!(
+            guard.lost_reason(),
+            Some(LostReason::SessionLost { .. })
+        ));
+    }
+    let taken = acquired(b_jobs.try_acquire().await.unwrap());
+    assert_eq!(taken.token(), 2, "a slot's own token grows");
+    b.close().await.unwrap();
 }
