@@ -29,6 +29,9 @@
 //! - `cargo xtask wheel [--dev]` — the Python package as an abi3 wheel in
 //!   `dist/` (`cargo xtask python` builds it, installs it into a fresh
 //!   virtualenv and tests that install).
+//! - `cargo xtask iceberg [--keep-servers]` — casaas-iceberg (outside the
+//!   workspace and CI: a second arrow/parquet stack) built and tested on
+//!   its own, on SeaweedFS and Ceph RGW and against the Python catalog.
 //! - `cargo xtask hakari [--write]` — the workspace hack as cargo-hakari
 //!   writes it (installed under `.casaas/tools/` when missing).
 
@@ -127,9 +130,18 @@ enum Task {
     /// The Python package as an abi3 wheel in `dist/` (maturin; release
     /// unless `--dev`), installable with `pip install dist/casaas-*.whl`.
     Wheel {
-        /// The dev profile: a quick build reusing `cargo test`'s tree.
+        /// The dev profile: a quicker build, for tests.
         #[arg(long)]
         dev: bool,
+    },
+    /// casaas-iceberg, outside the workspace (iceberg-rust's own
+    /// arrow/parquet stack), built and tested on its own: its tests on
+    /// SeaweedFS and Ceph RGW, and both ways with the Python catalog of the
+    /// casaas wheel; none may be skipped.
+    Iceberg {
+        /// Leave the servers running afterwards.
+        #[arg(long)]
+        keep_servers: bool,
     },
     /// Chaos against a real server: lease workers killed and frozen while a
     /// proxy injects transport faults, then an independent checker.
@@ -649,6 +661,7 @@ fn main() -> Result<()> {
         Task::Man => man::man(&root),
         Task::Python { require_servers } => python::python(&root, require_servers),
         Task::Wheel { dev } => python::wheel(&root, dev).map(drop),
+        Task::Iceberg { keep_servers } => python::iceberg(&root, keep_servers),
         Task::Servers { action } => match action {
             ServersAction::Up { names } => servers::up(&ctx, &names),
             ServersAction::Down { names } => servers::down(&ctx, &names),

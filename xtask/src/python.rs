@@ -178,27 +178,18 @@ fn fresh_venv(ctx: &Ctx, name: &str, tools: &Path) -> Result<PathBuf> {
     Ok(bin)
 }
 
-/// Builds the wheel once, installs it into a fresh virtualenv, then runs
-/// pytest, mypy and the examples against that install. With
-/// `require_servers`, a test whose server is not running fails instead of
-/// being skipped (CI, where every server is up).
-pub fn python(root: &Path, require_servers: bool) -> Result<()> {
-    let started = Instant::now();
-    let ctx = Ctx::new(root.to_path_buf());
-    let tools = servers::python_venv(&ctx, VENV, PACKAGES)?;
-    eprintln!(
-        "xtask: python virtualenv ready ({:.1} s)",
-        started.elapsed().as_secs_f64()
-    );
-
-    let (wheel, build_seconds) = build_wheel(root, &tools, true)?;
+/// Builds the wheel (dev profile) and installs it with pip into the fresh
+/// virtualenv [`TEST_VENV`], which sees the test tools of `tools`; returns
+/// the virtualenv and its bin directory.
+fn install_wheel(ctx: &Ctx, root: &Path, tools: &Path) -> Result<(PathBuf, PathBuf)> {
+    let (wheel, build_seconds) = build_wheel(root, tools, true)?;
     eprintln!(
         "xtask: casaas wheel built ({build_seconds:.1} s): {}",
         wheel.display()
     );
 
     let install = Instant::now();
-    let bin = fresh_venv(&ctx, TEST_VENV, &tools)?;
+    let bin = fresh_venv(ctx, TEST_VENV, tools)?;
     let venv = bin
         .parent()
         .context("the virtualenv's bin directory has no parent")?
@@ -220,6 +211,58 @@ pub fn python(root: &Path, require_servers: bool) -> Result<()> {
         venv.display(),
         install.elapsed().as_secs_f64()
     );
+    Ok((venv, bin))
+}
+
+/// `cargo xtask iceberg`: casaas-iceberg (outside the workspace: its own
+/// arrow/parquet stack) built and tested on its own, its server tests on
+/// SeaweedFS and Ceph RGW and its interop tests against the casaas wheel
+/// with PyIceberg, every test required to run (none skipped).
+pub fn iceberg(root: &Path, keep_servers: bool) -> Result<()> {
+    let started = Instant::now();
+    let ctx = Ctx::new(root.to_path_buf());
+    let tools = servers::python_venv(&ctx, VENV, PACKAGES)?;
+    let (_, bin) = install_wheel(&ctx, root, &tools)?;
+    let names = ["seaweedfs".to_string(), "ceph".to_string()];
+    servers::up(&ctx, &names)?;
+    let crate_dir = root.join("casaas-iceberg");
+    let mut test = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    test.args(["test", "--locked"])
+        .current_dir(&crate_dir)
+        .env(
+            server_env::SERVERS_DIR_VAR,
+            root.join(".casaas").join("servers"),
+        )
+        .env("CASAAS_REQUIRE_SERVERS", "1")
+        .env("CASAAS_ICEBERG_PYTHON", bin.join("python"))
+        // No test may ever reach a cloud metadata endpoint.
+        .env("AWS_EC2_METADATA_DISABLED", "true");
+    let result = step(&mut test, "cargo test (casaas-iceberg)");
+    if !keep_servers {
+        servers::down(&ctx, &names)?;
+    }
+    result?;
+    eprintln!(
+        "xtask: casaas-iceberg passed in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Builds the wheel once, installs it into a fresh virtualenv, then runs
+/// pytest, mypy and the examples against that install. With
+/// `require_servers`, a test whose server is not running fails instead of
+/// being skipped (CI, where every server is up).
+pub fn python(root: &Path, require_servers: bool) -> Result<()> {
+    let started = Instant::now();
+    let ctx = Ctx::new(root.to_path_buf());
+    let tools = servers::python_venv(&ctx, VENV, PACKAGES)?;
+    eprintln!(
+        "xtask: python virtualenv ready ({:.1} s)",
+        started.elapsed().as_secs_f64()
+    );
+
+    let (venv, bin) = install_wheel(&ctx, root, &tools)?;
 
     let package = root.join("casaas-py");
     let tests = Instant::now();
