@@ -225,18 +225,15 @@ pub fn iceberg(root: &Path, keep_servers: bool) -> Result<()> {
     let (_, bin) = install_wheel(&ctx, root, &tools)?;
     let names = ["seaweedfs".to_string(), "ceph".to_string()];
     servers::up(&ctx, &names)?;
-    let crate_dir = root.join("casaas-iceberg");
-    let mut test = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    // The environment every task runs cargo in, in the crate's own workspace.
+    let mut test = crate::task_command(
+        &root.to_path_buf(),
+        std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()),
+    );
     test.args(["test", "--locked"])
-        .current_dir(&crate_dir)
-        .env(
-            server_env::SERVERS_DIR_VAR,
-            root.join(".casaas").join("servers"),
-        )
+        .current_dir(root.join("casaas-iceberg"))
         .env("CASAAS_REQUIRE_SERVERS", "1")
-        .env("CASAAS_ICEBERG_PYTHON", bin.join("python"))
-        // No test may ever reach a cloud metadata endpoint.
-        .env("AWS_EC2_METADATA_DISABLED", "true");
+        .env("CASAAS_ICEBERG_PYTHON", bin.join("python"));
     let result = step(&mut test, "cargo test (casaas-iceberg)");
     if !keep_servers {
         servers::down(&ctx, &names)?;
